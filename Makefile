@@ -1,0 +1,79 @@
+# shardlab: `make` builds everything into build/, `make test` runs every test.
+# Run `make deps` first on a fresh Debian/Ubuntu machine.
+
+BUILD    ?= build
+CC       ?= gcc
+OPT      ?= -O2 -march=native
+RANKS    ?= 4
+PKGS      = ompi-c openblas
+CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -D_GNU_SOURCE -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
+# mpirun as root needs --allow-run-as-root; more ranks than cores need --oversubscribe.
+MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) \
+            --mca btl self,vader -x OPENBLAS_NUM_THREADS=1
+
+DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
+               libopenblas-dev gnuplot-nox python3
+
+LIB_SRCS = $(filter-out common/comm_nccl_stub.c,$(wildcard common/*.c)) common/comm_nccl_stub.c \
+           models/gpt2.c models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
+LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+PROGRAMS = prepare tokenize llmc_check train_single train_ddp train_zero3 train_fsdp \
+           bench_step bench_comm
+PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
+TEST_SRCS = $(filter-out tests/test_layers.c,$(wildcard tests/test_*.c))
+TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers
+
+.PHONY: all deps test test-asan bench clean
+all: $(PROGRAM_BINS) $(TEST_BINS)
+
+deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \
+	else \
+	    echo "run as root:  apt-get update && apt-get install -y $(DEB_PACKAGES)"; \
+	    missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	    if [ -n "$$missing" ]; then echo "missing:$$missing"; exit 1; fi; \
+	fi
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libshardlab.a: $(LIB_OBJS)
+	ar rcs $@ $^
+
+$(BUILD)/%: $(BUILD)/obj/examples/%.o $(BUILD)/libshardlab.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
+
+# The layer tests take finite differences in double precision: the layers are
+# compiled a second time with real_t = double, for that test alone.
+$(BUILD)/obj/f64/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSHARDLAB_REAL_DOUBLE -c $< -o $@
+
+$(BUILD)/tests/test_layers: $(BUILD)/obj/f64/tests/test_layers.o $(BUILD)/obj/f64/models/gpt2_ops.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
+
+test: all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_tests.sh
+
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+bench: $(BUILD)/bench_step
+	$(BUILD)/bench_step --config d4 --batch 4 --seq 64
+	$(BUILD)/bench_step --config d12 --batch 4 --seq 64
+
+clean:
+	rm -rf build build-asan
+
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

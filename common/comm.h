@@ -1,0 +1,116 @@
+// comm.h: the only way ranks talk to each other. Two real engines sit behind it:
+//   MPI  - launches the ranks (mpirun), carries collectives on host memory, and
+//          bootstraps NCCL;
+//   NCCL - carries collectives on device memory, one GPU per rank (GPU build).
+//
+// Every call is counted per collective: calls, elements, the bytes this rank
+// sends and receives under the ring model below, and the wall time this rank
+// spent waiting. With S the bytes of the full buffer and N ranks:
+//
+//   all_reduce      sent = recv = 2 (N-1)/N * S      (reduce-scatter + all-gather)
+//   reduce_scatter  sent = recv =   (N-1)/N * S      (S = the whole input)
+//   all_gather      sent = recv =   (N-1)/N * S      (S = the whole output)
+//   broadcast       chain root -> root+1 -> ...: every rank but the chain's last
+//                   sends S, every rank but the root receives S
+//   reduce          chain root+1 -> ... -> root: every rank but the root sends
+//                   S, every rank but root+1 receives S
+//
+// These are the bytes an optimal ring/chain algorithm moves (the model behind
+// nccl-tests' bus bandwidth), not a trace of what MPI's chosen algorithm did.
+#ifndef SHARDLAB_COMM_H
+#define SHARDLAB_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_REDUCE,
+    COMM_BARRIER, COMM_NUM_OPS
+} CommOp;
+
+typedef enum { COMM_SUM, COMM_AVG } CommReduceOp;
+typedef enum { COMM_BACKEND_MPI, COMM_BACKEND_NCCL } CommBackend;
+
+typedef struct {
+    uint64_t calls;
+    uint64_t elements;
+    uint64_t bytes_sent;
+    uint64_t bytes_recv;
+    double seconds;  // wall time this rank spent inside blocking calls and waits
+} CommCounter;
+
+typedef struct {
+    CommCounter ops[COMM_NUM_OPS];
+} CommStats;
+
+typedef struct CommNccl CommNccl;
+
+typedef struct {
+    int rank, world;
+    int local_rank;      // rank among the ranks on this node (picks the GPU)
+    CommBackend backend;
+    int debug_checks;    // verify arguments agree across ranks before each call
+    CommStats stats;
+    CommNccl *nccl;      // NCCL state, GPU build only
+    int started_mpi;     // comm_init called MPI_Init (so comm_finalize ends it)
+} Comm;
+
+// An in-flight non-blocking collective; finish it with comm_wait.
+typedef struct {
+    int active;
+    CommOp op;
+    CommReduceOp reduce_op;
+    float *result;        // where the average must be applied on completion
+    size_t result_count;  // 0: nothing to divide on this rank
+    void *request;        // backend request (MPI_Request or a CUDA event)
+} CommHandle;
+
+extern const char *const comm_op_names[COMM_NUM_OPS];
+
+// Starts MPI if needed (a program started without mpirun is rank 0 of 1).
+// debug_checks also turns on with the environment variable SHARDLAB_COMM_DEBUG=1.
+void comm_init(Comm *comm, int *argc, char ***argv);
+void comm_finalize(Comm *comm);
+// Moves collectives to NCCL (device buffers); GPU build only.
+void comm_use_nccl(Comm *comm);
+
+// In place: every rank ends with the sum (or average) over ranks of buf.
+void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op);
+// send has `count` elements (divisible by N); rank r receives the reduced
+// elements [r*count/N, (r+1)*count/N) into recv.
+void comm_reduce_scatter(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op);
+// Each rank contributes count/N elements (count divisible by N); recv gets all
+// `count`, rank r's part at offset r*count/N.
+void comm_all_gather(Comm *comm, const float *send, float *recv, size_t count);
+void comm_broadcast(Comm *comm, float *buf, size_t count, int root);
+// recv (used only at root) gets the sum or average of send over ranks; the root
+// may pass send == recv to reduce in place.
+void comm_reduce(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
+void comm_barrier(Comm *comm);
+
+CommHandle comm_all_reduce_start(Comm *comm, float *buf, size_t count, CommReduceOp op);
+CommHandle comm_reduce_scatter_start(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op);
+CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, size_t count);
+CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root);
+CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
+void comm_wait(Comm *comm, CommHandle *handle);
+
+// Averages a value over ranks for logging; not counted as training traffic.
+double comm_metric_average(Comm *comm, double value);
+// Maximum over ranks, for logging; not counted.
+double comm_metric_max(Comm *comm, double value);
+
+// Rank 0 receives every rank's `bytes` bytes (other counts allowed per rank),
+// concatenated in rank order into a malloc'ed buffer; *counts[r] tells each
+// rank's size. Other ranks get NULL. For logs and traces; not counted.
+void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **counts);
+
+void comm_stats_reset(Comm *comm);
+// The counters of `after` minus those of `before`.
+CommStats comm_stats_diff(const CommStats *after, const CommStats *before);
+// Bytes this rank sends and receives for one collective of `count` floats, by the
+// formulas above (used by the counters and by the tests and the planner).
+void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uint64_t *sent,
+                     uint64_t *recv);
+
+#endif

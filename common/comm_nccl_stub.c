@@ -1,0 +1,22 @@
+// comm_nccl_stub.c: the CPU build's stand-in for comm_nccl.cu.
+#include "comm_nccl.h"
+
+#include "errors.h"
+
+void comm_nccl_init(Comm *comm) {
+    (void)comm;
+    fatal("NCCL backend requested, but this build has no CUDA (build with nvcc present)");
+}
+
+void comm_nccl_free(Comm *comm) { (void)comm; }
+
+CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const float *send, float *recv,
+                           size_t count, int root) {
+    (void)comm; (void)handle; (void)send; (void)recv; (void)count; (void)root;
+    fatal("NCCL backend is not built");
+}
+
+void comm_nccl_wait(Comm *comm, CommHandle *handle) {
+    (void)comm; (void)handle;
+    fatal("NCCL backend is not built");
+}

@@ -1,0 +1,29 @@
+// errors.h: one way to fail. Every library call that can fail is checked, and a
+// failure prints "file:line: message" and ends the process with a non-zero code.
+// Under MPI, ending one rank makes mpirun end the others, so no rank hangs.
+#ifndef SHARDLAB_ERRORS_H
+#define SHARDLAB_ERRORS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+// Prints "shardlab: <message>" to stderr and exits with status 1.
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Like fatal, with the source location in front (used by the CHECK macros).
+void fatal_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+// Checked wrappers for the C library: they name the file or what was asked for.
+void *xmalloc(size_t bytes);
+void *xcalloc(size_t count, size_t size);
+FILE *xfopen(const char *path, const char *mode);
+void xfread(void *dst, size_t size, size_t count, FILE *f, const char *path);
+void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *path);
+void xfclose(FILE *f, const char *path);
+// Size of an open file in bytes.
+long xfsize(FILE *f, const char *path);
+
+#define CHECK(cond, ...) \
+    do { if (!(cond)) fatal_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+
+#endif

@@ -1,0 +1,39 @@
+// memory.h: the accounting allocator. Every buffer a rank holds for training is
+// allocated here under one category, so the per-rank memory plots count bytes
+// that really exist rather than bytes a formula predicts.
+#ifndef SHARDLAB_MEMORY_H
+#define SHARDLAB_MEMORY_H
+
+#include <stddef.h>
+
+typedef enum {
+    MEM_PARAMS,           // resident parameters: full replica, owned tensors or slices
+    MEM_PARAMS_GATHERED,  // temporary full copies of parameters owned elsewhere
+    MEM_GRADS,            // resident gradients, same layout as MEM_PARAMS
+    MEM_GRADS_GATHERED,   // temporary full gradients before they are reduced away
+    MEM_OPTIM,            // AdamW first and second moments
+    MEM_ACTIVATIONS,      // forward activations and backward scratch
+    MEM_COMM_BUFFERS,     // staging buffers used only by collectives
+    MEM_NUM_CATEGORIES
+} MemCategory;
+
+typedef struct {
+    size_t current[MEM_NUM_CATEGORIES];
+    size_t peak[MEM_NUM_CATEGORIES];
+    size_t total_current;
+    size_t total_peak;  // peak of the sum over categories (not the sum of peaks)
+} MemAccount;
+
+extern const char *const mem_category_names[MEM_NUM_CATEGORIES];
+
+// Zero-filled float buffer counted under `category`.
+float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count);
+// Frees a buffer from mem_alloc_floats; `count` must be the count it was allocated with.
+void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count);
+// Records bytes held elsewhere (e.g. device memory) without allocating host memory.
+void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes);
+void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes);
+// Peak resident set size of this process as reported by the OS, in bytes.
+size_t mem_rss_peak_bytes(void);
+
+#endif

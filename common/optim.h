@@ -1,0 +1,38 @@
+// optim.h: optimizers over flat float spans. A span can be a whole model, one
+// tensor, or a rank's slice of a tensor: element i of the span only ever touches
+// params[i], grads[i], m[i], v[i], so sharding the span shards the update exactly.
+#ifndef SHARDLAB_OPTIM_H
+#define SHARDLAB_OPTIM_H
+
+#include <stddef.h>
+
+typedef struct {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;  // decoupled (AdamW): applied to the parameter, not the gradient
+} AdamWConfig;
+
+AdamWConfig adamw_default_config(float lr);
+
+// One AdamW update of `count` elements. `step` is the 1-based number of updates
+// this span has received, including this one (it drives the bias correction).
+void adamw_update(float *params, const float *grads, float *m, float *v, size_t count, int step,
+                  AdamWConfig cfg);
+
+// A span with its own AdamW state and step count (one per tensor, or per slice
+// of a tensor that a rank owns).
+typedef struct {
+    float *params, *grads, *m, *v;  // (count) each
+    size_t count;
+    int step;                       // updates applied so far
+} AdamWSpan;
+
+// Counts the step and applies it.
+void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);
+
+// Plain SGD: params -= lr * grads.
+void sgd_update(float *params, const float *grads, size_t count, float lr);
+
+#endif

@@ -1,0 +1,31 @@
+// options.h: the command-line flags shared by all four trainers.
+#ifndef SHARDLAB_OPTIONS_H
+#define SHARDLAB_OPTIONS_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *config_name;  // --config dN
+    const char *model_path;   // --model FILE.bin (llm.c checkpoint)
+    int vocab_size;           // --vocab V, with --config (default 50257)
+    const char *data_dir;     // --data DIR with train.bin (and val.bin for eval)
+    int batch;                // --batch B: global sequences per step
+    int seq;                  // --seq T
+    int steps;                // --steps S
+    float lr;                 // --lr
+    float weight_decay;       // --weight-decay
+    uint64_t seed;            // --seed
+    const char *log_path;     // --log FILE.jsonl
+    int eval_every;           // --eval-every K (0: never)
+    int eval_batches;         // --eval-batches K
+    const char *out_model;    // --out-model FILE.bin: final model, llm.c format
+    const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
+    int reshard_after_forward;  // --reshard-after-forward 0|1 (FSDP)
+    int quiet;                // --quiet: no progress lines
+} TrainOptions;
+
+// Parses argv; on a bad flag prints the problem and the usage and exits 1.
+// `strategy` names the trainer in the usage text.
+void options_parse(TrainOptions *opts, int argc, char **argv, const char *strategy);
+
+#endif

@@ -1,0 +1,41 @@
+// partition.h: how the model's tensors are split across ranks.
+//
+//   FlatLayout   - packs per-tensor spans (whole tensors, or slices) into one
+//                  flat buffer, unit by unit, so a unit's spans are contiguous.
+//   ZeRO-3       - each tensor is owned whole by one rank. Largest tensor first,
+//                  each onto the rank that holds the fewest bytes so far.
+//   FSDP         - each tensor is cut along dim 0 into N equal slices; dim 0 is
+//                  padded up to a multiple of N with rows that stay zero.
+#ifndef SHARDLAB_PARTITION_H
+#define SHARDLAB_PARTITION_H
+
+#include <stddef.h>
+
+#include "../models/gpt2.h"
+
+typedef struct {
+    size_t *offset;      // (num_tensors) start of tensor t's span; spans of size 0 allowed
+    size_t *count;       // (num_tensors) elements of tensor t's span
+    size_t *unit_begin;  // (num_units) first element of the spans whose home unit is u
+    size_t *unit_end;    // (num_units)
+    size_t total;
+} FlatLayout;
+
+// Lays out count[t] elements per tensor, grouped by home unit in unit order.
+void flat_layout_init(FlatLayout *flat, const GPT2Layout *layout, const size_t *count);
+void flat_layout_free(FlatLayout *flat);
+
+// ZeRO-3: owner[t] for every tensor (owner has num_tensors entries).
+void zero3_partition(const GPT2Layout *layout, int world, int *owner);
+// Bytes of parameters rank `rank` owns under zero3_partition.
+size_t zero3_owned_bytes(const GPT2Layout *layout, const int *owner, int rank);
+
+// FSDP: rows of tensor t in each rank's slice (ceil(rows / world)).
+int fsdp_slice_rows(const GPT2Tensor *tensor, int world);
+// Elements of one slice, and of the whole padded tensor.
+size_t fsdp_slice_numel(const GPT2Tensor *tensor, int world);
+size_t fsdp_padded_numel(const GPT2Tensor *tensor, int world);
+// Sum of fsdp_padded_numel over all tensors: pad(P).
+size_t fsdp_padded_params(const GPT2Layout *layout, int world);
+
+#endif

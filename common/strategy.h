@@ -1,0 +1,63 @@
+// strategy.h: what a data-parallel strategy must provide. ddp/, zero3/ and
+// fsdp/ each implement these functions, with the same names and in the same
+// order, and the training loop (common/train_loop.c) calls them around the
+// model's units:
+//
+//   for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
+//   for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u)
+//   finish_grads()      wait for collectives still in flight
+//   step()              AdamW on what this rank owns; gradients zeroed after
+//
+// Before a unit runs, the strategy has pointed model->params[t] and
+// model->grads[t] at full-size buffers for every tensor t the unit reads.
+#ifndef SHARDLAB_STRATEGY_H
+#define SHARDLAB_STRATEGY_H
+
+#include <stdint.h>
+
+#include "../models/gpt2.h"
+#include "comm.h"
+#include "memory.h"
+#include "optim.h"
+
+// Where initial parameters come from: an llm.c checkpoint, or the seeded
+// initializer. Either way a rank can read just the rows it holds.
+typedef struct {
+    const char *checkpoint_path;  // NULL: initialize from seed
+    uint64_t seed;
+} ParamSource;
+
+// Rows [row_begin, row_begin + row_count) of tensor t.
+void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin,
+                       int row_count, float *out);
+
+// What every strategy is given at init.
+typedef struct {
+    GPT2 *model;                // pointer tables to fill before each unit
+    Comm *comm;
+    MemAccount *mem;
+    ParamSource source;
+    int reshard_after_forward;  // FSDP: free gathered params after forward (1) or keep them (0)
+} StrategyContext;
+
+typedef struct {
+    const char *name;
+    void *state;
+    void (*before_forward)(void *state, int unit);
+    void (*after_forward)(void *state, int unit);
+    void (*before_backward)(void *state, int unit);
+    void (*after_backward)(void *state, int unit);
+    void (*finish_grads)(void *state);
+    void (*step)(void *state, AdamWConfig config);
+    // Writes the whole model in llm.c's flat layout into `flat` on rank 0 (other
+    // ranks pass NULL). Used for checkpoints and tests.
+    void (*gather_full_model)(void *state, float *flat);
+    void (*free)(void *state);
+} Strategy;
+
+Strategy ddp_init(const StrategyContext *ctx);
+Strategy zero3_init(const StrategyContext *ctx);
+Strategy fsdp_init(const StrategyContext *ctx);
+Strategy single_init(const StrategyContext *ctx);
+
+#endif

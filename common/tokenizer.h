@@ -1,0 +1,36 @@
+// tokenizer.h: text -> token ids.
+//   byte: each byte is its own id (V = 256).
+//   gpt2: GPT-2's byte-level BPE from the standard encoder.json + vocab.bpe,
+//         after GPT-2's pre-tokenizer regex
+//         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+#ifndef SHARDLAB_TOKENIZER_H
+#define SHARDLAB_TOKENIZER_H
+
+#include <stddef.h>
+
+#include "strmap.h"
+
+typedef enum { TOKENIZER_BYTE, TOKENIZER_GPT2 } TokenizerKind;
+
+typedef struct {
+    TokenizerKind kind;
+    int vocab_size;
+    StrMap encoder;        // gpt2: byte-mapped token string -> id
+    StrMap merge_ranks;    // gpt2: "left right" -> rank (lower merges first)
+    char byte_to_char[256][3];  // gpt2: each byte as its printable stand-in, in UTF-8
+    int byte_to_char_len[256];
+} Tokenizer;
+
+// Exits with a message naming the file on any problem. vocab_dir holds
+// encoder.json and vocab.bpe (ignored for "byte").
+void tokenizer_init(Tokenizer *tok, const char *kind, const char *vocab_dir);
+void tokenizer_free(Tokenizer *tok);
+
+// Appends the ids of text[0..len) to *ids (grown with realloc).
+void tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int **ids,
+                      size_t *count, size_t *capacity);
+
+// The pre-tokenizer alone: the byte length of the piece that starts at text[0].
+size_t gpt2_pretokenize_next(const char *text, size_t len);
+
+#endif

@@ -1,0 +1,275 @@
+// train_loop.c: one training run. Per step:
+//
+//   rank's slice of the global batch -> forward units 0..U-1 -> backward U-1..0
+//   -> finish_grads -> AdamW step -> log (rank 0)
+//
+// with the strategy's hooks around every unit. Timing splits each step into
+// communication wait (from comm's counters), optimizer, and compute (the rest).
+#include "train_loop.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../models/gpt2_io.h"
+#include "data.h"
+#include "errors.h"
+#include "options.h"
+#include "timer.h"
+#include "trace.h"
+
+void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin,
+                       int row_count, float *out) {
+    if (src->checkpoint_path)
+        gpt2_checkpoint_read_rows(src->checkpoint_path, layout, t, row_begin, row_count, out);
+    else
+        gpt2_init_rows(layout, t, src->seed, row_begin, row_count, out);
+}
+
+// What rank 0 puts in the summary line for each rank.
+typedef struct {
+    MemAccount mem;
+    size_t rss_peak_bytes;
+    CommStats comm_total;      // the whole run (evaluation and final gather included)
+    CommStats comm_last_step;  // the last training step alone
+    double compute_s, comm_wait_s, optim_s;
+} RankSummary;
+
+typedef struct {
+    TrainOptions opts;
+    const char *strategy_name;
+    Strategy (*strategy_init)(const StrategyContext *ctx);
+    Comm comm;
+    MemAccount mem;
+    GPT2 model;
+    Strategy strategy;
+    DataLoader train, val;
+    int have_val;
+    Trace trace;
+    FILE *log;
+    RankSummary summary;
+} Run;
+
+static double comm_seconds(const CommStats *s) {
+    double total = 0;
+    for (int i = 0; i < COMM_NUM_OPS; i++) total += s->ops[i].seconds;
+    return total;
+}
+
+static void forward_pass(Run *run) {
+    Strategy *s = &run->strategy;
+    for (int u = 0; u < run->model.layout.num_units; u++) {
+        double t0 = trace_begin(&run->trace);
+        s->before_forward(s->state, u);
+        trace_end(&run->trace, t0, "comm", "gather fwd u%d", u);
+        t0 = trace_begin(&run->trace);
+        gpt2_forward_unit(&run->model, u);
+        trace_end(&run->trace, t0, "compute", "forward u%d", u);
+        t0 = trace_begin(&run->trace);
+        s->after_forward(s->state, u);
+        trace_end(&run->trace, t0, "comm", "release fwd u%d", u);
+    }
+}
+
+static void backward_pass(Run *run) {
+    Strategy *s = &run->strategy;
+    for (int u = run->model.layout.num_units - 1; u >= 0; u--) {
+        double t0 = trace_begin(&run->trace);
+        s->before_backward(s->state, u);
+        trace_end(&run->trace, t0, "comm", "gather bwd u%d", u);
+        t0 = trace_begin(&run->trace);
+        gpt2_backward_unit(&run->model, u);
+        trace_end(&run->trace, t0, "compute", "backward u%d", u);
+        t0 = trace_begin(&run->trace);
+        s->after_backward(s->state, u);
+        trace_end(&run->trace, t0, "comm", "reduce u%d", u);
+    }
+    double t0 = trace_begin(&run->trace);
+    s->finish_grads(s->state);
+    trace_end(&run->trace, t0, "comm", "finish grads");
+}
+
+static double evaluate(Run *run) {
+    loader_reset(&run->val);
+    double sum = 0;
+    for (int i = 0; i < run->opts.eval_batches; i++) {
+        loader_next_batch(&run->val);
+        gpt2_set_batch(&run->model, run->val.inputs, run->val.targets);
+        forward_pass(run);
+        sum += run->model.mean_loss;
+    }
+    return comm_metric_average(&run->comm, sum / run->opts.eval_batches);
+}
+
+static void setup(Run *run, int argc, char **argv) {
+    TrainOptions *o = &run->opts;
+    options_parse(o, argc, argv, run->strategy_name);
+    GPT2Config config;
+    if (o->model_path) gpt2_checkpoint_read_config(o->model_path, &config);
+    else if (gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
+        fatal("--config: unknown preset '%s' (use d2, d4, d6 or d12)", o->config_name);
+    if (o->seq > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", o->seq, config.max_seq_len);
+    int world = run->comm.world;
+    if (o->batch % world != 0)
+        fatal("--batch %d is not divisible by the number of ranks (%d)", o->batch, world);
+
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.bin", o->data_dir);
+    loader_init(&run->train, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+    snprintf(path, sizeof path, "%s/val.bin", o->data_dir);
+    struct stat st;
+    run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
+    if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
+    if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+
+    gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
+    trace_init(&run->trace, o->trace_prefix != NULL);
+    StrategyContext ctx = {
+        .model = &run->model, .comm = &run->comm, .mem = &run->mem,
+        .source = {.checkpoint_path = o->model_path, .seed = o->seed},
+        .reshard_after_forward = o->reshard_after_forward,
+    };
+    run->strategy = run->strategy_init(&ctx);
+    if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, "w");
+    if (run->comm.rank == 0 && !o->quiet)
+        printf("%s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
+               run->strategy_name, world, config.num_layers, config.channels, config.num_heads,
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
+}
+
+static void train_step(Run *run, int step, double *loss, double *step_s) {
+    Strategy *s = &run->strategy;
+    CommStats before = run->comm.stats;
+    run->trace.step = step;
+    double t0 = timer_now();
+    loader_next_batch(&run->train);
+    gpt2_set_batch(&run->model, run->train.inputs, run->train.targets);
+    forward_pass(run);
+    backward_pass(run);
+    double t_optim = timer_now();
+    double tr = trace_begin(&run->trace);
+    s->step(s->state, (AdamWConfig){.lr = run->opts.lr, .beta1 = 0.9f, .beta2 = 0.999f,
+                                    .eps = 1e-8f, .weight_decay = run->opts.weight_decay});
+    trace_end(&run->trace, tr, "optim", "optimizer");
+    double t1 = timer_now();
+    run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
+    double comm_s = comm_seconds(&run->summary.comm_last_step);
+    run->summary.optim_s += t1 - t_optim;
+    run->summary.comm_wait_s += comm_s;
+    run->summary.compute_s += (t1 - t0) - (t1 - t_optim) - comm_s;
+    *loss = comm_metric_average(&run->comm, run->model.mean_loss);
+    *step_s = comm_metric_max(&run->comm, t1 - t0);  // a step ends when its slowest rank does
+}
+
+static void write_counter(FILE *f, const CommStats *stats) {
+    fprintf(f, "{");
+    for (int i = 0; i < COMM_NUM_OPS; i++) {
+        const CommCounter *c = &stats->ops[i];
+        fprintf(f, "%s\"%s\": {\"calls\": %llu, \"elements\": %llu, \"bytes_sent\": %llu, "
+                   "\"bytes_recv\": %llu, \"seconds\": %.6f}",
+                i ? ", " : "", comm_op_names[i], (unsigned long long)c->calls,
+                (unsigned long long)c->elements, (unsigned long long)c->bytes_sent,
+                (unsigned long long)c->bytes_recv, c->seconds);
+    }
+    fprintf(f, "}");
+}
+
+static void write_summary(Run *run, double tokens_per_s) {
+    run->summary.mem = run->mem;
+    run->summary.rss_peak_bytes = mem_rss_peak_bytes();
+    run->summary.comm_total = run->comm.stats;
+    size_t *counts = NULL;
+    RankSummary *all = comm_metric_gather(&run->comm, &run->summary, sizeof run->summary, &counts);
+    if (run->comm.rank != 0) return;
+    free(counts);
+    if (!run->log) { free(all); return; }
+    const GPT2Config *c = &run->model.layout.config;
+    FILE *f = run->log;
+    fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"world_size\": %d, \"config\": "
+               "{\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
+               "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
+               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"reshard_after_forward\": %d}, "
+               "\"tokens_per_s\": %.1f, \"ranks\": [",
+            run->strategy_name, run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+            c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
+            run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
+            run->opts.reshard_after_forward, tokens_per_s);
+    for (int r = 0; r < run->comm.world; r++) {
+        const RankSummary *s = &all[r];
+        fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+            fprintf(f, "%s\"%s\": {\"current\": %zu, \"peak\": %zu}", k ? ", " : "",
+                    mem_category_names[k], s->mem.current[k], s->mem.peak[k]);
+        fprintf(f, "}, \"peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"comm\": ", s->mem.total_peak,
+                s->rss_peak_bytes);
+        write_counter(f, &s->comm_total);
+        fprintf(f, ", \"comm_last_step\": ");
+        write_counter(f, &s->comm_last_step);
+        fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}}",
+                s->compute_s, s->comm_wait_s, s->optim_s);
+    }
+    fprintf(f, "]}\n");
+    free(all);
+}
+
+static void write_final_model(Run *run) {
+    const GPT2Layout *layout = &run->model.layout;
+    float *flat = NULL;
+    if (run->comm.rank == 0) flat = xmalloc(layout->num_params * sizeof(float));
+    run->strategy.gather_full_model(run->strategy.state, flat);
+    if (run->comm.rank == 0) {
+        gpt2_checkpoint_write(run->opts.out_model, &layout->config, flat, layout->num_params);
+        free(flat);
+    }
+}
+
+int train_main(int argc, char **argv, const char *strategy_name,
+               Strategy (*strategy_init)(const StrategyContext *ctx)) {
+    Run run;
+    memset(&run, 0, sizeof run);
+    run.strategy_name = strategy_name;
+    run.strategy_init = strategy_init;
+    comm_init(&run.comm, &argc, &argv);
+    setup(&run, argc, argv);
+    const TrainOptions *o = &run.opts;
+    double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
+    for (int step = 1; step <= o->steps; step++) {
+        double loss, step_s;
+        train_step(&run, step, &loss, &step_s);
+        total_s += step_s;
+        if (!isfinite(loss)) fatal("step %d: loss is %g; stopping", step, loss);
+        int eval = run.have_val && (step % o->eval_every == 0 || step == o->steps);
+        double val_loss = eval ? evaluate(&run) : NAN;
+        if (run.comm.rank != 0) continue;
+        if (run.log) {
+            fprintf(run.log, "{\"step\": %d, \"loss\": %.7g, \"val_loss\": ", step, loss);
+            if (eval) fprintf(run.log, "%.7g", val_loss);
+            else fprintf(run.log, "null");
+            fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %g}\n",
+                    tokens_per_step / step_s, 1e3 * step_s, o->lr);
+            fflush(run.log);
+        }
+        if (!o->quiet) {
+            double eta = total_s / step * (o->steps - step);
+            printf("step %4d/%d | loss %.4f | %8.0f tok/s | %7.1f ms | ETA %.1f s", step, o->steps,
+                   loss, tokens_per_step / step_s, 1e3 * step_s, eta);
+            if (eval) printf(" | val %.4f", val_loss);
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    double tokens_per_s = total_s > 0 ? tokens_per_step * o->steps / total_s : 0;
+    write_summary(&run, tokens_per_s);  // before the final gather, which is not training
+    if (o->out_model) write_final_model(&run);
+    if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix);
+    if (run.log) xfclose(run.log, o->log_path);
+    run.strategy.free(run.strategy.state);
+    gpt2_free(&run.model, &run.mem);
+    loader_free(&run.train);
+    if (run.have_val) loader_free(&run.val);
+    trace_free(&run.trace);
+    comm_finalize(&run.comm);
+    return 0;
+}

@@ -1,0 +1,123 @@
+// ddp.c: Distributed Data Parallel. Every rank holds the whole model, its
+// gradients and its AdamW state; ranks differ only in the slice of the batch
+// they run. After each unit's backward, that unit's gradients (one bucket) are
+// averaged over ranks by a non-blocking all-reduce that overlaps the backward of
+// the units below it; all buckets are waited for before the optimizer step,
+// which every rank then runs identically on the full model.
+//
+//   rank 0: [ params | grads | m v ]  full      backward u3 -> all-reduce(u3) ~~~~~~~>
+//   rank 1: [ params | grads | m v ]  full            backward u2 -> all-reduce(u2) ~~~>
+//                                                           ... finish_grads: wait all
+// Per rank: 16 bytes per parameter (4 params + 4 grads + 8 AdamW).
+// Per step: one all-reduce of P, i.e. 2 (N-1)/N * 4P bytes sent per rank.
+//
+// The tied wte is used by unit 0 and by the head; its gradient sums both uses
+// in place and travels with unit 0's bucket, after the last of them.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/errors.h"
+#include "../common/partition.h"
+#include "../common/strategy.h"
+
+typedef struct {
+    GPT2 *model;
+    Comm *comm;
+    MemAccount *mem;
+    FlatLayout flat;                 // every tensor whole, grouped unit by unit
+    float *params, *grads, *m, *v;   // (P) each: the full replica
+    AdamWSpan *spans;                // (num_tensors)
+    CommHandle *pending;             // (num_units) each unit's gradient all-reduce
+} DdpState;
+
+static void ddp_before_forward(void *state, int unit);
+static void ddp_after_forward(void *state, int unit);
+static void ddp_before_backward(void *state, int unit);
+static void ddp_after_backward(void *state, int unit);
+static void ddp_finish_grads(void *state);
+static void ddp_step(void *state, AdamWConfig config);
+static void ddp_gather_full_model(void *state, float *flat);
+static void ddp_free(void *state);
+
+Strategy ddp_init(const StrategyContext *ctx) {
+    DdpState *s = xcalloc(1, sizeof *s);
+    GPT2 *model = ctx->model;
+    const GPT2Layout *layout = &model->layout;
+    s->model = model;
+    s->comm = ctx->comm;
+    s->mem = ctx->mem;
+    size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
+    for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
+    flat_layout_init(&s->flat, layout, count);
+    free(count);
+    s->params = mem_alloc_floats(s->mem, MEM_PARAMS, s->flat.total);
+    s->grads = mem_alloc_floats(s->mem, MEM_GRADS, s->flat.total);
+    s->m = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
+    s->v = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
+    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
+    s->pending = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
+    for (int t = 0; t < layout->num_tensors; t++) {
+        size_t off = s->flat.offset[t];
+        if (s->comm->rank == 0)
+            param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, s->params + off);
+        s->spans[t] = (AdamWSpan){s->params + off, s->grads + off, s->m + off, s->v + off,
+                                  s->flat.count[t], 0};
+        // the model reads and writes the replica directly, for good
+        model->params[t] = s->params + off;
+        model->grads[t] = s->grads + off;
+    }
+    // replicas must start identical: rank 0's copy wins
+    comm_broadcast(s->comm, s->params, s->flat.total, 0);
+    return (Strategy){
+        .name = "ddp", .state = s,
+        .before_forward = ddp_before_forward, .after_forward = ddp_after_forward,
+        .before_backward = ddp_before_backward, .after_backward = ddp_after_backward,
+        .finish_grads = ddp_finish_grads, .step = ddp_step,
+        .gather_full_model = ddp_gather_full_model, .free = ddp_free,
+    };
+}
+
+// Parameters are always resident: nothing to fetch or release.
+static void ddp_before_forward(void *state, int unit) { (void)state; (void)unit; }
+static void ddp_after_forward(void *state, int unit) { (void)state; (void)unit; }
+static void ddp_before_backward(void *state, int unit) { (void)state; (void)unit; }
+
+// The unit's gradients are final once its backward is done (the tied wte's only
+// after unit 0): start averaging them while the units below compute.
+static void ddp_after_backward(void *state, int unit) {
+    DdpState *s = state;
+    size_t begin = s->flat.unit_begin[unit], count = s->flat.unit_end[unit] - begin;
+    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->grads + begin, count, COMM_AVG);
+}
+
+static void ddp_finish_grads(void *state) {
+    DdpState *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) comm_wait(s->comm, &s->pending[u]);
+}
+
+static void ddp_step(void *state, AdamWConfig config) {
+    DdpState *s = state;
+    for (int t = 0; t < s->model->layout.num_tensors; t++) adamw_step_span(&s->spans[t], config);
+    memset(s->grads, 0, s->flat.total * sizeof(float));
+}
+
+static void ddp_gather_full_model(void *state, float *flat) {
+    DdpState *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
+    for (int t = 0; t < layout->num_tensors; t++)
+        memcpy(flat + layout->tensors[t].offset, s->params + s->flat.offset[t],
+               layout->tensors[t].numel * sizeof(float));
+}
+
+static void ddp_free(void *state) {
+    DdpState *s = state;
+    mem_free_floats(s->mem, MEM_PARAMS, s->params, s->flat.total);
+    mem_free_floats(s->mem, MEM_GRADS, s->grads, s->flat.total);
+    mem_free_floats(s->mem, MEM_OPTIM, s->m, s->flat.total);
+    mem_free_floats(s->mem, MEM_OPTIM, s->v, s->flat.total);
+    flat_layout_free(&s->flat);
+    free(s->spans);
+    free(s->pending);
+    free(s);
+}

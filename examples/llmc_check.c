@@ -1,0 +1,85 @@
+// llmc_check: checks shardlab's GPT-2 against a reference. Loads an llm.c model
+// and debug state (inputs, targets, expected logits, loss and gradients), runs
+// one forward and backward, and prints the largest difference per tensor.
+//   build/llmc_check MODEL.bin DEBUG_STATE.bin
+// Exits 1 when any element differs by more than 1e-4 + 1e-3 * |expected|.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/errors.h"
+#include "../models/gpt2.h"
+#include "../models/gpt2_io.h"
+
+static const double ABS_TOL = 1e-4, REL_TOL = 1e-3;
+
+// Largest |got - want| over n elements; counts elements outside the tolerance.
+static double compare(const float *got, const float *want, size_t n, size_t stride_got,
+                      size_t stride_want, size_t row_len, size_t *bad) {
+    double max_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t row = i / row_len, col = i % row_len;
+        double g = got[row * stride_got + col], w = want[row * stride_want + col];
+        double diff = fabs(g - w);
+        if (!(diff <= ABS_TOL + REL_TOL * fabs(w))) (*bad)++;  // NaN counts as bad
+        if (diff > max_diff || isnan(diff)) max_diff = diff;
+    }
+    return max_diff;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) fatal("usage: llmc_check MODEL.bin DEBUG_STATE.bin");
+    GPT2Config config;
+    gpt2_checkpoint_read_config(argv[1], &config);
+    GPT2Layout layout;
+    gpt2_layout_init(&layout, config);
+    GPT2DebugState state;
+    gpt2_debug_state_read(argv[2], &layout, &state);
+
+    MemAccount mem = {0};
+    GPT2 model;
+    gpt2_init(&model, config, state.B, state.T, &mem);
+    float *params = mem_alloc_floats(&mem, MEM_PARAMS, layout.num_params);
+    float *grads = mem_alloc_floats(&mem, MEM_GRADS, layout.num_params);
+    for (int t = 0; t < layout.num_tensors; t++)
+        gpt2_checkpoint_read_rows(argv[1], &layout, t, 0, layout.tensors[t].rows, params + layout.tensors[t].offset);
+    gpt2_point_into_flat(&layout, params, model.params);
+    gpt2_point_into_flat(&layout, grads, model.grads);
+
+    gpt2_set_batch(&model, state.inputs, state.targets);
+    for (int u = 0; u < layout.num_units; u++) gpt2_forward_unit(&model, u);
+    int V = config.vocab_size, Vp = config.padded_vocab_size;
+    size_t bad = 0, total_bad = 0;
+    double d = compare(model.acts.logits, state.logits, (size_t)state.B * state.T * V, Vp, V, V, &bad);
+    printf("%-10s max abs diff %.3e %s\n", "logits", d, bad ? "FAIL" : "ok");
+    total_bad += bad;
+    bad = 0;
+    d = compare(&model.mean_loss, &state.loss, 1, 1, 1, 1, &bad);
+    printf("%-10s %.6f vs %.6f, diff %.3e %s\n", "loss", model.mean_loss, state.loss, d, bad ? "FAIL" : "ok");
+    total_bad += bad;
+
+    for (int u = layout.num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
+    // one line per llm.c tensor (per-layer tensors sit side by side in the file)
+    for (int t = 0; t < layout.num_tensors; t++) {
+        const GPT2Tensor *first = &layout.tensors[t];
+        if (first->layer > 0) continue;
+        size_t count = first->layer == 0 ? first->numel * (size_t)config.num_layers : first->numel;
+        const char *name = first->layer == 0 ? strchr(first->name, '.') + 1 : first->name;
+        bad = 0;
+        d = compare(grads + first->offset, state.grads + first->offset, count, 0, 0, count, &bad);
+        printf("d%-9s max abs diff %.3e %s\n", name, d, bad ? "FAIL" : "ok");
+        total_bad += bad;
+    }
+    mem_free_floats(&mem, MEM_PARAMS, params, layout.num_params);
+    mem_free_floats(&mem, MEM_GRADS, grads, layout.num_params);
+    gpt2_free(&model, &mem);
+    gpt2_debug_state_free(&state);
+    gpt2_layout_free(&layout);
+    if (total_bad) {
+        printf("FAIL: %zu values outside %.0e + %.0e * |expected|\n", total_bad, ABS_TOL, REL_TOL);
+        return 1;
+    }
+    printf("OK: logits, loss and all gradients match\n");
+    return 0;
+}

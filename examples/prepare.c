@@ -1,0 +1,60 @@
+// prepare: turns a text file into llm.c token shards for training.
+//   build/prepare --text FILE --tokenizer byte|gpt2 [--vocab DIR] --out DIR
+// writes DIR/train.bin (the first 90% of the tokens) and DIR/val.bin (the rest).
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../common/data.h"
+#include "../common/errors.h"
+#include "../common/tokenizer.h"
+
+static void usage(void) {
+    fprintf(stderr, "usage: prepare --text FILE --tokenizer byte|gpt2 [--vocab DIR] --out DIR\n");
+}
+
+int main(int argc, char **argv) {
+    const char *text_path = NULL, *kind = NULL, *vocab = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) { usage(); return 0; }
+        if (i + 1 >= argc) { usage(); fatal("%s needs a value", argv[i]); }
+        if (strcmp(argv[i], "--text") == 0) text_path = argv[++i];
+        else if (strcmp(argv[i], "--tokenizer") == 0) kind = argv[++i];
+        else if (strcmp(argv[i], "--vocab") == 0) vocab = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
+        else { usage(); fatal("unknown flag '%s'", argv[i]); }
+    }
+    if (!text_path || !kind || !out) { usage(); fatal("--text, --tokenizer and --out are required"); }
+    Tokenizer tok;
+    tokenizer_init(&tok, kind, vocab);
+    FILE *f = xfopen(text_path, "rb");
+    long size = xfsize(f, text_path);
+    char *text = xmalloc((size_t)size + 1);
+    xfread(text, 1, (size_t)size, f, text_path);
+    fclose(f);
+    int *ids = NULL;
+    size_t count = 0, capacity = 0;
+    tokenizer_encode(&tok, text, (size_t)size, &ids, &count, &capacity);
+    if (count < 20) fatal("%s: only %zu tokens; need at least 20 for a train/val split", text_path, count);
+    uint16_t *tokens = xmalloc(count * sizeof(uint16_t));
+    for (size_t i = 0; i < count; i++) {
+        if (ids[i] > UINT16_MAX) fatal("token id %d does not fit a uint16 shard", ids[i]);
+        tokens[i] = (uint16_t)ids[i];
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) fatal("%s: cannot create directory: %s", out, strerror(errno));
+    size_t train = count - count / 10;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    token_shard_write(path, tokens, train);
+    snprintf(path, sizeof path, "%s/val.bin", out);
+    token_shard_write(path, tokens + train, count - train);
+    printf("%s: %ld bytes -> %zu %s tokens (vocab %d): %zu train, %zu val, in %s/\n", text_path, size,
+           count, kind, tok.vocab_size, train, count - train, out);
+    free(tokens);
+    free(ids);
+    free(text);
+    tokenizer_free(&tok);
+    return 0;
+}

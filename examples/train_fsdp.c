@@ -1,0 +1,5 @@
+// train_fsdp: trains GPT-2 with the fsdp strategy; launch with mpirun -np N.
+//   mpirun -np 4 build/train_fsdp --config d2 --vocab 256 --data runs/data --steps 20
+#include "../common/train_loop.h"
+
+int main(int argc, char **argv) { return train_main(argc, argv, "fsdp", fsdp_init); }

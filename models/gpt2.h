@@ -1,0 +1,145 @@
+// gpt2.h: GPT-2 as in llm.c's train_gpt2.c (tied wte / lm head, learned wpe,
+// pre-LN blocks, tanh GELU, causal attention), split into UNITS so that a
+// data-parallel strategy can fetch a unit's parameters just before it runs:
+//
+//   unit 0        embedding      reads wte, wpe
+//   unit 1 .. L   block l-1      reads the 12 tensors of that block
+//   unit L+1      head + loss    reads lnfw, lnfb and wte again (tied)
+//
+// The model never owns parameters or gradients. It reads them through the
+// pointer tables model->params[t] and model->grads[t] (one entry per tensor),
+// which whoever runs the model fills in before a unit runs. The single-rank
+// trainer points them into one flat buffer; the strategies point them into
+// gathered copies.
+#ifndef SHARDLAB_GPT2_H
+#define SHARDLAB_GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/memory.h"
+
+typedef struct {
+    int max_seq_len;        // maxT
+    int vocab_size;         // V
+    int padded_vocab_size;  // Vp >= V; rows V..Vp-1 of wte stay zero
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPT2Config;
+
+// The 16 kinds of parameter tensor, in llm.c's file order.
+typedef enum {
+    GPT2_WTE, GPT2_WPE,
+    GPT2_LN1W, GPT2_LN1B, GPT2_QKVW, GPT2_QKVB, GPT2_ATTPROJW, GPT2_ATTPROJB,
+    GPT2_LN2W, GPT2_LN2B, GPT2_FCW, GPT2_FCB, GPT2_FCPROJW, GPT2_FCPROJB,
+    GPT2_LNFW, GPT2_LNFB,
+    GPT2_NUM_KINDS
+} GPT2TensorKind;
+
+#define GPT2_BLOCK_KINDS 12       // GPT2_LN1W .. GPT2_FCPROJB
+#define GPT2_MAX_UNIT_TENSORS 12  // a block reads the most
+
+// One parameter tensor. Per-layer tensors are separate (layer 3's qkvw is one
+// tensor); in llm.c's flat layout they sit side by side, layer after layer.
+typedef struct {
+    char name[24];        // "h3.qkvw"
+    GPT2TensorKind kind;
+    int layer;            // block index, -1 for wte, wpe, lnfw, lnfb
+    int rows;             // dim 0 (the dim FSDP slices)
+    int cols;             // product of the other dims (1 for vectors)
+    size_t numel;         // rows * cols
+    size_t offset;        // first element in llm.c's flat layout
+    int home_unit;        // the unit whose backward touches it last (wte: unit 0)
+} GPT2Tensor;
+
+typedef struct {
+    GPT2Config config;
+    size_t num_params;                                 // all elements, padded vocab included
+    int num_tensors;                                   // 2 + 12 L + 2
+    GPT2Tensor *tensors;                               // (num_tensors)
+    int num_units;                                     // L + 2
+    int *unit_num_tensors;                             // (num_units)
+    int (*unit_tensors)[GPT2_MAX_UNIT_TENSORS];        // (num_units) tensor ids each unit reads
+} GPT2Layout;
+
+// Forward activations of one rank's (B, T) batch, plus the backward scratch that
+// every block reuses. All of it lives in one buffer counted as MEM_ACTIVATIONS.
+typedef struct {
+    float *encoded;     // (B,T,C)
+    float *ln1;         // (L,B,T,C)
+    float *ln1_mean;    // (L,B,T)
+    float *ln1_rstd;    // (L,B,T)
+    float *qkv;         // (L,B,T,3C)
+    float *atty;        // (L,B,T,C)
+    float *att;         // (L,B,NH,T,T)
+    float *attproj;     // (L,B,T,C)
+    float *residual2;   // (L,B,T,C)
+    float *ln2;         // (L,B,T,C)
+    float *ln2_mean;    // (L,B,T)
+    float *ln2_rstd;    // (L,B,T)
+    float *fch;         // (L,B,T,4C)
+    float *fch_gelu;    // (L,B,T,4C)
+    float *fcproj;      // (L,B,T,C)
+    float *residual3;   // (L,B,T,C)
+    float *lnf;         // (B,T,C)
+    float *lnf_mean;    // (B,T)
+    float *lnf_rstd;    // (B,T)
+    float *logits;      // (B,T,Vp) logits after forward; dlogits during backward
+    float *probs;       // (B,T,Vp)
+    float *losses;      // (B,T)
+    // backward scratch
+    float *dresidual;   // (B,T,C) gradient of the residual stream, flowing down
+    float *dln;         // (B,T,C) gradient of a layernorm output
+    float *dqkv;        // (B,T,3C)
+    float *datty;       // (B,T,C)
+    float *dfch_gelu;   // (B,T,4C)
+    float *dfch;        // (B,T,4C)
+    float *att_scratch; // (2,T,T)
+} GPT2Activations;
+
+typedef struct {
+    GPT2Layout layout;
+    int B, T;                  // this rank's batch rows and sequence length
+    float **params;            // (num_tensors) where each tensor's values are
+    float **grads;             // (num_tensors) where each tensor's gradient accumulates
+    GPT2Activations acts;
+    float *acts_memory;
+    size_t num_acts;
+    const int *inputs;         // (B,T) token ids
+    const int *targets;        // (B,T) next-token ids
+    float mean_loss;           // mean of losses over this rank's B*T tokens
+} GPT2;
+
+// "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).
+// Returns 0, or -1 for an unknown name.
+int gpt2_config_preset(const char *name, int vocab_size, GPT2Config *out);
+// Exits with a message naming `source` when the config is inconsistent.
+void gpt2_config_validate(const GPT2Config *config, const char *source);
+
+void gpt2_layout_init(GPT2Layout *layout, GPT2Config config);
+void gpt2_layout_free(GPT2Layout *layout);
+// Tensor id of kind `kind` in block `layer` (layer ignored for wte, wpe, lnf).
+int gpt2_tensor_id(const GPT2Layout *layout, GPT2TensorKind kind, int layer);
+// Points table[t] at each tensor inside one flat buffer in llm.c's layout.
+void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, float **table);
+
+// Deterministic initial values of rows [row_begin, row_begin + row_count) of
+// tensor t: any rank can make any slice without making the rest.
+void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begin, int row_count,
+                    float *out);
+
+// Allocates activations for a (B, T) batch; the pointer tables start as NULL.
+void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct);
+void gpt2_free(GPT2 *model, MemAccount *acct);
+
+// inputs, targets: (B,T); targets may be NULL (no loss). Ids are checked < V.
+void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
+void gpt2_forward_unit(GPT2 *model, int unit);
+void gpt2_backward_unit(GPT2 *model, int unit);
+
+// Model FLOPs of one forward + backward over B*T tokens: 6 * matmul params *
+// tokens plus the attention products (used for GFLOP/s and MFU).
+double gpt2_flops_per_step(const GPT2Config *config, int B, int T);
+
+#endif

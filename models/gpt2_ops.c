@@ -1,0 +1,251 @@
+// gpt2_ops.c: GPT-2's layers on the CPU. Loops are written out for the cheap
+// element-wise layers; every matrix product goes through BLAS gemm.
+#include "gpt2_ops.h"
+
+#include <cblas.h>
+#include <string.h>
+#include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
+
+#ifdef SHARDLAB_REAL_DOUBLE
+#define cblas_gemm cblas_dgemm
+#else
+#define cblas_gemm cblas_sgemm
+#endif
+
+static const real_t LAYERNORM_EPS = 1e-5;
+
+void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
+                     int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            real_t *out_bt = out + ((size_t)b * T + t) * C;
+            const real_t *wte_row = wte + (size_t)inp[b * T + t] * C;
+            const real_t *wpe_row = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) out_bt[i] = wte_row[i] + wpe_row[i];
+        }
+    }
+}
+
+void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int *inp, int B, int T,
+                      int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const real_t *dout_bt = dout + ((size_t)b * T + t) * C;
+            real_t *dwte_row = dwte + (size_t)inp[b * T + t] * C;
+            real_t *dwpe_row = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                dwte_row[i] += dout_bt[i];
+                dwpe_row[i] += dout_bt[i];
+            }
+        }
+    }
+}
+
+void layernorm_forward(real_t *out, real_t *mean, real_t *rstd, const real_t *inp,
+                       const real_t *weight, const real_t *bias, int B, int T, int C) {
+    for (int row = 0; row < B * T; row++) {
+        const real_t *x = inp + (size_t)row * C;
+        real_t m = 0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        real_t var = 0;
+        for (int i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
+        var /= C;
+        real_t s = 1 / sqrt(var + LAYERNORM_EPS);
+        real_t *y = out + (size_t)row * C;
+        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
+                        const real_t *inp, const real_t *weight, const real_t *mean,
+                        const real_t *rstd, int B, int T, int C) {
+    for (int row = 0; row < B * T; row++) {
+        const real_t *dy = dout + (size_t)row * C;
+        const real_t *x = inp + (size_t)row * C;
+        real_t *dx = dinp + (size_t)row * C;
+        real_t m = mean[row], s = rstd[row];
+        // two reductions over the row: mean of dnorm and mean of dnorm * norm
+        real_t dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int i = 0; i < C; i++) {
+            real_t norm = (x[i] - m) * s;
+            real_t dnorm = weight[i] * dy[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            real_t norm = (x[i] - m) * s;
+            real_t dnorm = weight[i] * dy[i];
+            dbias[i] += dy[i];
+            dweight[i] += norm * dy[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
+                    int B, int T, int C, int OC) {
+    int rows = B * T;
+    // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
+    cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1, inp, C, weight, C, 0, out,
+               OC);
+    if (!bias) return;
+    for (int r = 0; r < rows; r++) {
+        real_t *out_r = out + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) out_r[o] += bias[o];
+    }
+}
+
+void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
+                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC) {
+    int rows = B * T;
+    // dinp (rows,C) += dout (rows,OC) @ weight (OC,C)
+    cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1, dout, OC, weight, C, 1,
+               dinp, C);
+    // dweight (OC,C) += dout^T (OC,rows) @ inp (rows,C)
+    cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1, dout, OC, inp, C, 1,
+               dweight, C);
+    if (!dbias) return;
+    for (int r = 0; r < rows; r++) {
+        const real_t *dout_r = dout + (size_t)r * OC;
+        for (int o = 0; o < OC; o++) dbias[o] += dout_r[o];
+    }
+}
+
+// Softmax of row t over columns 0..t, zero above the diagonal (the causal mask).
+static void causal_softmax_rows(real_t *att, int T) {
+    for (int t = 0; t < T; t++) {
+        real_t *row = att + (size_t)t * T;
+        real_t maxval = row[0];
+        for (int t2 = 1; t2 <= t; t2++)
+            if (row[t2] > maxval) maxval = row[t2];
+        real_t sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            row[t2] = exp(row[t2] - maxval);
+            sum += row[t2];
+        }
+        for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;
+        for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
+    }
+}
+
+// For head h of row b, q, k and v are (T, hs) matrices inside qkv with row stride 3C.
+void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    real_t scale = 1 / sqrt((real_t)hs);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const real_t *q = qkv + (size_t)b * T * 3 * C + h * hs;
+            const real_t *k = q + C;
+            const real_t *v = q + 2 * C;
+            real_t *att_bh = att + ((size_t)b * NH + h) * T * T;
+            real_t *out_bh = out + (size_t)b * T * C + h * hs;
+            // att (T,T) = softmax(scale * q @ k^T), causal
+            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
+                       0, att_bh, T);
+            causal_softmax_rows(att_bh, T);
+            // out (T,hs) = att (T,T) @ v (T,hs)
+            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1, att_bh, T, v, 3 * C,
+                       0, out_bh, C);
+        }
+    }
+}
+
+void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,
+                        real_t *scratch, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    real_t scale = 1 / sqrt((real_t)hs);
+    real_t *datt = scratch;          // (T,T)
+    real_t *dpreatt = scratch + (size_t)T * T;  // (T,T)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            size_t qkv_offset = (size_t)b * T * 3 * C + h * hs;
+            const real_t *q = qkv + qkv_offset, *k = q + C, *v = q + 2 * C;
+            real_t *dq = dqkv + qkv_offset, *dk = dq + C, *dv = dq + 2 * C;
+            const real_t *att_bh = att + ((size_t)b * NH + h) * T * T;
+            const real_t *dout_bh = dout + (size_t)b * T * C + h * hs;
+            // datt (T,T) = dout (T,hs) @ v^T ;  dv (T,hs) += att^T @ dout
+            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1, dout_bh, C, v, 3 * C,
+                       0, datt, T);
+            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1, att_bh, T, dout_bh, C,
+                       1, dv, 3 * C);
+            // softmax backward, row by row: dpre = att * (datt - sum(att * datt))
+            for (int t = 0; t < T; t++) {
+                const real_t *a = att_bh + (size_t)t * T;
+                const real_t *da = datt + (size_t)t * T;
+                real_t *dp = dpreatt + (size_t)t * T;
+                real_t dot = 0;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (da[t2] - dot);
+                for (int t2 = t + 1; t2 < T; t2++) dp[t2] = 0;
+            }
+            // dq += scale * dpre @ k ;  dk += scale * dpre^T @ q
+            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpreatt, T, k,
+                       3 * C, 1, dq, 3 * C);
+            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpreatt, T, q,
+                       3 * C, 1, dk, 3 * C);
+        }
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654  // sqrt(2 / pi)
+
+void gelu_forward(real_t *out, const real_t *inp, int N) {
+    for (int i = 0; i < N; i++) {
+        real_t x = inp[i];
+        real_t cube = (real_t)0.044715 * x * x * x;
+        out[i] = (real_t)0.5 * x * (1 + tanh((real_t)GELU_SCALE * (x + cube)));
+    }
+}
+
+void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
+    for (int i = 0; i < N; i++) {
+        real_t x = inp[i];
+        real_t cube = (real_t)0.044715 * x * x * x;
+        real_t tanh_arg = (real_t)GELU_SCALE * (x + cube);
+        real_t tanh_out = tanh(tanh_arg);
+        real_t cosh_out = cosh(tanh_arg);
+        real_t sech_sq = 1 / (cosh_out * cosh_out);
+        real_t grad = (real_t)0.5 * (1 + tanh_out) +
+                      x * (real_t)0.5 * sech_sq * (real_t)GELU_SCALE * (1 + (real_t)3 * (real_t)0.044715 * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
+    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *logits,
+                                  const int *targets, int B, int T, int V, int Vp) {
+    for (int row = 0; row < B * T; row++) {
+        const real_t *logit = logits + (size_t)row * Vp;
+        real_t *p = probs + (size_t)row * Vp;
+        real_t maxval = logit[0];
+        for (int i = 1; i < V; i++)
+            if (logit[i] > maxval) maxval = logit[i];
+        real_t sum = 0;
+        for (int i = 0; i < V; i++) {
+            p[i] = exp(logit[i] - maxval);
+            sum += p[i];
+        }
+        for (int i = 0; i < V; i++) p[i] /= sum;
+        for (int i = V; i < Vp; i++) p[i] = 0;
+        losses[row] = -log(p[targets[row]]);
+    }
+}
+
+void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
+                                   real_t dloss, int B, int T, int V, int Vp) {
+    for (int row = 0; row < B * T; row++) {
+        const real_t *p = probs + (size_t)row * Vp;
+        real_t *dl = dlogits + (size_t)row * Vp;
+        for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;
+        for (int i = V; i < Vp; i++) dl[i] = 0;
+        dl[targets[row]] -= dloss;
+    }
+}

@@ -1,0 +1,68 @@
+// gpt2_ops.h: the layers of GPT-2 on the CPU, forward and backward in matching
+// pairs (the backward takes the forward's arguments plus the gradients).
+// Shapes: B batch rows, T time steps, C channels, OC output channels,
+// NH heads, V vocabulary, Vp padded vocabulary.
+//
+// Convention: every backward ADDS into the gradients it produces (+=), so a
+// tensor used twice (the tied wte) or a gradient accumulated over units gets the
+// sum. Callers zero gradient buffers before the first contribution.
+//
+// real_t is float in the library. The layer tests compile this file again with
+// SHARDLAB_REAL_DOUBLE, so finite differences can be taken in double precision.
+#ifndef SHARDLAB_GPT2_OPS_H
+#define SHARDLAB_GPT2_OPS_H
+
+#ifdef SHARDLAB_REAL_DOUBLE
+typedef double real_t;
+#else
+typedef float real_t;
+#endif
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
+                     int C);  // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C)
+void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int *inp, int B, int T,
+                      int C);
+
+// Normalizes each (b,t) row over C, then scales and shifts. mean and rstd are
+// kept for the backward pass.
+void layernorm_forward(real_t *out, real_t *mean, real_t *rstd, const real_t *inp,
+                       const real_t *weight, const real_t *bias, int B, int T,
+                       int C);  // out, inp (B,T,C); mean, rstd (B,T); weight, bias (C)
+void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
+                        const real_t *inp, const real_t *weight, const real_t *mean,
+                        const real_t *rstd, int B, int T, int C);
+
+// out = inp @ weight^T + bias, through BLAS gemm.
+void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
+                    int B, int T, int C,
+                    int OC);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
+void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
+                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC);
+
+// Causal self-attention on the packed qkv projection. att keeps the softmax
+// probabilities for the backward pass; scratch holds 2 * T * T values.
+void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C,
+                       int NH);  // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
+void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,
+                        real_t *scratch, int B, int T, int C, int NH);
+
+// GELU, tanh approximation.
+void gelu_forward(real_t *out, const real_t *inp, int N);
+void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N);
+
+// out = a + b (the residual stream); its backward is the identity, done in place
+// by the callers.
+void residual_forward(real_t *out, const real_t *a, const real_t *b, int N);
+
+// Softmax over the first V of Vp logits, then -log p(target). probs keeps the
+// softmax for the backward pass; padded columns get probability 0.
+void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *logits,
+                                  const int *targets, int B, int T, int V,
+                                  int Vp);  // losses (B,T), probs, logits (B,T,Vp)
+// dlogits = dloss * (probs - onehot(target)); padded columns get 0. Overwrites
+// dlogits (it is the first and only contribution).
+void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
+                                   real_t dloss, int B, int T, int V, int Vp);
+
+#endif

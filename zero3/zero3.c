@@ -1,0 +1,185 @@
+// zero3.c: ZeRO stage 3 by tensor ownership. Each parameter tensor (layer 3's
+// qkvw is one tensor) is owned whole by one rank, chosen to balance bytes
+// (common/partition.c). Only the owner keeps it, its gradient and its AdamW
+// state between uses. Before a unit runs (forward, and again backward) each of
+// its tensors is broadcast from its owner into a temporary full buffer, freed
+// right after; after the unit's backward each gradient is averaged onto its
+// owner by a reduce. Each rank steps only the tensors it owns.
+//
+//   owner of h0.qkvw --broadcast--> everyone      (before forward / backward)
+//   everyone --reduce(avg)--> owner of h0.qkvw    (after backward)
+//
+//   rank 0: [ wte      | h1.fcw ...  ]  owned tensors, whole
+//   rank 1: [ h0.qkvw  | h0.fcw ...  ]  (sizes differ: ownership is lumpy)
+//
+// Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
+// balance uneven at small N. Per step: two broadcasts and one reduce of every
+// tensor, plus one broadcast and one reduce of wte for its second use (the head).
+// DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
+// all ranks (like fsdp/ here); ownership is easier to follow and shows the
+// imbalance that slicing avoids.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/errors.h"
+#include "../common/partition.h"
+#include "../common/strategy.h"
+
+typedef struct {
+    GPT2 *model;
+    Comm *comm;
+    MemAccount *mem;
+    int *owner;                      // (num_tensors) the rank that holds tensor t
+    FlatLayout flat;                 // the tensors this rank owns, whole, unit by unit
+    float *params, *grads, *m, *v;   // (owned elements) each
+    AdamWSpan *spans;                // (num_tensors) empty for tensors owned elsewhere
+    int *gathered;                   // (num_tensors) 1 while model->params[t] is usable
+} Zero3State;
+
+static void zero3_before_forward(void *state, int unit);
+static void zero3_after_forward(void *state, int unit);
+static void zero3_before_backward(void *state, int unit);
+static void zero3_after_backward(void *state, int unit);
+static void zero3_finish_grads(void *state);
+static void zero3_step(void *state, AdamWConfig config);
+static void zero3_gather_full_model(void *state, float *flat);
+static void zero3_free(void *state);
+
+static int owns(const Zero3State *s, int t) { return s->owner[t] == s->comm->rank; }
+
+// Broadcast every tensor of the unit from its owner. The owner sends straight
+// from its resident copy; everyone else receives into a temporary buffer.
+static void zero3_gather_unit(Zero3State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (s->gathered[t]) continue;
+        if (!owns(s, t)) s->model->params[t] = mem_alloc_floats(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
+        comm_broadcast(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
+        s->gathered[t] = 1;
+    }
+}
+
+static void zero3_release_unit(Zero3State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (!s->gathered[t]) continue;
+        if (!owns(s, t)) {
+            mem_free_floats(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
+            s->model->params[t] = NULL;
+        }
+        s->gathered[t] = 0;
+    }
+}
+
+// Average each gradient of the unit onto its owner, who adds it to its resident
+// gradient (the tied wte arrives twice: from the head and from unit 0).
+static void zero3_reduce_unit(Zero3State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        size_t numel = layout->tensors[t].numel;
+        float *local = s->model->grads[t];
+        comm_reduce(s->comm, local, owns(s, t) ? local : NULL, numel, s->owner[t], COMM_AVG);
+        if (owns(s, t)) {
+            float *resident = s->grads + s->flat.offset[t];
+            for (size_t k = 0; k < numel; k++) resident[k] += local[k];
+        }
+        mem_free_floats(s->mem, MEM_GRADS_GATHERED, local, numel);
+        s->model->grads[t] = NULL;
+    }
+}
+
+Strategy zero3_init(const StrategyContext *ctx) {
+    Zero3State *s = xcalloc(1, sizeof *s);
+    GPT2 *model = ctx->model;
+    const GPT2Layout *layout = &model->layout;
+    s->model = model;
+    s->comm = ctx->comm;
+    s->mem = ctx->mem;
+    s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    zero3_partition(layout, s->comm->world, s->owner);
+    size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
+    for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
+    flat_layout_init(&s->flat, layout, count);
+    free(count);
+    s->params = mem_alloc_floats(s->mem, MEM_PARAMS, s->flat.total);
+    s->grads = mem_alloc_floats(s->mem, MEM_GRADS, s->flat.total);
+    s->m = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
+    s->v = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
+    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
+    s->gathered = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    for (int t = 0; t < layout->num_tensors; t++) {
+        size_t off = s->flat.offset[t];
+        if (!owns(s, t)) continue;
+        // each owner makes its own tensors: no initial communication
+        param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, s->params + off);
+        s->spans[t] = (AdamWSpan){s->params + off, s->grads + off, s->m + off, s->v + off,
+                                  s->flat.count[t], 0};
+        model->params[t] = s->params + off;
+    }
+    return (Strategy){
+        .name = "zero3", .state = s,
+        .before_forward = zero3_before_forward, .after_forward = zero3_after_forward,
+        .before_backward = zero3_before_backward, .after_backward = zero3_after_backward,
+        .finish_grads = zero3_finish_grads, .step = zero3_step,
+        .gather_full_model = zero3_gather_full_model, .free = zero3_free,
+    };
+}
+
+static void zero3_before_forward(void *state, int unit) { zero3_gather_unit(state, unit); }
+static void zero3_after_forward(void *state, int unit) { zero3_release_unit(state, unit); }
+
+// Fetch the unit again, and give it zeroed full-size gradient buffers.
+static void zero3_before_backward(void *state, int unit) {
+    Zero3State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    zero3_gather_unit(s, unit);
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        s->model->grads[t] = mem_alloc_floats(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+    }
+}
+
+static void zero3_after_backward(void *state, int unit) {
+    zero3_reduce_unit(state, unit);
+    zero3_release_unit(state, unit);
+}
+
+// The reduces above are blocking: nothing is left in flight.
+static void zero3_finish_grads(void *state) { (void)state; }
+
+static void zero3_step(void *state, AdamWConfig config) {
+    Zero3State *s = state;
+    for (int t = 0; t < s->model->layout.num_tensors; t++)
+        if (owns(s, t)) adamw_step_span(&s->spans[t], config);
+    memset(s->grads, 0, s->flat.total * sizeof(float));
+}
+
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
+static void zero3_gather_full_model(void *state, float *flat) {
+    Zero3State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    for (int u = 0; u < layout->num_units; u++) {
+        zero3_gather_unit(s, u);
+        for (int t = 0; t < layout->num_tensors; t++)
+            if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
+                memcpy(flat + layout->tensors[t].offset, s->model->params[t],
+                       layout->tensors[t].numel * sizeof(float));
+        zero3_release_unit(s, u);
+    }
+}
+
+static void zero3_free(void *state) {
+    Zero3State *s = state;
+    mem_free_floats(s->mem, MEM_PARAMS, s->params, s->flat.total);
+    mem_free_floats(s->mem, MEM_GRADS, s->grads, s->flat.total);
+    mem_free_floats(s->mem, MEM_OPTIM, s->m, s->flat.total);
+    mem_free_floats(s->mem, MEM_OPTIM, s->v, s->flat.total);
+    flat_layout_free(&s->flat);
+    free(s->owner);
+    free(s->spans);
+    free(s->gathered);
+    free(s);
+}
