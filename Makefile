@@ -19,11 +19,11 @@ DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsu
 LIB_SRCS = $(filter-out common/comm_nccl_stub.c,$(wildcard common/*.c)) common/comm_nccl_stub.c \
            models/gpt2.c models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-PROGRAMS = prepare tokenize llmc_check train_single train_ddp train_zero3 train_fsdp \
+PROGRAMS = prepare tokenize init_model llmc_check train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c,$(wildcard tests/test_*.c))
-TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers
+TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
 
 .PHONY: all deps test test-asan bench clean
 all: $(PROGRAM_BINS) $(TEST_BINS)

@@ -1,0 +1,36 @@
+// comm_misuse MODE: misuses the communication layer on purpose, for
+// tests/run_tests.sh to check that each misuse ends every rank with a clear
+// error instead of a hang. Modes: counts, null, root, divisible, rank-exit.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/comm.h"
+#include "../common/errors.h"
+
+int main(int argc, char **argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    comm.debug_checks = 1;
+    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|rank-exit");
+    const char *mode = argv[1];
+    float buf[64] = {0}, out[64];
+    if (strcmp(mode, "counts") == 0) {
+        comm_all_reduce(&comm, buf, comm.rank == 0 ? 8 : 16, COMM_SUM);
+    } else if (strcmp(mode, "null") == 0) {
+        comm_all_reduce(&comm, comm.rank == comm.world - 1 ? NULL : buf, 8, COMM_SUM);
+    } else if (strcmp(mode, "root") == 0) {
+        comm_broadcast(&comm, buf, 8, comm.world + 2);
+    } else if (strcmp(mode, "divisible") == 0) {
+        comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4 + 1, COMM_SUM);
+    } else if (strcmp(mode, "rank-exit") == 0) {
+        if (comm.rank == 1) fatal("rank 1 stops on purpose");
+        sleep(1);
+        comm_all_reduce(&comm, buf, 8, COMM_SUM);  // the others would wait here forever
+        comm_barrier(&comm);
+    } else {
+        fatal("unknown mode '%s'", mode);
+    }
+    comm_finalize(&comm);
+    return 0;
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs every test: the Check suites, the multi-rank suites under mpirun, and the
+# command-line checks (bad inputs must fail clearly, llmc_check must catch a
+# wrong gradient). Ends with "N passed, M failed" and a non-zero status on failure.
+# Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
+set -u
+BUILD=${BUILD:-build}
+MPIRUN=${MPIRUN:-mpirun}
+cd "$(dirname "$0")/.."
+passed=0
+failed=0
+tmp=$(mktemp -d /tmp/shardlab_tests.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+
+# run NAME COMMAND...: passes when the command exits 0
+run() {
+    local name=$1
+    shift
+    if timeout 600 "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; tail -n 30 "$tmp/out"; fi
+    grep -E '^[0-9]+%: Checks' "$tmp/out" || true
+}
+
+# fails NAME PATTERN COMMAND...: passes when the command exits non-zero within
+# 60 s (no hang), without a crash, and its stderr matches PATTERN
+fails() {
+    local name=$1 pattern=$2
+    shift 2
+    timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
+    local status=$?
+    if [ $status -eq 0 ]; then bad "$name (exit 0)"
+    elif [ $status -eq 124 ]; then bad "$name (hung)"
+    elif [ $status -gt 128 ]; then bad "$name (crashed, status $status)"; head -5 "$tmp/err"
+    elif ! grep -qE -- "$pattern" "$tmp/err"; then bad "$name (message does not match '$pattern')"; head -5 "$tmp/err"
+    else ok "$name: $(grep -m1 -E -- "$pattern" "$tmp/err")"; fi
+}
+
+echo "== unit tests"
+for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train; do
+    run "$t" "$BUILD/tests/$t"
+done
+
+# Open MPI keeps allocations until exit by design: leak checks (under
+# AddressSanitizer) stay on for the unit tests above and off from here on.
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+
+echo "== communication layer under mpirun"
+for n in 1 2 3 4; do run "test_comm -np $n" $MPIRUN -np $n "$BUILD/tests/test_comm"; done
+run "test_comm without mpirun" "$BUILD/tests/test_comm"
+fails "counts that differ across ranks" "counts differ across ranks" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" counts
+fails "a null buffer" "null buffer" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" null
+fails "an unknown root" "root outside" $MPIRUN -np 2 "$BUILD/tests/comm_misuse" root
+fails "reduce_scatter count not divisible" "not divisible by the 4 ranks" $MPIRUN -np 4 "$BUILD/tests/comm_misuse" divisible
+fails "a rank exits mid-run" "rank 1 stops on purpose" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit
+
+echo "== llmc_check against an independent PyTorch GPT-2"
+for ref in tests/data/torch_*; do
+    run "llmc_check $(basename "$ref")" "$BUILD/llmc_check" "$ref/model.bin" "$ref/state.bin"
+done
+# flip one gradient value (dqkvw's first element) and expect a failure
+ref=tests/data/torch_nh3_c48_v101
+cp "$ref/state.bin" "$tmp/wrong.bin"
+python3 - "$tmp/wrong.bin" <<'PY'
+import struct, sys
+# header 1024 + x, y (2*2*8 int32) + logits (2*8*101 fp32) + loss + wte + wpe + ln1w + ln1b (2 layers)
+offset = 1024 + 2 * 16 * 4 + 16 * 101 * 4 + 4 + (128 * 48 + 16 * 48 + 2 * 2 * 48) * 4
+with open(sys.argv[1], "r+b") as f:
+    f.seek(offset); v, = struct.unpack("<f", f.read(4)); f.seek(offset); f.write(struct.pack("<f", v + 0.01))
+PY
+if "$BUILD/llmc_check" "$ref/model.bin" "$tmp/wrong.bin" >"$tmp/out" 2>&1; then bad "llmc_check catches a wrong gradient"
+elif grep -q "dqkvw .*FAIL" "$tmp/out" && [ "$(grep -c FAIL "$tmp/out")" -eq 2 ]; then ok "llmc_check catches a wrong gradient (dqkvw)"
+else bad "llmc_check catches a wrong gradient: wrong report"; cat "$tmp/out"; fi
+
+echo "== command-line errors"
+printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
+for i in $(seq 6); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "$tmp/s2" "$tmp/small.txt"; done
+run "prepare byte" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/byte"
+run "prepare gpt2" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer gpt2 --vocab models/gpt2_vocab --out "$tmp/gpt2"
+if [ "$(echo -n 'Hello world' | "$BUILD/tokenize" --tokenizer gpt2 --vocab models/gpt2_vocab)" = "15496 995" ]; then
+    ok "tokenize prints ids"; else bad "tokenize prints ids"; fi
+fails "prepare: unreadable text" "/nonexistent.txt: cannot open" "$BUILD/prepare" --text /nonexistent.txt --tokenizer byte --out "$tmp/x"
+fails "prepare: unknown tokenizer" "unknown tokenizer 'bpe'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer bpe --out "$tmp/x"
+fails "tokenize: bad vocab dir" "/nonexistent/encoder.json" "$BUILD/tokenize" --tokenizer gpt2 --vocab /nonexistent
+train=("$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 2 --quiet)
+run "train_single on prepared data" "${train[@]}"
+fails "trainer: unknown flag" "unknown flag '--bogus'" "${train[@]}" --bogus 1
+fails "trainer: bad number" "--steps: 'ten' is not an integer" "${train[@]}" --steps ten
+fails "trainer: unknown preset" "unknown preset 'd7'" "$BUILD/train_single" --config d7 --data "$tmp/byte"
+fails "trainer: missing data" "/nonexistent/train.bin: cannot open" "$BUILD/train_single" --config d2 --data /nonexistent
+fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_single" --config d2 --vocab 100 --data "$tmp/byte" --steps 1
+fails "trainer: sequence too long" "--seq 2000 exceeds" "${train[@]}" --seq 2000
+fails "trainer: batch not divisible by ranks" "--batch 3 is not divisible by the number of ranks \(2\)" \
+    $MPIRUN -np 2 "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --batch 3 --seq 16 --steps 1
+fails "trainer: reshard flag on ddp" "applies to the fsdp trainer only" "${train[@]}" --reshard-after-forward 0
+head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
+fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
+cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
+fails "trainer: wrong magic" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/train_single" --model "$tmp/notmodel.bin" --data "$tmp/byte"
+fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$BUILD/llmc_check" "$ref/model.bin" "$ref/model.bin"
+
+echo "== strategies: equivalence, memory and traffic formulas"
+run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
+grep -E "^strategies:|^FAIL" "$tmp/out" || true
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,113 @@
+// Token shards and the data-parallel loader.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/data.h"
+
+static char shard_path[64];
+
+static void write_counting_shard(size_t n) {
+    snprintf(shard_path, sizeof shard_path, "/tmp/shardlab_test_%d.bin", (int)getpid());
+    uint16_t *tokens = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) tokens[i] = (uint16_t)(i % 97);
+    token_shard_write(shard_path, tokens, n);
+    free(tokens);
+}
+
+START_TEST(test_shard_round_trip) {
+    write_counting_shard(1000);
+    uint16_t *tokens;
+    ck_assert_uint_eq(token_shard_read(shard_path, 97, &tokens), 1000);
+    for (size_t i = 0; i < 1000; i++) ck_assert_uint_eq(tokens[i], i % 97);
+    free(tokens);
+    unlink(shard_path);
+}
+END_TEST
+
+// N ranks together read exactly the global batch one rank reads, in row order.
+START_TEST(test_ranks_split_the_global_batch) {
+    int B = 12, T = 7;
+    write_counting_shard(500);
+    DataLoader one;
+    loader_init(&one, shard_path, 97, B, T, 0, 1);
+    for (int world = 2; world <= 4; world++) {
+        if (B % world) continue;
+        DataLoader ranks[4];
+        for (int r = 0; r < world; r++) loader_init(&ranks[r], shard_path, 97, B, T, r, world);
+        loader_reset(&one);
+        for (int step = 0; step < 9; step++) {  // 9 * 84 > 500: wraps around
+            loader_next_batch(&one);
+            size_t local = (size_t)(B / world) * T;
+            for (int r = 0; r < world; r++) {
+                loader_next_batch(&ranks[r]);
+                ck_assert_mem_eq(ranks[r].inputs, one.inputs + r * local, local * sizeof(int));
+                ck_assert_mem_eq(ranks[r].targets, one.targets + r * local, local * sizeof(int));
+            }
+        }
+        for (int r = 0; r < world; r++) loader_free(&ranks[r]);
+    }
+    for (int i = 0; i < B * T; i++) ck_assert_int_eq(one.targets[i], (one.inputs[i] + 1) % 97);
+    loader_free(&one);
+    unlink(shard_path);
+}
+END_TEST
+
+START_TEST(test_token_id_not_below_vocab_is_rejected) {
+    write_counting_shard(100);  // ids up to 96
+    uint16_t *tokens;
+    token_shard_read(shard_path, 50, &tokens);
+}
+END_TEST
+
+START_TEST(test_truncated_shard_is_rejected) {
+    write_counting_shard(100);
+    ck_assert_int_eq(truncate(shard_path, 1024 + 150), 0);
+    uint16_t *tokens;
+    token_shard_read(shard_path, 97, &tokens);
+}
+END_TEST
+
+START_TEST(test_wrong_magic_is_rejected) {
+    write_counting_shard(100);
+    FILE *f = fopen(shard_path, "r+b");
+    int32_t bad = 12345;
+    fwrite(&bad, sizeof bad, 1, f);
+    fclose(f);
+    uint16_t *tokens;
+    token_shard_read(shard_path, 97, &tokens);
+}
+END_TEST
+
+START_TEST(test_batch_not_divisible_by_ranks_is_rejected) {
+    write_counting_shard(500);
+    DataLoader l;
+    loader_init(&l, shard_path, 97, 5, 4, 0, 2);
+}
+END_TEST
+
+START_TEST(test_missing_file_is_rejected) {
+    uint16_t *tokens;
+    token_shard_read("/nonexistent/train.bin", 97, &tokens);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("data");
+    TCase *tc = tcase_create("shards and loader");
+    tcase_add_test(tc, test_shard_round_trip);
+    tcase_add_test(tc, test_ranks_split_the_global_batch);
+    tcase_add_exit_test(tc, test_token_id_not_below_vocab_is_rejected, 1);
+    tcase_add_exit_test(tc, test_truncated_shard_is_rejected, 1);
+    tcase_add_exit_test(tc, test_wrong_magic_is_rejected, 1);
+    tcase_add_exit_test(tc, test_batch_not_divisible_by_ranks_is_rejected, 1);
+    tcase_add_exit_test(tc, test_missing_file_is_rejected, 1);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

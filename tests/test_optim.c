@@ -1,0 +1,88 @@
+// AdamW and SGD against steps worked out by hand.
+#include <check.h>
+#include <math.h>
+
+#include "../common/optim.h"
+
+START_TEST(test_adamw_first_step_by_hand) {
+    // step 1: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2, so the update is
+    // lr * (g / (|g| + eps) + wd * p) = lr * (sign(g) + wd * p) up to eps.
+    float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, -4.0f, 0.0f}, m[3] = {0}, v[3] = {0};
+    AdamWConfig cfg = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+    adamw_update(p, g, m, v, 3, 1, cfg);
+    ck_assert_float_eq_tol(p[0], 1.0f - 0.1f * (1.0f + 0.01f * 1.0f), 1e-6f);
+    ck_assert_float_eq_tol(p[1], -2.0f - 0.1f * (-1.0f + 0.01f * -2.0f), 1e-6f);
+    ck_assert_float_eq_tol(p[2], 0.5f - 0.1f * (0.0f + 0.01f * 0.5f), 1e-6f);
+    ck_assert_float_eq_tol(m[1], -0.4f, 1e-7f);
+    ck_assert_float_eq_tol(v[1], 0.016f, 1e-6f);  // 1 - 0.999f is not exactly 0.001
+}
+END_TEST
+
+START_TEST(test_adamw_second_step_by_hand) {
+    float p = 1.0f, m = 0, v = 0;
+    AdamWConfig cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
+    float g1 = 1.0f, g2 = -3.0f;
+    adamw_update(&p, &g1, &m, &v, 1, 1, cfg);
+    adamw_update(&p, &g2, &m, &v, 1, 2, cfg);
+    double m2 = 0.9 * 0.1 * 1.0 + 0.1 * -3.0;       // -0.21
+    double v2 = 0.999 * 0.001 * 1.0 + 0.001 * 9.0;  // 0.009999
+    double m_hat = m2 / (1 - 0.81), v_hat = v2 / (1 - 0.998001);
+    double expected = 1.0 - 0.01 - 0.01 * m_hat / (sqrt(v_hat) + 1e-8);
+    ck_assert_double_eq_tol(p, expected, 1e-6);
+}
+END_TEST
+
+START_TEST(test_span_counts_its_own_steps) {
+    // a span stepped twice and one stepped once differ exactly as two calls with
+    // step 1, 2 and one call with step 1 do
+    float p1 = 1, p2 = 1, g = 0.3f, m1 = 0, v1 = 0, m2 = 0, v2 = 0;
+    AdamWSpan a = {&p1, &g, &m1, &v1, 1, 0}, b = {&p2, &g, &m2, &v2, 1, 0};
+    AdamWConfig cfg = adamw_default_config(0.1f);
+    adamw_step_span(&a, cfg);
+    adamw_step_span(&a, cfg);
+    adamw_step_span(&b, cfg);
+    ck_assert_int_eq(a.step, 2);
+    ck_assert_int_eq(b.step, 1);
+    float q = 1, mq = 0, vq = 0;
+    adamw_update(&q, &g, &mq, &vq, 1, 1, cfg);
+    adamw_update(&q, &g, &mq, &vq, 1, 2, cfg);
+    ck_assert_float_eq(q, p1);
+}
+END_TEST
+
+START_TEST(test_sharded_update_equals_whole) {
+    // updating a span in two halves is bit-identical to updating it whole
+    float whole[6] = {1, 2, 3, 4, 5, 6}, parts[6] = {1, 2, 3, 4, 5, 6};
+    float g[6] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f};
+    float mw[6] = {0}, vw[6] = {0}, mp[6] = {0}, vp[6] = {0};
+    AdamWConfig cfg = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    adamw_update(whole, g, mw, vw, 6, 1, cfg);
+    adamw_update(parts, g, mp, vp, 4, 1, cfg);
+    adamw_update(parts + 4, g + 4, mp + 4, vp + 4, 2, 1, cfg);
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(whole[i], parts[i]);
+}
+END_TEST
+
+START_TEST(test_sgd) {
+    float p[2] = {1, 2}, g[2] = {0.5f, -1};
+    sgd_update(p, g, 2, 0.1f);
+    ck_assert_float_eq_tol(p[0], 0.95f, 1e-7f);
+    ck_assert_float_eq_tol(p[1], 2.1f, 1e-7f);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("adamw");
+    tcase_add_test(tc, test_adamw_first_step_by_hand);
+    tcase_add_test(tc, test_adamw_second_step_by_hand);
+    tcase_add_test(tc, test_span_counts_its_own_steps);
+    tcase_add_test(tc, test_sharded_update_equals_whole);
+    tcase_add_test(tc, test_sgd);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""The equivalence invariant, and the memory and traffic formulas, under mpirun.
+
+For DDP, ZeRO-3 and FSDP at N = 1..4, on a model whose sizes are not all
+divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
+  - 20 AdamW steps give the losses of build/train_single (relative diff <= 1e-5)
+    and the same final parameters (within 1e-5);
+  - resident params/grads/optim bytes equal their formulas exactly, and the
+    peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
+  - the last step's traffic per collective equals its formula on every rank.
+The formulas are written out here from docs/, independently of the C code.
+Usage: test_strategies.py BUILD_DIR "MPIRUN ..." """
+import array
+import json
+import os
+import random
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+
+BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
+L, NH, C, V, MAXT = 2, 2, 38, 101, 37
+VP = 128
+BATCH, SEQ, STEPS = 12, 16, 20
+failures, passes = [], 0
+
+
+def check(cond, what):
+    global passes
+    if cond:
+        passes += 1
+    else:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+# ---- the model's tensors, in llm.c order, with their home unit ----
+def tensors():
+    out = [("wte", VP, C, 0), ("wpe", MAXT, C, 0)]
+    kinds = [("ln1w", C, 1), ("ln1b", C, 1), ("qkvw", 3 * C, C), ("qkvb", 3 * C, 1),
+             ("attprojw", C, C), ("attprojb", C, 1), ("ln2w", C, 1), ("ln2b", C, 1),
+             ("fcw", 4 * C, C), ("fcb", 4 * C, 1), ("fcprojw", C, 4 * C), ("fcprojb", C, 1)]
+    per_layer = {}
+    for name, rows, cols in kinds:
+        for l in range(L):
+            per_layer[(l, name)] = (f"h{l}.{name}", rows, cols, 1 + l)
+    for l in range(L):
+        for name, _, _ in kinds:
+            out.append(per_layer[(l, name)])
+    out += [("lnfw", C, 1, L + 1), ("lnfb", C, 1, L + 1)]
+    return out
+
+
+T = tensors()
+P = sum(r * c for _, r, c, _ in T)
+UNITS = [[i for i, t in enumerate(T) if t[3] == u] for u in range(L + 2)]
+UNITS[L + 1].append(0)  # the head reads the tied wte
+numel = [r * c for _, r, c, _ in T]
+
+
+def pad(i, n):
+    rows, cols = T[i][1], T[i][2]
+    return -(-rows // n) * n * cols
+
+
+def ring(op, count, rank, n, root=0):
+    """Bytes (sent, recv) of one collective of `count` floats, docs/communication.md."""
+    s = 4 * count
+    if n == 1:
+        return 0, 0
+    if op == "all_reduce":
+        return 2 * (n - 1) * s // n, 2 * (n - 1) * s // n
+    if op in ("reduce_scatter", "all_gather"):
+        return (n - 1) * s // n, (n - 1) * s // n
+    if op == "broadcast":
+        return (0 if rank == (root - 1) % n else s), (0 if rank == root else s)
+    if op == "reduce":
+        return (0 if rank == root else s), (0 if rank == (root + 1) % n else s)
+
+
+def zero3_owners(n):
+    order = sorted(range(len(T)), key=lambda i: (-numel[i], i))
+    load, owner = [0] * n, [0] * len(T)
+    for i in order:
+        r = min(range(n), key=lambda q: (load[q], q))
+        owner[i] = r
+        load[r] += numel[i]
+    return owner
+
+
+def expected(strategy, n, rank, reshard):
+    """(memory {category: (current, peak)}, traffic {op: (calls, elements, sent, recv)})."""
+    mem, calls = {}, []  # calls: (op, count, root)
+    if strategy == "ddp":
+        full = 4 * P
+        mem = {"params": full, "grads": full, "optim": 2 * full}
+        peaks = {"params_gathered": 0, "grads_gathered": 0, "comm_buffers": 0}
+        for u in range(L + 2):
+            home = sum(numel[i] for i in range(len(T)) if T[i][3] == u)
+            calls.append(("all_reduce", home, 0))
+    elif strategy == "zero3":
+        owner = zero3_owners(n)
+        owned = 4 * sum(numel[i] for i in range(len(T)) if owner[i] == rank)
+        mem = {"params": owned, "grads": owned, "optim": 2 * owned}
+        peaks = {"params_gathered": 4 * max(sum(numel[i] for i in U if owner[i] != rank) for U in UNITS),
+                 "grads_gathered": 4 * max(sum(numel[i] for i in U) for U in UNITS), "comm_buffers": 0}
+        for U in UNITS:  # forward
+            calls += [("broadcast", numel[i], owner[i]) for i in U]
+        for U in reversed(UNITS):  # backward
+            calls += [("broadcast", numel[i], owner[i]) for i in U]
+            calls += [("reduce", numel[i], owner[i]) for i in U]
+    else:
+        sliced = 4 * sum(pad(i, n) // n for i in range(len(T)))
+        mem = {"params": sliced, "grads": sliced, "optim": 2 * sliced}
+        unit_pad = [sum(pad(i, n) for i in U) for U in UNITS]
+        peaks = {"params_gathered": 4 * (max(unit_pad) if reshard else sum(pad(i, n) for i in range(len(T)))),
+                 "grads_gathered": 4 * max(unit_pad),
+                 "comm_buffers": 4 * max((n + 1) * p // n for p in unit_pad)}
+        gathered = set()
+        for u, U in enumerate(UNITS):  # forward
+            missing = [i for i in U if i not in gathered]
+            if missing:
+                calls.append(("all_gather", sum(pad(i, n) for i in missing), 0))
+            gathered |= set(missing)
+            if reshard:
+                gathered -= set(U)
+        for u in reversed(range(L + 2)):  # backward
+            U = UNITS[u]
+            missing = [i for i in U if i not in gathered]
+            if missing:
+                calls.append(("all_gather", sum(pad(i, n) for i in missing), 0))
+            calls.append(("reduce_scatter", unit_pad[u], 0))
+            gathered -= set(U)
+    traffic = {}
+    for op, count, root in calls:
+        if count == 0:
+            continue
+        sent, recv = ring(op, count, rank, n, root)
+        c = traffic.setdefault(op, [0, 0, 0, 0])
+        c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
+    return mem, peaks, traffic
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
+    return r.returncode
+
+
+def read_log(path):
+    lines = [json.loads(l) for l in open(path)]
+    return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
+
+
+def read_params(path):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read()[1024:])
+    return a
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
+    model = os.path.join(tmp, "model.bin")
+    assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
+                "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
+    rng = random.Random(5)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    for name, count in (("train.bin", 20000), ("val.bin", 2000)):
+        with open(os.path.join(data, name), "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+            ids = [rng.randrange(V)]
+            for _ in range(count - 1):  # a learnable rule, with some noise
+                ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
+            f.write(struct.pack(f"<{count}H", *ids))
+    common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
+              "--steps", str(STEPS), "--lr", "1e-3", "--quiet"]
+    ref_log, ref_model = os.path.join(tmp, "single.jsonl"), os.path.join(tmp, "single.bin")
+    check(run([f"{BUILD}/train_single", *common, "--log", ref_log, "--out-model", ref_model]) == 0, "train_single runs")
+    ref_steps, _ = read_log(ref_log)
+    ref_params = read_params(ref_model)
+    check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
+    runs = [(s, n, 1) for s in ("ddp", "zero3", "fsdp") for n in (1, 2, 3, 4)] + [("fsdp", n, 0) for n in (2, 3, 4)]
+    for strategy, n, reshard in runs:
+        tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0")
+        log, out = os.path.join(tmp, f"{strategy}{n}{reshard}.jsonl"), os.path.join(tmp, f"{strategy}{n}{reshard}.bin")
+        extra = [] if reshard else ["--reshard-after-forward", "0"]
+        rc = run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}", *common, *extra, "--log", log, "--out-model", out])
+        check(rc == 0, f"{tag}: runs")
+        if rc != 0:
+            continue
+        steps, summary = read_log(log)
+        worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
+        check(len(steps) == STEPS and worst <= 1e-5, f"{tag}: losses match train_single (worst relative diff {worst:.2e})")
+        params = read_params(out)
+        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+        check(len(params) == len(ref_params) and pdiff <= 1e-5, f"{tag}: final parameters match (max diff {pdiff:.2e})")
+        check(summary["world_size"] == n and len(summary["ranks"]) == n, f"{tag}: summary has every rank")
+        for rank_info in summary["ranks"]:
+            r = rank_info["rank"]
+            mem, peaks, traffic = expected(strategy, n, r, reshard)
+            for cat, want in mem.items():
+                got = rank_info["mem"][cat]
+                check(got["current"] == want and got["peak"] == want,
+                      f"{tag} rank {r}: {cat} current/peak {got['current']}/{got['peak']} == {want}")
+            for cat, want in peaks.items():
+                got = rank_info["mem"][cat]["peak"]
+                check(got == want, f"{tag} rank {r}: {cat} peak {got} == {want}")
+            last = rank_info["comm_last_step"]
+            for op, counter in last.items():
+                want = traffic.get(op, [0, 0, 0, 0])
+                got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
+                check(got == want, f"{tag} rank {r}: {op} calls/elements/sent/recv {got} == {want}")
+    print(f"strategies: {passes} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
