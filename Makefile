@@ -19,22 +19,23 @@ DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsu
 LIB_SRCS = $(filter-out common/comm_nccl_stub.c,$(wildcard common/*.c)) common/comm_nccl_stub.c \
            models/gpt2.c models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-PROGRAMS = prepare tokenize init_model llmc_check train_single train_ddp train_zero3 train_fsdp \
+PROGRAMS = prepare tokenize init_model plan llmc_check train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c,$(wildcard tests/test_*.c))
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
 
-.PHONY: all deps test test-asan bench clean
+.PHONY: all deps test test-asan bench compare clean
 all: $(PROGRAM_BINS) $(TEST_BINS)
 
 deps:
-	@if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "deps: all present"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else \
-	    echo "run as root:  apt-get update && apt-get install -y $(DEB_PACKAGES)"; \
-	    missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	    if [ -n "$$missing" ]; then echo "missing:$$missing"; exit 1; fi; \
+	    echo "deps: missing$$missing; run as root:  apt-get update && apt-get install -y$$missing"; exit 1; \
 	fi
 
 $(BUILD)/obj/%.o: %.c
@@ -71,6 +72,10 @@ test-asan:
 bench: $(BUILD)/bench_step
 	$(BUILD)/bench_step --config d4 --batch 4 --seq 64
 	$(BUILD)/bench_step --config d12 --batch 4 --seq 64
+
+# The main job: the four trainers side by side, plots and a report in runs/.
+compare: deps all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) bash examples/compare.sh
 
 clean:
 	rm -rf build build-asan

@@ -190,12 +190,14 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"world_size\": %d, \"config\": "
                "{\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
-               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"reshard_after_forward\": %d}, "
+               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"reshard_after_forward\": %d, "
+               "\"preset\": \"%s\", \"model\": \"%s\"}, "
                "\"tokens_per_s\": %.1f, \"ranks\": [",
             run->strategy_name, run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
-            run->opts.reshard_after_forward, tokens_per_s);
+            run->opts.reshard_after_forward, run->opts.config_name ? run->opts.config_name : "",
+            run->opts.model_path ? run->opts.model_path : "", tokens_per_s);
     for (int r = 0; r < run->comm.world; r++) {
         const RankSummary *s = &all[r];
         fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);

@@ -175,6 +175,11 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
     return total;
 }
 
+size_t gpt2_num_activations(const GPT2Config *config, int B, int T) {
+    GPT2Activations unused;
+    return layout_activations(&unused, NULL, config, B, T);
+}
+
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
     memset(model, 0, sizeof *model);
     gpt2_config_validate(&config, "model");

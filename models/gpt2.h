@@ -129,6 +129,8 @@ void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, float **table);
 void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begin, int row_count,
                     float *out);
 
+// Floats of activations (and backward scratch) for a (B, T) batch.
+size_t gpt2_num_activations(const GPT2Config *config, int B, int T);
 // Allocates activations for a (B, T) batch; the pointer tables start as NULL.
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);

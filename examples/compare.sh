@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# compare.sh: the main job behind `make compare`. Trains the same GPT-2 with
+# train_single and with DDP, ZeRO-3 and FSDP at RANKS ranks, then writes plots
+# and a report under runs/<name>/.
+# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+RANKS=${RANKS:-4}
+CONFIG=${CONFIG:-d4}
+STEPS=${STEPS:-20}
+BATCH=${BATCH:-8}
+SEQ=${SEQ:-64}
+MPIRUN=${MPIRUN:-mpirun}
+# The default corpus ships with every Debian system: the license texts of base-files.
+TEXT=${TEXT:-/usr/share/common-licenses}
+NAME=${NAME:-$CONFIG-n$RANKS-$(date +%Y%m%d-%H%M%S)}
+RUN=runs/$NAME
+DATA=runs/data-$(basename "$TEXT")
+
+if (( BATCH % RANKS != 0 )); then
+    echo "compare: BATCH=$BATCH is not divisible by RANKS=$RANKS (try BATCH=$(( (BATCH / RANKS + 1) * RANKS )))" >&2
+    exit 1
+fi
+if [ -e "$RUN" ]; then
+    echo "compare: $RUN already exists; not overwriting it (choose another NAME=...)" >&2
+    exit 1
+fi
+if [ ! -f "$DATA/train.bin" ]; then
+    echo "== preparing data from $TEXT into $DATA"
+    mkdir -p runs
+    if [ -d "$TEXT" ]; then cat "$TEXT"/* > runs/corpus.txt; else cp "$TEXT" runs/corpus.txt; fi
+    "$BUILD/prepare" --text runs/corpus.txt --tokenizer byte --out "$DATA"
+fi
+mkdir -p "$RUN"
+common=(--config "$CONFIG" --vocab 256 --data "$DATA" --steps "$STEPS" --batch "$BATCH" --seq "$SEQ"
+        --eval-every 10 --eval-batches 2)
+echo "== single rank (the reference)"
+"$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace"
+for strategy in ddp zero3 fsdp; do
+    echo "== $strategy on $RANKS ranks"
+    $MPIRUN -np "$RANKS" "$BUILD/train_$strategy" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
+done
+echo "== plots and report"
+python3 examples/report.py "$RUN" --build "$BUILD"
+echo "report: $RUN/report.md (open $RUN/report.html in a browser)"

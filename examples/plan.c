@@ -1,0 +1,172 @@
+// plan: predicts each strategy's memory per rank from formulas, without
+// training. It replays one training step's allocations (what is alive when) on
+// the same accountant the trainers use, with the same partitioner, so its
+// numbers can be held against a real run's summary.
+//   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
+//              [--reshard-after-forward 0|1] [--tsv]
+// --tsv prints one line per strategy and rank: strategy, rank, then bytes per
+// category (docs/memory.md order) and the peak.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/errors.h"
+#include "../common/memory.h"
+#include "../common/partition.h"
+#include "../models/gpt2.h"
+#include "../models/gpt2_io.h"
+
+#define BYTES(floats) ((floats) * sizeof(float))
+
+// Memory that lives for the whole run: resident state and activations.
+static void add_resident(MemAccount *acct, size_t resident_floats, size_t activation_floats) {
+    mem_account_add(acct, MEM_ACTIVATIONS, BYTES(activation_floats));
+    mem_account_add(acct, MEM_PARAMS, BYTES(resident_floats));
+    mem_account_add(acct, MEM_GRADS, BYTES(resident_floats));
+    mem_account_add(acct, MEM_OPTIM, BYTES(2 * resident_floats));
+}
+
+static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, size_t activations) {
+    add_resident(acct, layout->num_params, activations);  // nothing else: buckets are reduced in place
+}
+
+// ZeRO-3, as zero3/zero3.c runs a step: per unit, non-owned tensors are
+// broadcast into temporaries; in backward, every tensor of the unit also gets a
+// temporary gradient until it is reduced.
+static void plan_zero3(const GPT2Layout *layout, int world, int rank, MemAccount *acct, size_t activations) {
+    int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    zero3_partition(layout, world, owner);
+    add_resident(acct, zero3_owned_bytes(layout, owner, rank) / sizeof(float), activations);
+    for (int pass = 0; pass < 2; pass++) {  // forward, then backward (same sets, other order)
+        for (int k = 0; k < layout->num_units; k++) {
+            int u = pass == 0 ? k : layout->num_units - 1 - k;
+            size_t gathered = 0, grads = 0;
+            for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
+                int t = layout->unit_tensors[u][i];
+                if (owner[t] != rank) gathered += layout->tensors[t].numel;
+                grads += layout->tensors[t].numel;
+            }
+            mem_account_add(acct, MEM_PARAMS_GATHERED, BYTES(gathered));
+            if (pass == 1) {
+                mem_account_add(acct, MEM_GRADS_GATHERED, BYTES(grads));
+                mem_account_sub(acct, MEM_GRADS_GATHERED, BYTES(grads));
+            }
+            mem_account_sub(acct, MEM_PARAMS_GATHERED, BYTES(gathered));
+        }
+    }
+    free(owner);
+}
+
+// FSDP, as fsdp/fsdp.c runs a step: a gather allocates the send and receive
+// buffers, then the full tensors, then frees the buffers; a reduce allocates its
+// buffers while the unit's full parameters and gradients are still alive.
+static void plan_fsdp(const GPT2Layout *layout, int world, int reshard, MemAccount *acct, size_t activations) {
+    int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    add_resident(acct, fsdp_padded_params(layout, world) / (size_t)world, activations);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < layout->num_units; k++) {
+            int u = pass == 0 ? k : layout->num_units - 1 - k;
+            size_t missing = 0, all = 0;  // padded elements
+            for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
+                int t = layout->unit_tensors[u][i];
+                size_t padded = fsdp_padded_numel(&layout->tensors[t], world);
+                all += padded;
+                if (!held[t]) missing += padded;
+                held[t] = 1;
+            }
+            size_t buffers = missing + missing / (size_t)world;  // receive N slices + send one
+            mem_account_add(acct, MEM_COMM_BUFFERS, BYTES(buffers));
+            mem_account_add(acct, MEM_PARAMS_GATHERED, BYTES(missing));
+            mem_account_sub(acct, MEM_COMM_BUFFERS, BYTES(buffers));
+            if (pass == 1) {
+                mem_account_add(acct, MEM_GRADS_GATHERED, BYTES(all));
+                mem_account_add(acct, MEM_COMM_BUFFERS, BYTES(all + all / (size_t)world));
+                mem_account_sub(acct, MEM_GRADS_GATHERED, BYTES(all));
+                mem_account_sub(acct, MEM_COMM_BUFFERS, BYTES(all + all / (size_t)world));
+            }
+            if (pass == 1 || reshard) {
+                for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
+                    int t = layout->unit_tensors[u][i];
+                    if (!held[t]) continue;
+                    mem_account_sub(acct, MEM_PARAMS_GATHERED, BYTES(fsdp_padded_numel(&layout->tensors[t], world)));
+                    held[t] = 0;
+                }
+            }
+        }
+    }
+    free(held);
+}
+
+static int parse_int(const char *flag, const char *text, int min) {
+    errno = 0;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > (1 << 24)) fatal("%s: '%s' is not an integer >= %d", flag, text, min);
+    return (int)v;
+}
+
+static void print_row(const char *strategy, int rank, const MemAccount *acct, int tsv) {
+    if (tsv) {
+        printf("%s\t%d", strategy, rank);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", acct->peak[k]);
+        printf("\t%zu\n", acct->total_peak);
+        return;
+    }
+    printf("%-6s %5d", strategy, rank);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15.3f", acct->peak[k] / 1e6);
+    printf(" %12.3f\n", acct->total_peak / 1e6);
+}
+
+int main(int argc, char **argv) {
+    const char *config_name = NULL, *model_path = NULL;
+    int vocab = 0, world = 0, B = 4, T = 64, reshard = 1, tsv = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tsv") == 0) { tsv = 1; continue; }
+        if (i + 1 >= argc) fatal("%s needs a value", argv[i]);
+        const char *flag = argv[i], *value = argv[++i];
+        if (strcmp(flag, "--config") == 0) config_name = value;
+        else if (strcmp(flag, "--model") == 0) model_path = value;
+        else if (strcmp(flag, "--vocab") == 0) vocab = parse_int(flag, value, 1);
+        else if (strcmp(flag, "--ranks") == 0) world = parse_int(flag, value, 1);
+        else if (strcmp(flag, "--batch") == 0) B = parse_int(flag, value, 1);
+        else if (strcmp(flag, "--seq") == 0) T = parse_int(flag, value, 1);
+        else if (strcmp(flag, "--reshard-after-forward") == 0) reshard = parse_int(flag, value, 0) != 0;
+        else fatal("unknown flag '%s'", flag);
+    }
+    if (!config_name == !model_path || !world)
+        fatal("usage: plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T] [--reshard-after-forward 0|1] [--tsv]");
+    GPT2Config config;
+    if (model_path) gpt2_checkpoint_read_config(model_path, &config);
+    else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
+    if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);
+    if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
+    GPT2Layout layout;
+    gpt2_layout_init(&layout, config);
+    size_t activations = gpt2_num_activations(&config, B / world, T);
+    if (!tsv) {
+        double psi = (double)layout.num_params;
+        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)\n",
+               config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
+               B, T, B / world);
+        printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
+               16 * psi / 1e6, 16 * psi / world / 1e6);
+        printf("peak MB per rank (fp32 here: 16P resident for DDP)\n%-6s %5s", "", "rank");
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15s", mem_category_names[k]);
+        printf(" %12s\n", "total peak");
+    }
+    MemAccount acct = {0};
+    plan_ddp(&layout, &acct, activations);
+    print_row("ddp", 0, &acct, tsv);
+    for (int r = 0; r < world; r++) {
+        memset(&acct, 0, sizeof acct);
+        plan_zero3(&layout, world, r, &acct, activations);
+        if (tsv || r == 0 || world <= 8) print_row("zero3", r, &acct, tsv);
+    }
+    memset(&acct, 0, sizeof acct);
+    plan_fsdp(&layout, world, reshard, &acct, activations);
+    print_row("fsdp", 0, &acct, tsv);
+    if (!tsv) printf("(DDP and FSDP: every rank alike; ZeRO-3: %s)\n", world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
+    gpt2_layout_free(&layout);
+    return 0;
+}

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""Turns a comparison run directory into plots (gnuplot, PNG and SVG) and a report.
+
+    python3 examples/report.py RUN_DIR [--build build]
+
+RUN_DIR holds single.jsonl, ddp.jsonl, zero3.jsonl, fsdp.jsonl (trainer logs) and
+<strategy>.trace.tsv (step timelines). Writes RUN_DIR/plots/*.png|svg, RUN_DIR/data/*.tsv,
+RUN_DIR/report.md and RUN_DIR/report.html. The numbers come from the logs alone; the
+memory-vs-ranks curves come from build/plan. Exits 1 with a message naming the file when a
+log is missing or truncated."""
+import html
+import json
+import os
+import platform
+import subprocess
+import sys
+
+STRATEGIES = ["ddp", "zero3", "fsdp"]
+RUNS = ["single"] + STRATEGIES
+CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
+COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
+COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero3": "#d62728", "fsdp": "#2ca02c"}
+MB = 1e6
+
+
+def fail(msg):
+    print(f"report: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def read_log(path):
+    if not os.path.exists(path):
+        fail(f"{path}: missing (did that trainer run?)")
+    steps, summary = [], None
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                fail(f"{path}:{n}: not valid JSON (truncated log?)")
+            if obj.get("summary"):
+                summary = obj
+            elif "step" in obj and "loss" in obj:
+                steps.append(obj)
+            else:
+                fail(f"{path}:{n}: neither a step nor a summary line")
+    if summary is None:
+        fail(f"{path}: truncated: no summary line at the end")
+    if not steps:
+        fail(f"{path}: no steps")
+    return steps, summary
+
+
+def read_trace(path):
+    if not os.path.exists(path):
+        fail(f"{path}: missing (run the trainers with --trace)")
+    events = []
+    for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 6:
+            fail(f"{path}: malformed line: {line.strip()!r}")
+        rank, step, cat, name, start, end = parts
+        events.append((int(rank), int(step), cat, name, float(start), float(end)))
+    if not events:
+        fail(f"{path}: empty trace")
+    return events
+
+
+def gnuplot(script, out_dir, name, width=900, height=520):
+    """Runs the script twice: PNG for the report and SVG."""
+    for term, ext in (("pngcairo enhanced font 'sans,10'", "png"), ("svg enhanced font 'sans,10'", "svg")):
+        full = f"set terminal {term} size {width},{height}\nset output '{out_dir}/{name}.{ext}'\n{script}\n"
+        r = subprocess.run(["gnuplot"], input=full, text=True, capture_output=True)
+        if r.returncode != 0 or r.stderr.strip():
+            fail(f"gnuplot failed on {name}: {r.stderr.strip()}")
+
+
+def write_tsv(path, header, rows):
+    with open(path, "w") as f:
+        f.write("# " + "\t".join(header) + "\n")
+        for row in rows:
+            f.write("\t".join(str(x) for x in row) + "\n")
+
+
+def main():
+    args = sys.argv[1:]
+    build = "build"
+    if "--build" in args:
+        i = args.index("--build")
+        build = args[i + 1]
+        del args[i:i + 2]
+    if len(args) != 1:
+        fail("usage: report.py RUN_DIR [--build DIR]")
+    run = args[0]
+    if not os.path.isdir(run):
+        fail(f"{run}: not a directory")
+    logs = {s: read_log(os.path.join(run, f"{s}.jsonl")) for s in RUNS}
+    traces = {s: read_trace(os.path.join(run, f"{s}.trace.tsv")) for s in STRATEGIES}
+    data, plots = os.path.join(run, "data"), os.path.join(run, "plots")
+    os.makedirs(data, exist_ok=True)
+    os.makedirs(plots, exist_ok=True)
+    cfg = logs["single"][1]["config"]
+    world = logs["ddp"][1]["world_size"]
+    for s in RUNS:
+        c = logs[s][1]["config"]
+        for key in ("num_params", "batch", "seq", "steps", "seed"):
+            if c[key] != cfg[key]:
+                fail(f"{run}/{s}.jsonl: {key} = {c[key]} but single.jsonl has {cfg[key]}: not one comparison")
+
+    # ---- loss ----
+    nsteps = min(len(logs[s][0]) for s in RUNS)
+    rows = [[logs["single"][0][i]["step"]] + [logs[s][0][i]["loss"] for s in RUNS] for i in range(nsteps)]
+    write_tsv(f"{data}/loss.tsv", ["step"] + RUNS, rows)
+    worst = max(abs(r[1 + k] - r[1]) / abs(r[1]) for r in rows for k in range(1, 4))
+    lines = ", ".join(f"'{data}/loss.tsv' using 1:{k + 2} with linespoints lw 2 pt {k + 5} ps 0.6 "
+                      f"lc rgb '{COLORS[s]}' title '{s}'" for k, s in enumerate(RUNS))
+    gnuplot(f"""set title "Training loss: single rank and three strategies at N = {world}"
+set xlabel "step"
+set ylabel "loss (nats per token)"
+set grid
+set key top right box opaque
+set label 1 "the four curves coincide: largest relative difference {worst:.1e}" at graph 0.02, graph 0.06
+plot {lines}""", plots, "loss")
+
+    # ---- memory per rank, stacked by category ----
+    rows, labels = [], []
+    for s in RUNS:
+        for r in logs[s][1]["ranks"]:
+            rows.append([f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in CATEGORIES])
+        rows.append(["-"] + [0] * len(CATEGORIES))
+    rows.pop()
+    write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
+    palette = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]
+    series = ", ".join(f"'' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
+                       for k, c in enumerate(CATEGORIES))
+    gnuplot(f"""set title "Memory per rank by category (peak of each category)"
+set ylabel "MB (10^6 bytes)"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.9 border -1
+set boxwidth 0.8
+set key outside right top
+set grid ytics
+set xtics rotate by -45 font ',8'
+set xlabel "run and rank ('-' separates strategies)"
+plot '{data}/memory.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{CATEGORIES[0]}', {series.split(', ', 1)[1]}""",
+            plots, "memory_by_category", 1000, 560)
+
+    # ---- accounted peak vs OS peak RSS ----
+    rows = []
+    for s in RUNS:
+        for r in logs[s][1]["ranks"]:
+            rows.append([f"{s}-r{r['rank']}", r["peak_bytes"] / MB, r["rss_peak_bytes"] / MB])
+    write_tsv(f"{data}/peak.tsv", ["run", "accounted_peak_mb", "rss_peak_mb"], rows)
+    gnuplot(f"""set title "Peak memory per rank: what the accountant counted vs what the OS saw"
+set ylabel "MB (10^6 bytes)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.9 border -1
+set key top right
+set grid ytics
+set xtics rotate by -45 font ',8'
+set xlabel "run and rank"
+plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (training buffers)', \\
+     '' using 3 lc rgb '#ff7f0e' title 'OS peak RSS (adds program, MPI, allocator)'""", plots, "peak_memory", 1000, 520)
+
+    # ---- throughput ----
+    tput = {s: logs[s][1]["tokens_per_s"] for s in RUNS}
+    write_tsv(f"{data}/throughput.tsv", ["run", "tokens_per_s"], [[s, tput[s]] for s in RUNS])
+    gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"
+set ylabel "tokens / s"
+set style fill solid 0.9 border -1
+set boxwidth 0.6
+set yrange [0:*]
+set grid ytics
+set key top right
+set arrow 1 from graph 0, first {tput['single']} to graph 1, first {tput['single']} nohead dt 2 lw 2 lc rgb '#555555'
+set label 2 "single-rank reference" at graph 0.02, first {tput['single']} offset 0,0.7
+plot '{data}/throughput.tsv' using 0:2:($0+1):xtic(1) with boxes lc variable notitle, \\
+     '' using 0:2:(sprintf('%.0f', $2)) with labels offset 0,0.8 notitle""", plots, "throughput")
+
+    # ---- communication per step per rank ----
+    rows = []
+    for s in STRATEGIES:
+        for r in logs[s][1]["ranks"]:
+            rows.append([f"{s}-r{r['rank']}"] + [r["comm_last_step"][c]["bytes_sent"] / MB for c in COLLECTIVES])
+    write_tsv(f"{data}/comm.tsv", ["run"] + COLLECTIVES, rows)
+    series = ", ".join(f"'' using {k + 2} lc rgb '{palette[k]}' title '{c}'" for k, c in enumerate(COLLECTIVES[1:], 1))
+    gnuplot(f"""set title "Bytes each rank sends in one training step, by collective (ring model)"
+set ylabel "MB sent per step"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.9 border -1
+set boxwidth 0.8
+set key outside right top
+set grid ytics
+set xtics rotate by -45 font ',8'
+set xlabel "strategy and rank"
+plot '{data}/comm.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{COLLECTIVES[0]}', {series}""",
+            plots, "comm_per_step", 1000, 520)
+
+    # ---- step time split ----
+    rows = []
+    for s in RUNS:
+        steps = logs[s][1]["config"]["steps"]
+        for r in logs[s][1]["ranks"]:
+            t = r["time"]
+            rows.append([f"{s}-r{r['rank']}", 1e3 * t["compute_s"] / steps, 1e3 * t["comm_wait_s"] / steps,
+                         1e3 * t["optim_s"] / steps])
+    write_tsv(f"{data}/time.tsv", ["run", "compute_ms", "comm_wait_ms", "optim_ms"], rows)
+    gnuplot(f"""set title "Where a step's time goes, per rank (mean over steps)"
+set ylabel "ms per step"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.9 border -1
+set boxwidth 0.8
+set key outside right top
+set grid ytics
+set xtics rotate by -45 font ',8'
+set xlabel "run and rank"
+plot '{data}/time.tsv' using 2:xtic(1) lc rgb '#2ca02c' title 'compute', '' using 3 lc rgb '#d62728' title 'communication wait', \\
+     '' using 4 lc rgb '#9467bd' title 'optimizer'""", plots, "step_time", 1000, 520)
+
+    # ---- planner: memory per rank vs number of ranks ----
+    rows_per_rank = cfg["batch"] // world
+    if cfg.get("preset"):
+        model_args = ["--config", cfg["preset"], "--vocab", str(cfg["vocab_size"])]
+    else:
+        model_args = ["--model", cfg["model"]]
+    plan_rows = []
+    n = 1
+    while n <= 1024:
+        cmd = [f"{build}/plan", "--ranks", str(n), "--batch", str(rows_per_rank * n), "--seq", str(cfg["seq"]), "--tsv"]
+        cmd += model_args
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        peak = {}
+        for line in r.stdout.splitlines():
+            f = line.split("\t")
+            peak[f[0]] = max(peak.get(f[0], 0), int(f[-1]))
+        plan_rows.append([n] + [peak[s] / MB for s in STRATEGIES])
+        n *= 2
+    write_tsv(f"{data}/plan.tsv", ["ranks"] + STRATEGIES, plan_rows)
+    measured = [[world] + [max(r["peak_bytes"] for r in logs[s][1]["ranks"]) / MB for s in STRATEGIES]]
+    write_tsv(f"{data}/measured_peak.tsv", ["ranks"] + STRATEGIES, measured)
+    lines = ", ".join(f"'{data}/plan.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' title '{s} (planner)'"
+                      for k, s in enumerate(STRATEGIES))
+    points = ", ".join(f"'{data}/measured_peak.tsv' using 1:{k + 2} with points pt 7 ps 1.5 lc rgb '{COLORS[s]}' "
+                       f"title '{s} measured'" for k, s in enumerate(STRATEGIES))
+    gnuplot(f"""set title "Peak memory per rank vs number of ranks ({rows_per_rank} sequence(s) per rank; ZeRO-3: largest rank)"
+set xlabel "ranks N"
+set ylabel "MB per rank (10^6 bytes)"
+set logscale x 2
+set xrange [1:1024]
+set grid
+set key top right box opaque
+plot {lines}, {points}""", plots, "memory_vs_ranks")
+
+    # ---- one step as a timeline per rank ----
+    for s in STRATEGIES:
+        events = traces[s]
+        step = max(e[1] for e in events)
+        chosen = [e for e in events if e[1] == step]
+        t0 = min(e[4] for e in chosen)
+        kinds = {"forward": [], "backward": [], "comm": [], "optim": []}
+        for rank, _, cat, name, start, end in chosen:
+            kind = "comm" if cat == "comm" else "optim" if cat == "optim" else name.split()[0]
+            if kind == "comm" and end - start < 0.02:
+                continue  # hooks that did nothing
+            kinds[kind].append((rank, start - t0, end - t0, name))
+        for kind, evs in kinds.items():
+            write_tsv(f"{data}/timeline_{s}_{kind}.tsv", ["rank", "start_ms", "end_ms", "name"],
+                      [[r, a, b, nm.replace(" ", "_")] for r, a, b, nm in evs] or [[-10, 0, 0, "none"]])
+        colors = {"forward": "#1f77b4", "backward": "#ff7f0e", "comm": "#d62728", "optim": "#9467bd"}
+        heights = {"forward": 0.35, "backward": 0.35, "comm": 0.15, "optim": 0.35}
+        offsets = {"forward": 0.0, "backward": 0.0, "comm": -0.3, "optim": 0.0}
+        series = ", ".join(
+            f"'{data}/timeline_{s}_{k}.tsv' using (($2+$3)/2):($1+{offsets[k]}):(($3-$2)/2):({heights[k]}) "
+            f"with boxxyerror fs solid 0.85 lc rgb '{colors[k]}' title '{k if k != 'comm' else 'communication (below)'}'"
+            for k in kinds)
+        gnuplot(f"""set title "{s}: training step {step} on each rank"
+set xlabel "time since the step began (ms)"
+set ylabel "rank"
+set yrange [-0.8:{world - 0.4}]
+set ytics 1
+set grid xtics
+set key outside bottom center horizontal
+plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
+
+    write_report(run, logs, world, cfg, worst, tput)
+
+
+def write_report(run, logs, world, cfg, worst, tput):
+    table = []
+    for s in RUNS:
+        summ = logs[s][1]
+        ranks = summ["ranks"]
+        table.append({
+            "run": s, "ranks": summ["world_size"], "tokens_per_s": tput[s],
+            "final_loss": logs[s][0][-1]["loss"],
+            "resident": max((r["mem"]["params"]["peak"] + r["mem"]["grads"]["peak"] + r["mem"]["optim"]["peak"]) for r in ranks) / MB,
+            "peak": max(r["peak_bytes"] for r in ranks) / MB,
+            "rss": max(r["rss_peak_bytes"] for r in ranks) / MB,
+            "sent": max(sum(c["bytes_sent"] for c in r["comm_last_step"].values()) for r in ranks) / MB,
+        })
+    row = {t["run"]: t for t in table}
+    z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
+    imbalance = max(z3) / (sum(z3) / len(z3)) if z3 else 1.0
+    least = min(STRATEGIES, key=lambda s: row[s]["peak"])
+    sentences = [
+        f"All four runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
+        f"{least.upper() if least != 'zero3' else 'ZeRO-3'} holds the least per rank: {row[least]['peak']:.1f} MB at peak "
+        f"against DDP's {row['ddp']['peak']:.1f} MB ({row['ddp']['peak'] / row[least]['peak']:.1f}x less); the resident "
+        f"params + grads + AdamW state fall from {row['ddp']['resident']:.1f} MB (DDP) to {row['fsdp']['resident']:.1f} MB (FSDP).",
+        f"The price is traffic: per step FSDP sends {row['fsdp']['sent'] / row['ddp']['sent']:.2f}x and ZeRO-3 "
+        f"{row['zero3']['sent'] / row['ddp']['sent']:.2f}x the bytes of DDP's all-reduce "
+        f"({row['fsdp']['sent']:.1f} and {row['zero3']['sent']:.1f} MB vs {row['ddp']['sent']:.1f} MB per rank)."
+        if row["ddp"]["sent"] > 0 else "With one rank nothing moves between ranks.",
+        f"ZeRO-3's whole-tensor ownership is uneven: its fullest rank holds {100 * (imbalance - 1):.0f}% more "
+        f"parameters than the average rank.",
+    ]
+    machine = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                machine = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    machine += f", {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    settings = (f"L={cfg['num_layers']} C={cfg['channels']} NH={cfg['num_heads']} V={cfg['vocab_size']} "
+                f"({cfg['num_params']:,} parameters), global batch {cfg['batch']} x {cfg['seq']} tokens, "
+                f"{cfg['steps']} AdamW steps at lr {cfg['lr']}, seed {cfg['seed']}, {world} ranks")
+    plots = [("loss", "Loss per step"), ("memory_by_category", "Memory per rank by category"),
+             ("peak_memory", "Accounted peak vs OS peak RSS"), ("throughput", "Throughput"),
+             ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
+             ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
+             ("timeline_ddp", "Step timeline: DDP"), ("timeline_zero3", "Step timeline: ZeRO-3"),
+             ("timeline_fsdp", "Step timeline: FSDP")]
+    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step"]
+    cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
+              f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}"] for t in table]
+    with open(os.path.join(run, "report.md"), "w") as f:
+        f.write(f"# shardlab comparison: {os.path.basename(os.path.normpath(run))}\n\n")
+        f.write(f"Settings: {settings}.  \nMachine: {machine}.\n\n")
+        f.write("\n".join(f"- {s}" for s in sentences) + "\n\n")
+        f.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
+        for c in cells:
+            f.write("| " + " | ".join(str(x) for x in c) + " |\n")
+        f.write("\nMemory columns are the largest rank's; MB = 10^6 bytes. Sent bytes follow the ring model "
+                "(docs/communication.md).\n\n")
+        for name, title in plots:
+            f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
+    with open(os.path.join(run, "report.html"), "w") as f:
+        f.write("<!doctype html><html><head><meta charset='utf-8'><title>shardlab comparison</title>"
+                "<style>body{font-family:sans-serif;max-width:1050px;margin:auto}table{border-collapse:collapse}"
+                "td,th{border:1px solid #999;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>\n")
+        f.write(f"<h1>shardlab comparison: {html.escape(os.path.basename(os.path.normpath(run)))}</h1>\n")
+        f.write(f"<p>Settings: {html.escape(settings)}.<br>Machine: {html.escape(machine)}.</p>\n<ul>\n")
+        f.write("".join(f"<li>{html.escape(s)}</li>\n" for s in sentences) + "</ul>\n<table><tr>")
+        f.write("".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>\n")
+        for c in cells:
+            f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
+        f.write("</table>\n")
+        for name, title in plots:
+            f.write(f"<h2>{html.escape(title)}</h2><img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
+        f.write("</body></html>\n")
+
+
+if __name__ == "__main__":
+    main()
