@@ -92,6 +92,8 @@ static void backward_pass(Run *run) {
 }
 
 static double evaluate(Run *run) {
+    int tracing = run->trace.enabled;
+    run->trace.enabled = 0;  // the timeline shows training steps only
     loader_reset(&run->val);
     double sum = 0;
     for (int i = 0; i < run->opts.eval_batches; i++) {
@@ -100,6 +102,7 @@ static double evaluate(Run *run) {
         forward_pass(run);
         sum += run->model.mean_loss;
     }
+    run->trace.enabled = tracing;
     return comm_metric_average(&run->comm, sum / run->opts.eval_batches);
 }
 

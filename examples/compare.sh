@@ -2,7 +2,7 @@
 # compare.sh: the main job behind `make compare`. Trains the same GPT-2 with
 # train_single and with DDP, ZeRO-3 and FSDP at RANKS ranks, then writes plots
 # and a report under runs/<name>/.
-# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT.
+# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -14,9 +14,10 @@ SEQ=${SEQ:-64}
 MPIRUN=${MPIRUN:-mpirun}
 # The default corpus ships with every Debian system: the license texts of base-files.
 TEXT=${TEXT:-/usr/share/common-licenses}
+RUNS=${RUNS:-runs}
 NAME=${NAME:-$CONFIG-n$RANKS-$(date +%Y%m%d-%H%M%S)}
-RUN=runs/$NAME
-DATA=runs/data-$(basename "$TEXT")
+RUN=$RUNS/$NAME
+DATA=$RUNS/data-$(basename "$TEXT")
 
 if (( BATCH % RANKS != 0 )); then
     echo "compare: BATCH=$BATCH is not divisible by RANKS=$RANKS (try BATCH=$(( (BATCH / RANKS + 1) * RANKS )))" >&2
@@ -28,9 +29,9 @@ if [ -e "$RUN" ]; then
 fi
 if [ ! -f "$DATA/train.bin" ]; then
     echo "== preparing data from $TEXT into $DATA"
-    mkdir -p runs
-    if [ -d "$TEXT" ]; then cat "$TEXT"/* > runs/corpus.txt; else cp "$TEXT" runs/corpus.txt; fi
-    "$BUILD/prepare" --text runs/corpus.txt --tokenizer byte --out "$DATA"
+    mkdir -p "$RUNS"
+    if [ -d "$TEXT" ]; then cat "$TEXT"/* > "$RUNS/corpus.txt"; else cp "$TEXT" "$RUNS/corpus.txt"; fi
+    "$BUILD/prepare" --text "$RUNS/corpus.txt" --tokenizer byte --out "$DATA"
 fi
 mkdir -p "$RUN"
 common=(--config "$CONFIG" --vocab 256 --data "$DATA" --steps "$STEPS" --batch "$BATCH" --seq "$SEQ"

@@ -70,8 +70,9 @@ def read_trace(path):
 
 def gnuplot(script, out_dir, name, width=900, height=520):
     """Runs the script twice: PNG for the report and SVG."""
-    for term, ext in (("pngcairo enhanced font 'sans,10'", "png"), ("svg enhanced font 'sans,10'", "svg")):
-        full = f"set terminal {term} size {width},{height}\nset output '{out_dir}/{name}.{ext}'\n{script}\n"
+    for term, ext in (("pngcairo noenhanced font 'sans,10'", "png"), ("svg noenhanced font 'sans,10'", "svg")):
+        full = (f"set terminal {term} size {width},{height}\nset output '{out_dir}/{name}.{ext}'\n"
+                f"set datafile separator '\\t'\n{script}\n")
         r = subprocess.run(["gnuplot"], input=full, text=True, capture_output=True)
         if r.returncode != 0 or r.stderr.strip():
             fail(f"gnuplot failed on {name}: {r.stderr.strip()}")
@@ -129,14 +130,14 @@ plot {lines}""", plots, "loss")
     for s in RUNS:
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in CATEGORIES])
-        rows.append(["-"] + [0] * len(CATEGORIES))
+        rows.append([""] + [0] * len(CATEGORIES))
     rows.pop()
     write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
     palette = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]
     series = ", ".join(f"'' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
                        for k, c in enumerate(CATEGORIES))
     gnuplot(f"""set title "Memory per rank by category (peak of each category)"
-set ylabel "MB (10^6 bytes)"
+set ylabel "MB (million bytes)"
 set style data histograms
 set style histogram rowstacked
 set style fill solid 0.9 border -1
@@ -144,7 +145,7 @@ set boxwidth 0.8
 set key outside right top
 set grid ytics
 set xtics rotate by -45 font ',8'
-set xlabel "run and rank ('-' separates strategies)"
+set xlabel "run and rank"
 plot '{data}/memory.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{CATEGORIES[0]}', {series.split(', ', 1)[1]}""",
             plots, "memory_by_category", 1000, 560)
 
@@ -155,10 +156,11 @@ plot '{data}/memory.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{CATEGORIE
             rows.append([f"{s}-r{r['rank']}", r["peak_bytes"] / MB, r["rss_peak_bytes"] / MB])
     write_tsv(f"{data}/peak.tsv", ["run", "accounted_peak_mb", "rss_peak_mb"], rows)
     gnuplot(f"""set title "Peak memory per rank: what the accountant counted vs what the OS saw"
-set ylabel "MB (10^6 bytes)"
+set ylabel "MB (million bytes)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.9 border -1
+set yrange [0:*]
 set key top right
 set grid ytics
 set xtics rotate by -45 font ',8'
@@ -168,18 +170,19 @@ plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (t
 
     # ---- throughput ----
     tput = {s: logs[s][1]["tokens_per_s"] for s in RUNS}
-    write_tsv(f"{data}/throughput.tsv", ["run", "tokens_per_s"], [[s, tput[s]] for s in RUNS])
+    write_tsv(f"{data}/throughput.tsv", ["run", "tokens_per_s", "color"],
+              [[s, tput[s], int(COLORS[s][1:], 16)] for s in RUNS])
     gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"
 set ylabel "tokens / s"
 set style fill solid 0.9 border -1
 set boxwidth 0.6
-set yrange [0:*]
 set grid ytics
-set key top right
-set arrow 1 from graph 0, first {tput['single']} to graph 1, first {tput['single']} nohead dt 2 lw 2 lc rgb '#555555'
-set label 2 "single-rank reference" at graph 0.02, first {tput['single']} offset 0,0.7
-plot '{data}/throughput.tsv' using 0:2:($0+1):xtic(1) with boxes lc variable notitle, \\
-     '' using 0:2:(sprintf('%.0f', $2)) with labels offset 0,0.8 notitle""", plots, "throughput")
+set key top left box opaque
+set yrange [0:{1.25 * max(tput.values())}]
+set xrange [-0.6:3.6]
+plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable notitle, \\
+     '' using 0:2:(sprintf('%.0f', $2)) with labels offset 0,0.8 notitle, \\
+     {tput['single']} with lines dt 2 lw 2 lc rgb '#555555' title 'single-rank reference'""", plots, "throughput")
 
     # ---- communication per step per rank ----
     rows = []
@@ -252,7 +255,7 @@ plot '{data}/time.tsv' using 2:xtic(1) lc rgb '#2ca02c' title 'compute', '' usin
                        f"title '{s} measured'" for k, s in enumerate(STRATEGIES))
     gnuplot(f"""set title "Peak memory per rank vs number of ranks ({rows_per_rank} sequence(s) per rank; ZeRO-3: largest rank)"
 set xlabel "ranks N"
-set ylabel "MB per rank (10^6 bytes)"
+set ylabel "MB per rank (million bytes)"
 set logscale x 2
 set xrange [1:1024]
 set grid

@@ -104,6 +104,30 @@ echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 grep -E "^strategies:|^FAIL" "$tmp/out" || true
 
+echo "== planner against measured accounting"
+run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
+grep -E "^plan:|^FAIL" "$tmp/out" || true
+
+echo "== make compare on a tiny run: plots and report"
+cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
+run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
+missing_plots=0
+for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
+            timeline_ddp timeline_zero3 timeline_fsdp; do
+    for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
+done
+if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
+    ok "20 plots (PNG and SVG) and the report are written"; else bad "20 plots (PNG and SVG) and the report are written"; fi
+fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
+cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
+head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"
+fails "report: truncated log" "cut/ddp.jsonl: truncated: no summary line" python3 examples/report.py "$tmp/runs/cut" --build "$BUILD"
+head -c 30 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"
+fails "report: log cut mid-line" "cut/ddp.jsonl:1: not valid JSON" python3 examples/report.py "$tmp/runs/cut" --build "$BUILD"
+rm "$tmp/runs/cut/zero3.jsonl"
+cp "$tmp/runs/tiny/ddp.jsonl" "$tmp/runs/cut/ddp.jsonl"
+fails "report: missing log" "cut/zero3.jsonl: missing" python3 examples/report.py "$tmp/runs/cut" --build "$BUILD"
+
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
