@@ -14,7 +14,7 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
             --mca btl self,vader -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
-               libopenblas-dev gnuplot-nox python3
+               libopenblas-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
 
 LIB_SRCS = $(filter-out common/comm_nccl_stub.c,$(wildcard common/*.c)) common/comm_nccl_stub.c \
            models/gpt2.c models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
@@ -25,7 +25,7 @@ PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c,$(wildcard tests/test_*.c))
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
 
-.PHONY: all deps test test-asan bench compare clean
+.PHONY: all deps test test-asan bench compare fuzz clean
 all: $(PROGRAM_BINS) $(TEST_BINS)
 
 deps:
@@ -68,6 +68,20 @@ test: all
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+# Fuzz the checkpoint manifest and token shard readers with libFuzzer (clang) for
+# FUZZ_SECONDS each, starting from the corpora in tests/fuzz/.
+FUZZ_SECONDS ?= 30
+FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+fuzz:
+	@mkdir -p $(BUILD)/fuzz
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c common/ckpt_manifest.c common/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/errors.c -o $(BUILD)/fuzz/fuzz_shard
+	for target in manifest shard; do \
+	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target && \
+	    $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	        $(BUILD)/fuzz/corpus_$$target || exit 1; \
+	done
 
 bench: $(BUILD)/bench_step
 	$(BUILD)/bench_step --config d4 --batch 4 --seq 64

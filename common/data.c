@@ -16,30 +16,59 @@ void token_shard_write(const char *path, const uint16_t *tokens, size_t count) {
     xfclose(f, path);
 }
 
+int token_shard_parse(const unsigned char *bytes, size_t len, int vocab_size, uint16_t **tokens,
+                      size_t *count, char *err, size_t err_len) {
+    int32_t header[SHARD_HEADER_INTS];
+    if (len < sizeof header) {
+        snprintf(err, err_len, "truncated file: shorter than the 1024-byte header");
+        return -1;
+    }
+    memcpy(header, bytes, sizeof header);
+    if (header[0] != TOKEN_SHARD_MAGIC) {
+        snprintf(err, err_len, "not a token shard (magic %d, expected %d)", header[0], TOKEN_SHARD_MAGIC);
+        return -1;
+    }
+    if (header[1] != TOKEN_SHARD_VERSION) {
+        snprintf(err, err_len, "unsupported token shard version %d (expected %d)", header[1], TOKEN_SHARD_VERSION);
+        return -1;
+    }
+    if (header[2] < 0) {
+        snprintf(err, err_len, "negative token count %d", header[2]);
+        return -1;
+    }
+    size_t n = (size_t)header[2], expected = sizeof header + n * sizeof(uint16_t);
+    if (len != expected) {
+        snprintf(err, err_len, "header/size mismatch: header says %zu tokens (%zu bytes), file has %zu bytes%s", n,
+                 expected, len, len < expected ? " (truncated)" : "");
+        return -1;
+    }
+    uint16_t *out = malloc(n ? n * sizeof(uint16_t) : 1);
+    if (!out) {
+        snprintf(err, err_len, "out of memory for %zu tokens", n);
+        return -1;
+    }
+    memcpy(out, bytes + sizeof header, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        if (out[i] >= vocab_size) {
+            snprintf(err, err_len, "token %zu has id %u, not below the vocab size %d", i, out[i], vocab_size);
+            free(out);
+            return -1;
+        }
+    *tokens = out;
+    *count = n;
+    return 0;
+}
+
 size_t token_shard_read(const char *path, int vocab_size, uint16_t **tokens) {
     FILE *f = xfopen(path, "rb");
-    int32_t header[SHARD_HEADER_INTS];
-    if (fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f) != SHARD_HEADER_INTS)
-        fatal("%s: truncated file: shorter than the 1024-byte header", path);
-    if (header[0] != TOKEN_SHARD_MAGIC)
-        fatal("%s: not a token shard (magic %d, expected %d)", path, header[0], TOKEN_SHARD_MAGIC);
-    if (header[1] != TOKEN_SHARD_VERSION)
-        fatal("%s: unsupported token shard version %d (expected %d)", path, header[1],
-              TOKEN_SHARD_VERSION);
-    if (header[2] < 0) fatal("%s: negative token count %d", path, header[2]);
-    size_t count = (size_t)header[2];
-    long expected = (long)(SHARD_HEADER_INTS * sizeof(int32_t) + count * sizeof(uint16_t));
-    long actual = xfsize(f, path);
-    if (actual != expected)
-        fatal("%s: header/size mismatch: header says %zu tokens (%ld bytes), file has %ld bytes%s",
-              path, count, expected, actual, actual < expected ? " (truncated)" : "");
-    *tokens = xmalloc(count * sizeof(uint16_t));
-    xfread(*tokens, sizeof(uint16_t), count, f, path);
+    size_t len = (size_t)xfsize(f, path);
+    unsigned char *bytes = xmalloc(len);
+    xfread(bytes, 1, len, f, path);
     fclose(f);
-    for (size_t i = 0; i < count; i++)
-        if ((*tokens)[i] >= vocab_size)
-            fatal("%s: token %zu has id %u, not below the vocab size %d", path, i, (*tokens)[i],
-                  vocab_size);
+    char err[256];
+    size_t count;
+    if (token_shard_parse(bytes, len, vocab_size, tokens, &count, err, sizeof err) != 0) fatal("%s: %s", path, err);
+    free(bytes);
     return count;
 }
 

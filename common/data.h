@@ -19,6 +19,10 @@
 #define TOKEN_SHARD_VERSION 1
 
 void token_shard_write(const char *path, const uint16_t *tokens, size_t count);
+// Checks a shard held in memory and copies its tokens into *tokens (malloc'ed);
+// returns -1 with a message in err instead of exiting (so it can be fuzzed).
+int token_shard_parse(const unsigned char *bytes, size_t len, int vocab_size, uint16_t **tokens,
+                      size_t *count, char *err, size_t err_len);
 // Reads a whole shard; every id must be < vocab_size. Returns the token count.
 size_t token_shard_read(const char *path, int vocab_size, uint16_t **tokens);
 

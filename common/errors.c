@@ -27,6 +27,14 @@ void fatal_at(const char *file, int line, const char *fmt, ...) {
     exit(1);
 }
 
+void xsnprintf(char *out, size_t size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= size) fatal("path too long: %.60s...", out);
+}
+
 void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) fatal("out of memory allocating %zu bytes", bytes);

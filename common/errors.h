@@ -23,6 +23,9 @@ void xfclose(FILE *f, const char *path);
 // Size of an open file in bytes.
 long xfsize(FILE *f, const char *path);
 
+// snprintf that exits instead of truncating (for file paths).
+void xsnprintf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define CHECK(cond, ...) \
     do { if (!(cond)) fatal_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 

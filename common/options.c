@@ -23,6 +23,12 @@ static void usage(const char *program, const char *strategy) {
             "  --out-model FILE   write the final model as an llm.c checkpoint\n"
             "  --trace PREFIX     write a step timeline to PREFIX.json and PREFIX.tsv\n"
             "  --reshard-after-forward 0|1   FSDP only (default 1)\n"
+            "  --ckpt-dir DIR     where checkpoints go (DIR/step_N, DIR/latest)\n"
+            "  --save-every K     save every K steps (and on SIGINT/SIGTERM)\n"
+            "  --save-full        save llm.c's model.bin + optimizer.bin (gathered) instead of shards\n"
+            "  --keep K           complete checkpoints to keep (default 2)\n"
+            "  --resume PATH      continue from a checkpoint (or a --ckpt-dir's latest), any strategy and N\n"
+            "  --test-nan-at S    for tests: treat step S's loss as NaN\n"
             "  --quiet            no progress lines\n",
             program, strategy);
 }
@@ -53,11 +59,13 @@ void options_parse(TrainOptions *o, int argc, char **argv, const char *strategy)
     o->seed = 1337;
     o->eval_batches = 4;
     o->reshard_after_forward = 1;
+    o->keep = 2;
     int reshard_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) { usage(argv[0], strategy); exit(0); }
         if (strcmp(flag, "--quiet") == 0) { o->quiet = 1; continue; }
+        if (strcmp(flag, "--save-full") == 0) { o->save_full = 1; continue; }
         if (strncmp(flag, "--", 2) != 0) { usage(argv[0], strategy); fatal("unexpected argument '%s'", flag); }
         if (i + 1 >= argc) { usage(argv[0], strategy); fatal("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -76,6 +84,11 @@ void options_parse(TrainOptions *o, int argc, char **argv, const char *strategy)
         else if (strcmp(flag, "--eval-batches") == 0) o->eval_batches = (int)parse_long(flag, value, 1, 1 << 20);
         else if (strcmp(flag, "--out-model") == 0) o->out_model = value;
         else if (strcmp(flag, "--trace") == 0) o->trace_prefix = value;
+        else if (strcmp(flag, "--save-every") == 0) o->save_every = (int)parse_long(flag, value, 0, 1 << 30);
+        else if (strcmp(flag, "--ckpt-dir") == 0) o->ckpt_dir = value;
+        else if (strcmp(flag, "--keep") == 0) o->keep = (int)parse_long(flag, value, 1, 1 << 20);
+        else if (strcmp(flag, "--resume") == 0) o->resume = value;
+        else if (strcmp(flag, "--test-nan-at") == 0) o->test_nan_at = (int)parse_long(flag, value, 1, 1 << 30);
         else if (strcmp(flag, "--reshard-after-forward") == 0) {
             o->reshard_after_forward = (int)parse_long(flag, value, 0, 1);
             reshard_given = 1;
@@ -87,6 +100,7 @@ void options_parse(TrainOptions *o, int argc, char **argv, const char *strategy)
     if (!o->config_name == !o->model_path) fatal("give exactly one of --config dN and --model FILE.bin");
     if (o->model_path && o->vocab_size) fatal("--vocab goes with --config; a --model file has its own vocab");
     if (!o->data_dir) fatal("--data DIR is required (make one with build/prepare)");
+    if ((o->save_every || o->save_full) && !o->ckpt_dir) fatal("--save-every and --save-full need --ckpt-dir DIR");
     if (reshard_given && strcmp(strategy, "fsdp") != 0)
         fatal("--reshard-after-forward applies to the fsdp trainer only");
 }

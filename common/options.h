@@ -22,6 +22,12 @@ typedef struct {
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
     int reshard_after_forward;  // --reshard-after-forward 0|1 (FSDP)
     int quiet;                // --quiet: no progress lines
+    int save_every;           // --save-every K: checkpoint every K steps (0: only on a stop signal)
+    const char *ckpt_dir;     // --ckpt-dir DIR
+    int save_full;            // --save-full: llm.c model.bin + optimizer.bin instead of shards
+    int keep;                 // --keep K: complete checkpoints kept (default 2)
+    const char *resume;       // --resume DIR: a checkpoint, or a --ckpt-dir
+    int test_nan_at;          // --test-nan-at S: tests only, pretend step S's loss is NaN
 } TrainOptions;
 
 // Parses argv; on a bad flag prints the problem and the usage and exits 1.

@@ -29,6 +29,14 @@ static void single_gather_full_model(void *state, float *flat) {
     memcpy(flat, s->params, s->num_params * sizeof(float));
 }
 
+static int single_local_rows(void *state, int t, LocalRows *rows) {
+    SingleState *s = state;
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    *rows = (LocalRows){0, tensor->rows, s->params + tensor->offset, s->m + tensor->offset,
+                        s->v + tensor->offset, &s->spans[t].step, 1};
+    return 1;
+}
+
 static void single_free(void *state) {
     SingleState *s = state;
     mem_free_floats(s->mem, MEM_PARAMS, s->params, s->num_params);
@@ -64,6 +72,7 @@ Strategy single_init(const StrategyContext *ctx) {
         .before_forward = single_nothing, .after_forward = single_nothing,
         .before_backward = single_nothing, .after_backward = single_nothing,
         .finish_grads = single_finish_grads, .step = single_step,
-        .gather_full_model = single_gather_full_model, .free = single_free,
+        .gather_full_model = single_gather_full_model, .local_rows = single_local_rows,
+        .free = single_free,
     };
 }

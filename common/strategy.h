@@ -40,6 +40,15 @@ typedef struct {
     int reshard_after_forward;  // FSDP: free gathered params after forward (1) or keep them (0)
 } StrategyContext;
 
+// The rows of one tensor that a rank keeps between steps, for checkpoints:
+// pointers to its parameters and AdamW moments, and the tensor's step count.
+typedef struct {
+    int row_begin, row_count;
+    float *params, *m, *v;  // (row_count, cols) each
+    int *adam_step;
+    int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only)
+} LocalRows;
+
 typedef struct {
     const char *name;
     void *state;
@@ -52,6 +61,8 @@ typedef struct {
     // Writes the whole model in llm.c's flat layout into `flat` on rank 0 (other
     // ranks pass NULL). Used for checkpoints and tests.
     void (*gather_full_model)(void *state, float *flat);
+    // Fills *rows and returns 1 if this rank keeps rows of tensor t, else 0.
+    int (*local_rows)(void *state, int t, LocalRows *rows);
     void (*free)(void *state);
 } Strategy;
 

@@ -8,17 +8,25 @@
 #include "train_loop.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "../models/gpt2_io.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "errors.h"
 #include "options.h"
 #include "timer.h"
 #include "trace.h"
+
+// Set by SIGINT/SIGTERM; the loop finishes the step, saves and stops. A signal
+// handler can only talk to the program through a global like this one.
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
 
 void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin,
                        int row_count, float *out) {
@@ -50,6 +58,7 @@ typedef struct {
     Trace trace;
     FILE *log;
     RankSummary summary;
+    int first_step;             // 1, or the step after the checkpoint resumed from
 } Run;
 
 static double comm_seconds(const CommStats *s) {
@@ -135,7 +144,18 @@ static void setup(Run *run, int argc, char **argv) {
         .reshard_after_forward = o->reshard_after_forward,
     };
     run->strategy = run->strategy_init(&ctx);
-    if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, "w");
+    run->first_step = 1;
+    if (o->resume) {
+        CkptManifest m;
+        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
+        run->first_step = m.step + 1;
+        run->train.position = m.data_position;
+        if (run->comm.rank == 0 && !o->quiet)
+            printf("resumed from %s: step %d, written by %s on %d rank(s)\n", o->resume, m.step, m.strategy,
+                   m.world_size);
+        ckpt_manifest_free(&m);
+    }
+    if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, o->resume ? "a" : "w");
     if (run->comm.rank == 0 && !o->quiet)
         printf("%s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
                run->strategy_name, world, config.num_layers, config.channels, config.num_heads,
@@ -240,11 +260,30 @@ int train_main(int argc, char **argv, const char *strategy_name,
     setup(&run, argc, argv);
     const TrainOptions *o = &run.opts;
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
-    for (int step = 1; step <= o->steps; step++) {
+    int steps_run = 0;
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep};
+    const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
+    if (pause) save.pause_mid_save_s = atof(pause);
+    for (int step = run.first_step; step <= o->steps; step++) {
         double loss, step_s;
         train_step(&run, step, &loss, &step_s);
         total_s += step_s;
-        if (!isfinite(loss)) fatal("step %d: loss is %g; stopping", step, loss);
+        steps_run++;
+        if (step == o->test_nan_at) loss = NAN;
+        if (!isfinite(loss))
+            fatal("step %d: loss is %g; stopping without saving%s%s", step, loss,
+                  o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
+        int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
+        if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps))
+            checkpoint_save(&save, &run.strategy, &run.model.layout, &run.comm, step, run.train.position, o->seed);
+        if (stop) {
+            if (run.comm.rank == 0)
+                printf("stopped by a signal after step %d%s%s\n", step, o->ckpt_dir ? "; checkpoint saved in " : "",
+                       o->ckpt_dir ? o->ckpt_dir : "");
+            break;
+        }
         int eval = run.have_val && (step % o->eval_every == 0 || step == o->steps);
         double val_loss = eval ? evaluate(&run) : NAN;
         if (run.comm.rank != 0) continue;
@@ -257,7 +296,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
             fflush(run.log);
         }
         if (!o->quiet) {
-            double eta = total_s / step * (o->steps - step);
+            double eta = total_s / steps_run * (o->steps - step);
             printf("step %4d/%d | loss %.4f | %8.0f tok/s | %7.1f ms | ETA %.1f s", step, o->steps,
                    loss, tokens_per_step / step_s, 1e3 * step_s, eta);
             if (eval) printf(" | val %.4f", val_loss);
@@ -265,7 +304,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
             fflush(stdout);
         }
     }
-    double tokens_per_s = total_s > 0 ? tokens_per_step * o->steps / total_s : 0;
+    double tokens_per_s = total_s > 0 ? tokens_per_step * steps_run / total_s : 0;
     write_summary(&run, tokens_per_s);  // before the final gather, which is not training
     if (o->out_model) write_final_model(&run);
     if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix);

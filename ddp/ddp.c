@@ -37,6 +37,7 @@ static void ddp_after_backward(void *state, int unit);
 static void ddp_finish_grads(void *state);
 static void ddp_step(void *state, AdamWConfig config);
 static void ddp_gather_full_model(void *state, float *flat);
+static int ddp_local_rows(void *state, int t, LocalRows *rows);
 static void ddp_free(void *state);
 
 Strategy ddp_init(const StrategyContext *ctx) {
@@ -73,7 +74,8 @@ Strategy ddp_init(const StrategyContext *ctx) {
         .before_forward = ddp_before_forward, .after_forward = ddp_after_forward,
         .before_backward = ddp_before_backward, .after_backward = ddp_after_backward,
         .finish_grads = ddp_finish_grads, .step = ddp_step,
-        .gather_full_model = ddp_gather_full_model, .free = ddp_free,
+        .gather_full_model = ddp_gather_full_model, .local_rows = ddp_local_rows,
+        .free = ddp_free,
     };
 }
 
@@ -108,6 +110,15 @@ static void ddp_gather_full_model(void *state, float *flat) {
     for (int t = 0; t < layout->num_tensors; t++)
         memcpy(flat + layout->tensors[t].offset, s->params + s->flat.offset[t],
                layout->tensors[t].numel * sizeof(float));
+}
+
+// Every replica keeps every row; rank 0 alone writes them.
+static int ddp_local_rows(void *state, int t, LocalRows *rows) {
+    DdpState *s = state;
+    size_t off = s->flat.offset[t];
+    *rows = (LocalRows){0, s->model->layout.tensors[t].rows, s->params + off, s->m + off, s->v + off,
+                        &s->spans[t].step, s->comm->rank == 0};
+    return 1;
 }
 
 static void ddp_free(void *state) {

@@ -40,6 +40,7 @@ static void fsdp_after_backward(void *state, int unit);
 static void fsdp_finish_grads(void *state);
 static void fsdp_step(void *state, AdamWConfig config);
 static void fsdp_gather_full_model(void *state, float *flat);
+static int fsdp_local_rows(void *state, int t, LocalRows *rows);
 static void fsdp_free(void *state);
 
 // One all-gather for every tensor of the unit not already here. Slices are
@@ -153,7 +154,8 @@ Strategy fsdp_init(const StrategyContext *ctx) {
         .before_forward = fsdp_before_forward, .after_forward = fsdp_after_forward,
         .before_backward = fsdp_before_backward, .after_backward = fsdp_after_backward,
         .finish_grads = fsdp_finish_grads, .step = fsdp_step,
-        .gather_full_model = fsdp_gather_full_model, .free = fsdp_free,
+        .gather_full_model = fsdp_gather_full_model, .local_rows = fsdp_local_rows,
+        .free = fsdp_free,
     };
 }
 
@@ -203,6 +205,18 @@ static void fsdp_gather_full_model(void *state, float *flat) {
                        layout->tensors[t].numel * sizeof(float));
         fsdp_release_unit(s, u);
     }
+}
+
+// Rank r keeps rows [r*k, (r+1)*k) of every tensor, less the padding rows.
+static int fsdp_local_rows(void *state, int t, LocalRows *rows) {
+    FsdpState *s = state;
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    int k = fsdp_slice_rows(tensor, s->comm->world), first = s->comm->rank * k;
+    int count = first >= tensor->rows ? 0 : (first + k > tensor->rows ? tensor->rows - first : k);
+    if (count == 0) return 0;
+    size_t off = s->flat.offset[t];
+    *rows = (LocalRows){first, count, s->params + off, s->m + off, s->v + off, &s->spans[t].step, 1};
+    return 1;
 }
 
 static void fsdp_free(void *state) {

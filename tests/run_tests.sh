@@ -108,6 +108,10 @@ echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
 grep -E "^plan:|^FAIL" "$tmp/out" || true
 
+echo "== checkpoints: exact resume, resharding, faults"
+run "test_checkpoints" python3 tests/test_checkpoints.py "$BUILD" "$tmp/byte" "$MPIRUN"
+grep -E "^checkpoints:|^FAIL" "$tmp/out" || true
+
 echo "== make compare on a tiny run: plots and report"
 cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh

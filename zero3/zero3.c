@@ -43,6 +43,7 @@ static void zero3_after_backward(void *state, int unit);
 static void zero3_finish_grads(void *state);
 static void zero3_step(void *state, AdamWConfig config);
 static void zero3_gather_full_model(void *state, float *flat);
+static int zero3_local_rows(void *state, int t, LocalRows *rows);
 static void zero3_free(void *state);
 
 static int owns(const Zero3State *s, int t) { return s->owner[t] == s->comm->rank; }
@@ -124,7 +125,8 @@ Strategy zero3_init(const StrategyContext *ctx) {
         .before_forward = zero3_before_forward, .after_forward = zero3_after_forward,
         .before_backward = zero3_before_backward, .after_backward = zero3_after_backward,
         .finish_grads = zero3_finish_grads, .step = zero3_step,
-        .gather_full_model = zero3_gather_full_model, .free = zero3_free,
+        .gather_full_model = zero3_gather_full_model, .local_rows = zero3_local_rows,
+        .free = zero3_free,
     };
 }
 
@@ -169,6 +171,16 @@ static void zero3_gather_full_model(void *state, float *flat) {
                        layout->tensors[t].numel * sizeof(float));
         zero3_release_unit(s, u);
     }
+}
+
+// The owner keeps all rows of its tensors; other ranks keep none.
+static int zero3_local_rows(void *state, int t, LocalRows *rows) {
+    Zero3State *s = state;
+    if (!owns(s, t)) return 0;
+    size_t off = s->flat.offset[t];
+    *rows = (LocalRows){0, s->model->layout.tensors[t].rows, s->params + off, s->m + off, s->v + off,
+                        &s->spans[t].step, 1};
+    return 1;
 }
 
 static void zero3_free(void *state) {

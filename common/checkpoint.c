@@ -1,0 +1,411 @@
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../models/gpt2_io.h"
+#include "crc32.h"
+#include "errors.h"
+
+#define MANIFEST_NAME "manifest.txt"
+#define OPTIMIZER_MAGIC 20240401
+#define PIECE_MAX_BYTES (1u << 20)  // rows are saved in pieces of at most 1 MiB, each with its CRC
+
+// ---------------------------------------------------------------- files
+
+static void write_all(int fd, const void *data, size_t len, const char *path) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) fatal("%s: write failed: %s", path, strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static int open_for_writing(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) fatal("%s: cannot create: %s", path, strerror(errno));
+    return fd;
+}
+
+static void sync_and_close(int fd, const char *path) {
+    if (fsync(fd) != 0) fatal("%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0) fatal("%s: close failed: %s", path, strerror(errno));
+}
+
+static void sync_directory(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) fatal("%s: cannot open directory: %s", path, strerror(errno));
+    fsync(fd);
+    close(fd);
+}
+
+static void remove_tree(const char *path) {
+    DIR *dir = opendir(path);
+    if (!dir) return;
+    struct dirent *e;
+    char child[4096];
+    while ((e = readdir(dir)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            xsnprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            if (unlink(child) != 0) remove_tree(child);
+        }
+    closedir(dir);
+    rmdir(path);
+}
+
+static void make_directory(const char *path) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) fatal("%s: cannot create directory: %s", path, strerror(errno));
+}
+
+static int compare_ints(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+// Keeps the newest `keep` complete checkpoints and removes older ones, and any
+// .tmp directory a save that never finished left behind.
+static void prune(const char *dir, int keep) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int steps[4096], count = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d))) {
+        int step, used = 0;
+        if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1) continue;
+        if (strcmp(e->d_name + used, ".tmp") == 0) {
+            xsnprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            remove_tree(path);
+        } else if (e->d_name[used] == '\0' && count < 4096) {
+            steps[count++] = step;
+        }
+    }
+    closedir(d);
+    qsort(steps, (size_t)count, sizeof(int), compare_ints);
+    for (int i = 0; keep > 0 && i < count - keep; i++) {
+        xsnprintf(path, sizeof path, "%s/step_%08d", dir, steps[i]);
+        remove_tree(path);
+    }
+}
+
+// ---------------------------------------------------------------- saving
+
+typedef struct {
+    CkptPiece *items;
+    int count, capacity;
+} PieceList;
+
+static void push_piece(PieceList *list, CkptPiece piece) {
+    if (list->count == list->capacity) {
+        list->capacity = list->capacity ? 2 * list->capacity : 64;
+        CkptPiece *grown = realloc(list->items, (size_t)list->capacity * sizeof(CkptPiece));
+        if (!grown) fatal("out of memory listing checkpoint pieces");
+        list->items = grown;
+    }
+    list->items[list->count++] = piece;
+}
+
+static int rows_per_piece(const GPT2Tensor *tensor) {
+    size_t rows = PIECE_MAX_BYTES / (sizeof(float) * (size_t)tensor->cols);
+    return rows > 0 ? (int)rows : 1;
+}
+
+// Sharded layout: this rank appends its rows to rank_NNNNN.bin, piece by piece.
+static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+                         PieceList *pieces) {
+    char path[4096];
+    xsnprintf(path, sizeof path, "%s/rank_%05d.bin", tmp, comm->rank);
+    int fd = -1;
+    uint64_t offset = 0;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        LocalRows rows;
+        if (!strategy->local_rows(strategy->state, t, &rows) || !rows.writes) continue;
+        if (fd < 0) fd = open_for_writing(path);
+        size_t cols = (size_t)layout->tensors[t].cols;
+        int chunk = rows_per_piece(&layout->tensors[t]);
+        for (int r = 0; r < rows.row_count; r += chunk) {
+            int count = rows.row_count - r < chunk ? rows.row_count - r : chunk;
+            CkptPiece q = {.tensor = t, .row_begin = rows.row_begin + r, .row_count = count,
+                           .adam_step = *rows.adam_step};
+            const float *blocks[3] = {rows.params + r * cols, rows.m + r * cols, rows.v + r * cols};
+            size_t bytes = (size_t)count * cols * sizeof(float);
+            for (int k = 0; k < 3; k++) {
+                write_all(fd, blocks[k], bytes, path);
+                q.file[k] = comm->rank;  // renumbered by rank 0
+                q.offset[k] = offset;
+                q.crc[k] = crc32_update(0, blocks[k], bytes);
+                offset += bytes;
+            }
+            push_piece(pieces, q);
+        }
+    }
+    if (fd >= 0) sync_and_close(fd, path);
+}
+
+// Full layout: every tensor is assembled on rank 0 (a reduce of zero-filled
+// buffers into which each row's keeper copied it) and written into model.bin in
+// llm.c's format and optimizer.bin.
+static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+                      PieceList *pieces) {
+    char model_path[4096], optim_path[4096];
+    xsnprintf(model_path, sizeof model_path, "%s/model.bin", tmp);
+    xsnprintf(optim_path, sizeof optim_path, "%s/optimizer.bin", tmp);
+    int model_fd = -1, optim_fd = -1, root = comm->rank == 0;
+    uint64_t header_bytes = LLMC_HEADER_INTS * sizeof(int32_t), P = layout->num_params;
+    if (root) {
+        int32_t header[LLMC_HEADER_INTS] = {GPT2_CHECKPOINT_MAGIC, GPT2_CHECKPOINT_VERSION_FP32,
+                                            layout->config.max_seq_len, layout->config.vocab_size,
+                                            layout->config.num_layers, layout->config.num_heads,
+                                            layout->config.channels, layout->config.padded_vocab_size};
+        int32_t optim_header[LLMC_HEADER_INTS] = {OPTIMIZER_MAGIC, 1, (int32_t)P};
+        model_fd = open_for_writing(model_path);
+        optim_fd = open_for_writing(optim_path);
+        write_all(model_fd, header, sizeof header, model_path);
+        write_all(optim_fd, optim_header, sizeof optim_header, optim_path);
+    }
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        float *full = xcalloc(3 * tensor->numel, sizeof(float));  // params, m, v
+        LocalRows rows;
+        double step = 0;
+        if (strategy->local_rows(strategy->state, t, &rows) && rows.writes) {
+            size_t at = (size_t)rows.row_begin * tensor->cols, n = (size_t)rows.row_count * tensor->cols;
+            memcpy(full + at, rows.params, n * sizeof(float));
+            memcpy(full + tensor->numel + at, rows.m, n * sizeof(float));
+            memcpy(full + 2 * tensor->numel + at, rows.v, n * sizeof(float));
+            step = *rows.adam_step;
+        }
+        comm_reduce(comm, full, root ? full : NULL, 3 * tensor->numel, 0, COMM_SUM);
+        step = comm_metric_max(comm, step);
+        if (root) {
+            uint64_t offsets[3] = {header_bytes + tensor->offset * sizeof(float),
+                                   header_bytes + tensor->offset * sizeof(float),
+                                   header_bytes + (P + tensor->offset) * sizeof(float)};
+            int chunk = rows_per_piece(tensor);
+            for (int r = 0; r < tensor->rows; r += chunk) {
+                int count = tensor->rows - r < chunk ? tensor->rows - r : chunk;
+                size_t first = (size_t)r * tensor->cols, bytes = (size_t)count * tensor->cols * sizeof(float);
+                CkptPiece q = {.tensor = t, .row_begin = r, .row_count = count, .adam_step = (int)step,
+                               .file = {0, 1, 1}};
+                for (int k = 0; k < 3; k++) {
+                    q.offset[k] = offsets[k] + first * sizeof(float);
+                    q.crc[k] = crc32_update(0, full + k * tensor->numel + first, bytes);
+                }
+                push_piece(pieces, q);
+            }
+            if (pwrite(model_fd, full, tensor->numel * sizeof(float), (off_t)offsets[0]) < 0 ||
+                pwrite(optim_fd, full + tensor->numel, tensor->numel * sizeof(float), (off_t)offsets[1]) < 0 ||
+                pwrite(optim_fd, full + 2 * tensor->numel, tensor->numel * sizeof(float), (off_t)offsets[2]) < 0)
+                fatal("%s: write failed: %s", tmp, strerror(errno));
+        }
+        free(full);
+    }
+    if (root) {
+        sync_and_close(model_fd, model_path);
+        sync_and_close(optim_fd, optim_path);
+    }
+}
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fatal("%s: cannot stat: %s", path, strerror(errno));
+    return (uint64_t)st.st_size;
+}
+
+void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, const GPT2Layout *layout,
+                     Comm *comm, int step, uint64_t data_position, uint64_t seed) {
+    char final[4096], tmp[4096];
+    xsnprintf(final, sizeof final, "%s/step_%08d", opts->dir, step);
+    xsnprintf(tmp, sizeof tmp, "%s.tmp", final);
+    if (comm->rank == 0) {
+        make_directory(opts->dir);
+        remove_tree(tmp);
+        make_directory(tmp);
+    }
+    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone writes
+    if (opts->pause_mid_save_s > 0) usleep((useconds_t)(opts->pause_mid_save_s * 1e6));
+    PieceList mine = {0};
+    if (opts->full) save_full(tmp, strategy, layout, comm, &mine);
+    else save_sharded(tmp, strategy, layout, comm, &mine);
+    size_t *counts = NULL;
+    CkptPiece *all = comm_metric_gather(comm, mine.items, (size_t)mine.count * sizeof(CkptPiece), &counts);
+    free(mine.items);
+    if (comm->rank == 0) {
+        CkptManifest m = {.world_size = comm->world, .step = step, .data_position = data_position, .seed = seed,
+                          .config = layout->config};
+        snprintf(m.strategy, sizeof m.strategy, "%s", strategy->name);
+        size_t total = 0;
+        for (int r = 0; r < comm->world; r++) total += counts[r] / sizeof(CkptPiece);
+        m.num_pieces = (int)total;
+        m.pieces = all;
+        m.files = xcalloc((size_t)comm->world + 2, sizeof *m.files);
+        m.file_sizes = xcalloc((size_t)comm->world + 2, sizeof *m.file_sizes);
+        if (opts->full) {
+            snprintf(m.files[0], CKPT_MAX_PATH, "model.bin");
+            snprintf(m.files[1], CKPT_MAX_PATH, "optimizer.bin");
+            m.num_files = 2;
+        } else {
+            // one file per rank that wrote anything; renumber the pieces' file indices
+            int *index_of_rank = xcalloc((size_t)comm->world, sizeof(int));
+            for (int r = 0; r < comm->world; r++) {
+                int wrote = counts[r] > 0;
+                index_of_rank[r] = wrote ? m.num_files : -1;
+                if (wrote) snprintf(m.files[m.num_files++], CKPT_MAX_PATH, "rank_%05d.bin", r);
+            }
+            for (int i = 0; i < m.num_pieces; i++)
+                for (int k = 0; k < 3; k++) m.pieces[i].file[k] = index_of_rank[m.pieces[i].file[k]];
+            free(index_of_rank);
+        }
+        char path[4096];
+        for (int f = 0; f < m.num_files; f++) {
+            xsnprintf(path, sizeof path, "%s/%s", tmp, m.files[f]);
+            m.file_sizes[f] = file_size(path);
+        }
+        size_t len;
+        char *text = ckpt_manifest_text(&m, &len);
+        if (!text) fatal("out of memory writing the manifest");
+        xsnprintf(path, sizeof path, "%s/" MANIFEST_NAME, tmp);
+        int fd = open_for_writing(path);
+        write_all(fd, text, len, path);
+        sync_and_close(fd, path);
+        free(text);
+        sync_directory(tmp);
+        // commit: the rename makes the checkpoint appear whole, then `latest` moves to it
+        remove_tree(final);
+        if (rename(tmp, final) != 0) fatal("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+        char latest[4096], latest_tmp[4096];
+        xsnprintf(latest, sizeof latest, "%s/latest", opts->dir);
+        xsnprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", opts->dir);
+        fd = open_for_writing(latest_tmp);
+        char name[64];
+        int n = snprintf(name, sizeof name, "step_%08d\n", step);
+        write_all(fd, name, (size_t)n, latest_tmp);
+        sync_and_close(fd, latest_tmp);
+        if (rename(latest_tmp, latest) != 0) fatal("%s: cannot rename: %s", latest_tmp, strerror(errno));
+        sync_directory(opts->dir);
+        prune(opts->dir, opts->keep);
+        ckpt_manifest_free(&m);  // frees `all` too
+        free(counts);
+    }
+    comm_metric_max(comm, 0);  // everyone returns once the checkpoint is committed
+}
+
+// ---------------------------------------------------------------- loading
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = xfopen(path, "rb");
+    long size = xfsize(f, path);
+    char *buf = xmalloc((size_t)size + 1);
+    xfread(buf, 1, (size_t)size, f, path);
+    fclose(f);
+    *len = (size_t)size;
+    return buf;
+}
+
+// `path` is a checkpoint, or a --ckpt-dir whose `latest` names one.
+static void resolve_checkpoint_dir(const char *path, char *dir, size_t size) {
+    char probe[4096];
+    xsnprintf(probe, sizeof probe, "%s/" MANIFEST_NAME, path);
+    if (access(probe, F_OK) == 0) { xsnprintf(dir, size, "%s", path); return; }
+    xsnprintf(probe, sizeof probe, "%s/latest", path);
+    FILE *f = fopen(probe, "r");
+    if (!f) fatal("%s: no checkpoint here (neither %s nor latest)", path, MANIFEST_NAME);
+    char name[256] = "";
+    if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+    if (!ckpt_valid_file_name(name)) fatal("%s: malformed (expected a checkpoint name such as step_00000010)", probe);
+    xsnprintf(dir, size, "%s/%s", path, name);
+}
+
+static int same_config(const GPT2Config *a, const GPT2Config *b) {
+    return a->max_seq_len == b->max_seq_len && a->vocab_size == b->vocab_size && a->num_layers == b->num_layers &&
+           a->num_heads == b->num_heads && a->channels == b->channels && a->padded_vocab_size == b->padded_vocab_size;
+}
+
+// Reads one whole piece (params, m, v), checks its CRCs, and copies the rows that
+// overlap [row_begin, row_begin + row_count) into `rows`.
+static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *q, const GPT2Tensor *tensor,
+                       LocalRows *rows, FILE **open_files) {
+    size_t cols = (size_t)tensor->cols, n = (size_t)q->row_count * cols;
+    float *buf = xmalloc(n * sizeof(float));
+    float *dest[3] = {rows->params, rows->m, rows->v};
+    int first = q->row_begin > rows->row_begin ? q->row_begin : rows->row_begin;
+    int last = q->row_begin + q->row_count < rows->row_begin + rows->row_count ? q->row_begin + q->row_count
+                                                                               : rows->row_begin + rows->row_count;
+    for (int k = 0; k < 3; k++) {
+        char path[4096];
+        xsnprintf(path, sizeof path, "%s/%s", dir, m->files[q->file[k]]);
+        FILE *f = open_files[q->file[k]];
+        if (!f) f = open_files[q->file[k]] = xfopen(path, "rb");
+        if (fseeko(f, (off_t)q->offset[k], SEEK_SET) != 0 || fread(buf, sizeof(float), n, f) != n)
+            fatal("%s: truncated: rows %d..%d of %s are missing", path, q->row_begin, q->row_begin + q->row_count - 1,
+                  tensor->name);
+        if (crc32_update(0, buf, n * sizeof(float)) != q->crc[k])
+            fatal("%s: checksum mismatch in rows %d..%d of %s (%s): the file is corrupted", path, q->row_begin,
+                  q->row_begin + q->row_count - 1, tensor->name, k == 0 ? "parameters" : k == 1 ? "AdamW m" : "AdamW v");
+        memcpy(dest[k] + (size_t)(first - rows->row_begin) * cols, buf + (size_t)(first - q->row_begin) * cols,
+               (size_t)(last - first) * cols * sizeof(float));
+    }
+    free(buf);
+}
+
+void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+                     CkptManifest *m) {
+    char dir[4096], manifest_path[4200], err[256];
+    resolve_checkpoint_dir(path, dir, sizeof dir);
+    xsnprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
+    size_t len;
+    char *text = read_file(manifest_path, &len);
+    if (ckpt_manifest_parse(text, len, m, err, sizeof err) != 0) fatal("%s: %s", manifest_path, err);
+    free(text);
+    if (!same_config(&m->config, &layout->config))
+        fatal("%s: checkpoint is for L=%d NH=%d C=%d V=%d maxT=%d, but this run's model is L=%d NH=%d C=%d V=%d maxT=%d",
+              manifest_path, m->config.num_layers, m->config.num_heads, m->config.channels, m->config.vocab_size,
+              m->config.max_seq_len, layout->config.num_layers, layout->config.num_heads, layout->config.channels,
+              layout->config.vocab_size, layout->config.max_seq_len);
+    for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
+        char file_path[4200];
+        xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);
+        struct stat st;
+        if (stat(file_path, &st) != 0) fatal("%s: missing (listed in %s)", file_path, manifest_path);
+        if ((uint64_t)st.st_size != m->file_sizes[f])
+            fatal("%s: %s: %lld bytes, the manifest says %" PRIu64, file_path,
+                  (uint64_t)st.st_size < m->file_sizes[f] ? "truncated" : "wrong size", (long long)st.st_size,
+                  m->file_sizes[f]);
+    }
+    FILE **open_files = xcalloc((size_t)m->num_files, sizeof(FILE *));
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        LocalRows rows;
+        if (!strategy->local_rows(strategy->state, t, &rows)) continue;
+        long covered = 0;
+        for (int i = 0; i < m->num_pieces; i++) {
+            const CkptPiece *q = &m->pieces[i];
+            if (q->tensor != t || q->row_begin + q->row_count <= rows.row_begin ||
+                q->row_begin >= rows.row_begin + rows.row_count)
+                continue;
+            if (q->row_begin + q->row_count > tensor->rows) fatal("%s: piece of %s past its last row", manifest_path, tensor->name);
+            load_piece(dir, m, q, tensor, &rows, open_files);
+            int first = q->row_begin > rows.row_begin ? q->row_begin : rows.row_begin;
+            int last = q->row_begin + q->row_count < rows.row_begin + rows.row_count ? q->row_begin + q->row_count
+                                                                                     : rows.row_begin + rows.row_count;
+            covered += last - first;
+            *rows.adam_step = q->adam_step;
+        }
+        if (covered != rows.row_count)
+            fatal("%s: rows %d..%d of %s are not all in the checkpoint (%ld of %d found)", manifest_path,
+                  rows.row_begin, rows.row_begin + rows.row_count - 1, tensor->name, covered, rows.row_count);
+    }
+    for (int f = 0; f < m->num_files; f++)
+        if (open_files[f]) fclose(open_files[f]);
+    free(open_files);
+    (void)comm;
+}

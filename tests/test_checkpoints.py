@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Checkpoints under mpirun: exact resume, resharding across strategies and rank
+counts, and faults (a rank killed mid-save, corrupted or missing files, a NaN loss,
+SIGTERM). Usage: test_checkpoints.py BUILD_DIR DATA_DIR "MPIRUN ..." """
+import glob
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
+COMMON = ["--config", "d2", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16", "--quiet"]
+passes, failures = 0, []
+tmp = tempfile.mkdtemp(prefix="shardlab_ckpt_")
+
+
+def check(cond, what):
+    global passes
+    if cond:
+        passes += 1
+    else:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def launch(strategy, n):
+    return [f"{BUILD}/train_single"] if strategy == "single" else [*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}"]
+
+
+def train(strategy, n, *args, env=None):
+    r = subprocess.run(launch(strategy, n) + COMMON + list(args), capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, **(env or {})))
+    return r
+
+
+def losses(path):
+    return {o["step"]: o["loss"] for o in map(json.loads, open(path)) if "step" in o}
+
+
+RUNS = [("single", 1)] + [(s, n) for s in ("ddp", "zero3", "fsdp") for n in (1, 2, 3, 4) if not (s == "ddp" and n == 1)]
+
+# ---- the uninterrupted reference ----
+ref_log = f"{tmp}/ref.jsonl"
+check(train("single", 1, "--steps", "20", "--log", ref_log).returncode == 0, "reference run")
+ref = losses(ref_log)
+
+# ---- exact resume: 10 steps, save, resume for 10 more == 20 steps, bitwise ----
+for strategy, n in RUNS:
+    tag = f"{strategy}{n}"
+    whole, part = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl"
+    ck = f"{tmp}/ck_{tag}"
+    ok = train(strategy, n, "--steps", "20", "--log", whole).returncode == 0
+    ok &= train(strategy, n, "--steps", "10", "--ckpt-dir", ck, "--log", part).returncode == 0
+    r = train(strategy, n, "--steps", "20", "--resume", ck, "--log", part)
+    ok &= r.returncode == 0
+    check(ok and losses(whole) == losses(part) and len(losses(part)) == 20,
+          f"{strategy} N={n}: 10 + resumed 10 steps equal 20 steps bitwise")
+
+# ---- reshard: each checkpoint above continues in another strategy at another N ----
+def resume_matches(src, strategy, n, first_step=11):
+    log = f"{tmp}/reshard_{os.path.basename(src)}_{strategy}{n}.jsonl"
+    r = train(strategy, n, "--steps", "20", "--resume", src, "--log", log)
+    if r.returncode != 0:
+        print(r.stderr[-500:])
+        return False
+    got = losses(log)
+    return sorted(got) == list(range(first_step, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got)
+
+for k, (strategy, n) in enumerate(RUNS):
+    to_strategy, to_n = RUNS[(k + 5) % len(RUNS)]
+    check(resume_matches(f"{tmp}/ck_{strategy}{n}", to_strategy, to_n),
+          f"reshard {strategy} N={n} -> {to_strategy} N={to_n}: losses match the uninterrupted run")
+# a chain: FSDP at 4 -> ZeRO-3 at 3 -> DDP at 1
+chain = f"{tmp}/chain"
+ok = train("fsdp", 4, "--steps", "7", "--ckpt-dir", chain).returncode == 0
+ok &= train("zero3", 3, "--steps", "14", "--resume", chain, "--ckpt-dir", chain).returncode == 0
+check(ok and resume_matches(chain, "ddp", 2, 15) and resume_matches(chain, "single", 1, 15),
+      "chain FSDP@4 -> ZeRO-3@3 -> DDP@2 and single: losses match")
+
+# ---- full layout: llm.c model.bin + optimizer.bin, gathered on rank 0 ----
+full = f"{tmp}/full"
+check(train("fsdp", 3, "--steps", "10", "--ckpt-dir", full, "--save-full").returncode == 0, "FSDP@3 --save-full")
+step_dir = f"{full}/step_00000010"
+check(sorted(os.listdir(step_dir)) == ["manifest.txt", "model.bin", "optimizer.bin"], "full layout: model.bin, optimizer.bin, manifest")
+check(resume_matches(full, "zero3", 2), "full checkpoint resumes into ZeRO-3@2 with matching losses")
+r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"],
+                   capture_output=True, text=True)
+check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
+
+# ---- faults ----
+def fails_with(r, pattern, what):
+    check(r.returncode != 0 and pattern in r.stderr, f"{what}: {pattern!r} in {r.stderr.strip()[:200]!r}")
+
+def copy_ckpt(src, name):
+    dst = f"{tmp}/{name}"
+    subprocess.run(["cp", "-r", src, dst], check=True)
+    return dst
+
+base = f"{tmp}/ck_fsdp3"
+bad = copy_ckpt(base, "flip")
+shard = glob.glob(f"{bad}/step_*/rank_00001.bin")[0]
+with open(shard, "r+b") as f:
+    f.seek(1000); b = f.read(1); f.seek(1000); f.write(bytes([b[0] ^ 0x40]))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "rank_00001.bin: checksum mismatch", "a flipped byte")
+bad = copy_ckpt(base, "cut")
+shard = glob.glob(f"{bad}/step_*/rank_00002.bin")[0]
+os.truncate(shard, 5000)
+fails_with(train("ddp", 2, "--steps", "12", "--resume", bad), "rank_00002.bin: truncated", "a truncated shard")
+bad = copy_ckpt(base, "gone")
+os.remove(glob.glob(f"{bad}/step_*/rank_00000.bin")[0])
+fails_with(train("zero3", 2, "--steps", "12", "--resume", bad), "rank_00000.bin: missing", "a deleted shard")
+bad = copy_ckpt(base, "manifest")
+manifest = glob.glob(f"{bad}/step_*/manifest.txt")[0]
+text = open(manifest).read().replace("data_position", "data_pusition")
+open(manifest, "w").write(text)
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "manifest.txt: checksum mismatch", "an edited manifest")
+r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16",
+                                          "--steps", "12", "--resume", base, "--quiet"], capture_output=True, text=True)
+fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
+fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")
+
+# a NaN loss stops training and keeps the last good checkpoint
+nan = f"{tmp}/nan"
+r = train("ddp", 2, "--steps", "10", "--save-every", "3", "--ckpt-dir", nan, "--test-nan-at", "5")
+fails_with(r, "step 5: loss is nan; stopping without saving", "a NaN loss")
+check(open(f"{nan}/latest").read().strip() == "step_00000003", "after a NaN, latest is still step 3")
+check(train("ddp", 2, "--steps", "6", "--resume", nan).returncode == 0, "the checkpoint before the NaN resumes")
+
+# SIGKILL of one rank while a save is in progress: the previous checkpoint survives
+killed = f"{tmp}/killed"
+p = subprocess.Popen(launch("fsdp", 3) + COMMON + ["--steps", "10", "--save-every", "4", "--ckpt-dir", killed],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, SHARDLAB_TEST_SAVE_PAUSE_S="2"))
+deadline = time.time() + 120
+while time.time() < deadline and not os.path.isdir(f"{killed}/step_00000008.tmp"):
+    time.sleep(0.05)
+time.sleep(0.3)  # every rank is now inside the save, before writing its shard
+pids = subprocess.run(["pgrep", "-f", f"train_fsdp.*{killed}"], capture_output=True, text=True).stdout.split()
+pids = [x for x in pids if int(x) != p.pid]
+if pids:
+    os.kill(int(pids[-1]), signal.SIGKILL)
+try:
+    p.wait(timeout=60)
+    ended = True
+except subprocess.TimeoutExpired:
+    p.kill()
+    ended = False
+check(ended and p.returncode != 0, "killing a rank mid-save ends the whole job, with an error")
+check(open(f"{killed}/latest").read().strip() == "step_00000004", "after the kill, latest is still step 4")
+log = f"{tmp}/after_kill.jsonl"
+r = train("fsdp", 3, "--steps", "10", "--resume", killed, "--log", log)
+check(r.returncode == 0 and losses(log) == {s: v for s, v in losses(f"{tmp}/fsdp3_whole.jsonl").items() if 5 <= s <= 10},
+      "the previous checkpoint resumes exactly after the kill")
+
+# SIGTERM to one rank: every rank finishes the step, saves and exits cleanly
+term = f"{tmp}/term"
+p = subprocess.Popen(launch("zero3", 2) + COMMON + ["--steps", "100000", "--ckpt-dir", term, "--log", f"{tmp}/term.jsonl"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or os.path.getsize(f"{tmp}/term.jsonl") == 0):
+    time.sleep(0.05)
+pids = [x for x in subprocess.run(["pgrep", "-f", f"train_zero3.*{term}"], capture_output=True, text=True).stdout.split()
+        if int(x) != p.pid]
+if pids:
+    os.kill(int(pids[-1]), signal.SIGTERM)
+try:
+    out, err = p.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    p.kill()
+    out, err = "", "hung"
+check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop ({p.returncode}, {err.strip()[:200]!r})")
+check(os.path.exists(f"{term}/latest") and train("zero3", 2, "--steps", "3", "--resume", term).returncode == 0,
+      "SIGTERM's checkpoint is complete")
+
+print(f"checkpoints: {passes} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
