@@ -147,12 +147,14 @@ static void setup(Run *run, int argc, char **argv) {
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
+        double t0 = timer_now();
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
+        double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         run->train.position = m.data_position;
         if (run->comm.rank == 0 && !o->quiet)
-            printf("resumed from %s: step %d, written by %s on %d rank(s)\n", o->resume, m.step, m.strategy,
-                   m.world_size);
+            printf("resumed from %s in %.2f s: step %d, written by %s on %d rank(s)\n", o->resume, load_s, m.step,
+                   m.strategy, m.world_size);
         ckpt_manifest_free(&m);
     }
     if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, o->resume ? "a" : "w");
@@ -276,8 +278,12 @@ int train_main(int argc, char **argv, const char *strategy_name,
             fatal("step %d: loss is %g; stopping without saving%s%s", step, loss,
                   o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
         int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
-        if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps))
+        if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
+            double t0 = timer_now();
             checkpoint_save(&save, &run.strategy, &run.model.layout, &run.comm, step, run.train.position, o->seed);
+            if (run.comm.rank == 0 && !o->quiet)
+                printf("saved %s/step_%08d in %.2f s\n", o->ckpt_dir, step, timer_now() - t0);
+        }
         if (stop) {
             if (run.comm.rank == 0)
                 printf("stopped by a signal after step %d%s%s\n", step, o->ckpt_dir ? "; checkpoint saved in " : "",
