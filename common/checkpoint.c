@@ -13,6 +13,7 @@
 
 #include "../models/gpt2_io.h"
 #include "crc32.h"
+#include "device.h"
 #include "errors.h"
 
 #define MANIFEST_NAME "manifest.txt"
@@ -136,13 +137,16 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
                            .adam_step = *rows.adam_step};
             const float *blocks[3] = {rows.params + r * cols, rows.m + r * cols, rows.v + r * cols};
             size_t bytes = (size_t)count * cols * sizeof(float);
+            float *host = xmalloc(bytes);  // the rows may live on a GPU
             for (int k = 0; k < 3; k++) {
-                write_all(fd, blocks[k], bytes, path);
+                device_to_host(host, blocks[k], (size_t)count * cols);
+                write_all(fd, host, bytes, path);
                 q.file[k] = comm->rank;  // renumbered by rank 0
                 q.offset[k] = offset;
-                q.crc[k] = crc32_update(0, blocks[k], bytes);
+                q.crc[k] = crc32_update(0, host, bytes);
                 offset += bytes;
             }
+            free(host);
             push_piece(pieces, q);
         }
     }
@@ -170,20 +174,25 @@ static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layou
         write_all(model_fd, header, sizeof header, model_path);
         write_all(optim_fd, optim_header, sizeof optim_header, optim_path);
     }
+    MemAccount scratch = {0};  // checkpoint buffers are not training memory
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
-        float *full = xcalloc(3 * tensor->numel, sizeof(float));  // params, m, v
+        // params, m, v side by side, in device memory (collectives run on device buffers)
+        float *assembled = device_alloc(&scratch, MEM_COMM_BUFFERS, 3 * tensor->numel);
         LocalRows rows;
         double step = 0;
         if (strategy->local_rows(strategy->state, t, &rows) && rows.writes) {
             size_t at = (size_t)rows.row_begin * tensor->cols, n = (size_t)rows.row_count * tensor->cols;
-            memcpy(full + at, rows.params, n * sizeof(float));
-            memcpy(full + tensor->numel + at, rows.m, n * sizeof(float));
-            memcpy(full + 2 * tensor->numel + at, rows.v, n * sizeof(float));
+            device_copy(assembled + at, rows.params, n);
+            device_copy(assembled + tensor->numel + at, rows.m, n);
+            device_copy(assembled + 2 * tensor->numel + at, rows.v, n);
             step = *rows.adam_step;
         }
-        comm_reduce(comm, full, root ? full : NULL, 3 * tensor->numel, 0, COMM_SUM);
+        comm_reduce(comm, assembled, root ? assembled : NULL, 3 * tensor->numel, 0, COMM_SUM);
         step = comm_metric_max(comm, step);
+        float *full = root ? xmalloc(3 * tensor->numel * sizeof(float)) : NULL;
+        if (root) device_to_host(full, assembled, 3 * tensor->numel);
+        device_free(&scratch, MEM_COMM_BUFFERS, assembled, 3 * tensor->numel);
         if (root) {
             uint64_t offsets[3] = {header_bytes + tensor->offset * sizeof(float),
                                    header_bytes + tensor->offset * sizeof(float),
@@ -351,8 +360,8 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
         if (crc32_update(0, buf, n * sizeof(float)) != q->crc[k])
             fatal("%s: checksum mismatch in rows %d..%d of %s (%s): the file is corrupted", path, q->row_begin,
                   q->row_begin + q->row_count - 1, tensor->name, k == 0 ? "parameters" : k == 1 ? "AdamW m" : "AdamW v");
-        memcpy(dest[k] + (size_t)(first - rows->row_begin) * cols, buf + (size_t)(first - q->row_begin) * cols,
-               (size_t)(last - first) * cols * sizeof(float));
+        device_from_host(dest[k] + (size_t)(first - rows->row_begin) * cols, buf + (size_t)(first - q->row_begin) * cols,
+                         (size_t)(last - first) * cols);
     }
     free(buf);
 }

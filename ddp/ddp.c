@@ -16,17 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/device.h"
 #include "../common/errors.h"
-#include "../common/partition.h"
-#include "../common/strategy.h"
+#include "../common/resident.h"
 
 typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
-    FlatLayout flat;                 // every tensor whole, grouped unit by unit
-    float *params, *grads, *m, *v;   // (P) each: the full replica
-    AdamWSpan *spans;                // (num_tensors)
+    Resident resident;               // every tensor whole: the full replica
     CommHandle *pending;             // (num_units) each unit's gradient all-reduce
 } DdpState;
 
@@ -49,26 +47,17 @@ Strategy ddp_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    flat_layout_init(&s->flat, layout, count);
+    resident_init(&s->resident, layout, count, s->mem);
     free(count);
-    s->params = mem_alloc_floats(s->mem, MEM_PARAMS, s->flat.total);
-    s->grads = mem_alloc_floats(s->mem, MEM_GRADS, s->flat.total);
-    s->m = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->v = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
     s->pending = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     for (int t = 0; t < layout->num_tensors; t++) {
-        size_t off = s->flat.offset[t];
-        if (s->comm->rank == 0)
-            param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, s->params + off);
-        s->spans[t] = (AdamWSpan){s->params + off, s->grads + off, s->m + off, s->v + off,
-                                  s->flat.count[t], 0};
+        if (s->comm->rank == 0) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
         // the model reads and writes the replica directly, for good
-        model->params[t] = s->params + off;
-        model->grads[t] = s->grads + off;
+        model->params[t] = s->resident.params + s->resident.flat.offset[t];
+        model->grads[t] = s->resident.grads + s->resident.flat.offset[t];
     }
     // replicas must start identical: rank 0's copy wins
-    comm_broadcast(s->comm, s->params, s->flat.total, 0);
+    comm_broadcast(s->comm, s->resident.params, s->resident.flat.total, 0);
     return (Strategy){
         .name = "ddp", .state = s,
         .before_forward = ddp_before_forward, .after_forward = ddp_after_forward,
@@ -88,8 +77,8 @@ static void ddp_before_backward(void *state, int unit) { (void)state; (void)unit
 // after unit 0): start averaging them while the units below compute.
 static void ddp_after_backward(void *state, int unit) {
     DdpState *s = state;
-    size_t begin = s->flat.unit_begin[unit], count = s->flat.unit_end[unit] - begin;
-    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->grads + begin, count, COMM_AVG);
+    size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
+    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
 }
 
 static void ddp_finish_grads(void *state) {
@@ -99,8 +88,7 @@ static void ddp_finish_grads(void *state) {
 
 static void ddp_step(void *state, AdamWConfig config) {
     DdpState *s = state;
-    for (int t = 0; t < s->model->layout.num_tensors; t++) adamw_step_span(&s->spans[t], config);
-    memset(s->grads, 0, s->flat.total * sizeof(float));
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
 static void ddp_gather_full_model(void *state, float *flat) {
@@ -108,27 +96,19 @@ static void ddp_gather_full_model(void *state, float *flat) {
     const GPT2Layout *layout = &s->model->layout;
     if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
     for (int t = 0; t < layout->num_tensors; t++)
-        memcpy(flat + layout->tensors[t].offset, s->params + s->flat.offset[t],
-               layout->tensors[t].numel * sizeof(float));
+        device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
 }
 
 // Every replica keeps every row; rank 0 alone writes them.
 static int ddp_local_rows(void *state, int t, LocalRows *rows) {
     DdpState *s = state;
-    size_t off = s->flat.offset[t];
-    *rows = (LocalRows){0, s->model->layout.tensors[t].rows, s->params + off, s->m + off, s->v + off,
-                        &s->spans[t].step, s->comm->rank == 0};
+    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, s->comm->rank == 0);
     return 1;
 }
 
 static void ddp_free(void *state) {
     DdpState *s = state;
-    mem_free_floats(s->mem, MEM_PARAMS, s->params, s->flat.total);
-    mem_free_floats(s->mem, MEM_GRADS, s->grads, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->m, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->v, s->flat.total);
-    flat_layout_free(&s->flat);
-    free(s->spans);
+    resident_free(&s->resident, s->mem);
     free(s->pending);
     free(s);
 }

@@ -18,18 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/device.h"
 #include "../common/errors.h"
-#include "../common/partition.h"
-#include "../common/strategy.h"
+#include "../common/resident.h"
 
 typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
     int reshard_after_forward;
-    FlatLayout flat;                 // this rank's slice of every tensor, unit by unit
-    float *params, *grads, *m, *v;   // (pad(P) / N) each
-    AdamWSpan *spans;                // (num_tensors) one per slice
+    Resident resident;               // this rank's slice of every tensor
     int *gathered;                   // (num_tensors) 1 while model->params[t] is the full tensor
 } FsdpState;
 
@@ -43,39 +41,48 @@ static void fsdp_gather_full_model(void *state, float *flat);
 static int fsdp_local_rows(void *state, int t, LocalRows *rows);
 static void fsdp_free(void *state);
 
+// Rows of tensor t that hold real data in this rank's slice (the rest is padding).
+static int real_rows(const FsdpState *s, int t, int *first) {
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    int k = fsdp_slice_rows(tensor, s->comm->world);
+    *first = s->comm->rank * k;
+    return *first >= tensor->rows ? 0 : (*first + k > tensor->rows ? tensor->rows - *first : k);
+}
+
 // One all-gather for every tensor of the unit not already here. Slices are
 // packed into one send buffer; the receive buffer holds rank 0's pack, then rank
 // 1's, ...; unpacking copies slice r of tensor t to rows [r*k, (r+1)*k) of t.
 static void fsdp_gather_unit(FsdpState *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    const FlatLayout *flat = &s->resident.flat;
     int world = s->comm->world;
     size_t pack = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!s->gathered[t]) pack += s->flat.count[t];
+        if (!s->gathered[t]) pack += flat->count[t];
     }
     if (pack == 0) return;
-    float *send = mem_alloc_floats(s->mem, MEM_COMM_BUFFERS, pack);
-    float *recv = mem_alloc_floats(s->mem, MEM_COMM_BUFFERS, pack * world);
+    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
+    float *recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * world);
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->gathered[t]) continue;
-        memcpy(send + at, s->params + s->flat.offset[t], s->flat.count[t] * sizeof(float));
-        at += s->flat.count[t];
+        device_copy(send + at, s->resident.params + flat->offset[t], flat->count[t]);
+        at += flat->count[t];
     }
     comm_all_gather(s->comm, send, recv, pack * world);
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->gathered[t]) continue;
-        size_t slice = s->flat.count[t];
-        float *full = mem_alloc_floats(s->mem, MEM_PARAMS_GATHERED, slice * world);
-        for (int r = 0; r < world; r++) memcpy(full + r * slice, recv + r * pack + at, slice * sizeof(float));
+        size_t slice = flat->count[t];
+        float *full = device_alloc(s->mem, MEM_PARAMS_GATHERED, slice * world);
+        for (int r = 0; r < world; r++) device_copy(full + r * slice, recv + r * pack + at, slice);
         s->model->params[t] = full;
         s->gathered[t] = 1;
         at += slice;
     }
-    mem_free_floats(s->mem, MEM_COMM_BUFFERS, send, pack);
-    mem_free_floats(s->mem, MEM_COMM_BUFFERS, recv, pack * world);
+    device_free(s->mem, MEM_COMM_BUFFERS, send, pack);
+    device_free(s->mem, MEM_COMM_BUFFERS, recv, pack * world);
 }
 
 static void fsdp_release_unit(FsdpState *s, int unit) {
@@ -83,7 +90,7 @@ static void fsdp_release_unit(FsdpState *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->gathered[t]) continue;
-        mem_free_floats(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], s->flat.count[t] * s->comm->world);
+        device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], s->resident.flat.count[t] * s->comm->world);
         s->model->params[t] = NULL;
         s->gathered[t] = 0;
     }
@@ -94,30 +101,29 @@ static void fsdp_release_unit(FsdpState *s, int unit) {
 // (the tied wte arrives twice: from the head and from unit 0).
 static void fsdp_reduce_unit(FsdpState *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    const FlatLayout *flat = &s->resident.flat;
     int world = s->comm->world;
     size_t pack = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) pack += s->flat.count[layout->unit_tensors[unit][i]];
-    float *send = mem_alloc_floats(s->mem, MEM_COMM_BUFFERS, pack * world);
-    float *recv = mem_alloc_floats(s->mem, MEM_COMM_BUFFERS, pack);
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) pack += flat->count[layout->unit_tensors[unit][i]];
+    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * world);
+    float *recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        size_t slice = s->flat.count[t];
-        for (int r = 0; r < world; r++)
-            memcpy(send + r * pack + at, s->model->grads[t] + r * slice, slice * sizeof(float));
+        size_t slice = flat->count[t];
+        for (int r = 0; r < world; r++) device_copy(send + r * pack + at, s->model->grads[t] + r * slice, slice);
         at += slice;
     }
     comm_reduce_scatter(s->comm, send, recv, pack * world, COMM_AVG);
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        size_t slice = s->flat.count[t];
-        float *mine = s->grads + s->flat.offset[t];
-        for (size_t k = 0; k < slice; k++) mine[k] += recv[at + k];
-        mem_free_floats(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], slice * world);
+        size_t slice = flat->count[t];
+        device_add(s->resident.grads + flat->offset[t], recv + at, slice);
+        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], slice * world);
         s->model->grads[t] = NULL;
         at += slice;
     }
-    mem_free_floats(s->mem, MEM_COMM_BUFFERS, send, pack * world);
-    mem_free_floats(s->mem, MEM_COMM_BUFFERS, recv, pack);
+    device_free(s->mem, MEM_COMM_BUFFERS, send, pack * world);
+    device_free(s->mem, MEM_COMM_BUFFERS, recv, pack);
 }
 
 Strategy fsdp_init(const StrategyContext *ctx) {
@@ -130,24 +136,13 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->reshard_after_forward = ctx->reshard_after_forward;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);
-    flat_layout_init(&s->flat, layout, count);
+    resident_init(&s->resident, layout, count, s->mem);
     free(count);
-    s->params = mem_alloc_floats(s->mem, MEM_PARAMS, s->flat.total);
-    s->grads = mem_alloc_floats(s->mem, MEM_GRADS, s->flat.total);
-    s->m = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->v = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
     s->gathered = xcalloc((size_t)layout->num_tensors, sizeof(int));
     for (int t = 0; t < layout->num_tensors; t++) {
-        size_t off = s->flat.offset[t];
-        const GPT2Tensor *tensor = &layout->tensors[t];
         // each rank makes its own rows; rows past the end (padding) stay zero
-        int k = fsdp_slice_rows(tensor, s->comm->world);
-        int first = s->comm->rank * k;
-        int rows = first >= tensor->rows ? 0 : (first + k > tensor->rows ? tensor->rows - first : k);
-        if (rows > 0) param_source_rows(&ctx->source, layout, t, first, rows, s->params + off);
-        s->spans[t] = (AdamWSpan){s->params + off, s->grads + off, s->m + off, s->v + off,
-                                  s->flat.count[t], 0};
+        int first, rows = real_rows(s, t, &first);
+        if (rows > 0) resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
     }
     return (Strategy){
         .name = "fsdp", .state = s,
@@ -174,7 +169,7 @@ static void fsdp_before_backward(void *state, int unit) {
     fsdp_gather_unit(s, unit);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        s->model->grads[t] = mem_alloc_floats(s->mem, MEM_GRADS_GATHERED, s->flat.count[t] * s->comm->world);
+        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, s->resident.flat.count[t] * s->comm->world);
     }
 }
 
@@ -188,8 +183,7 @@ static void fsdp_finish_grads(void *state) { (void)state; }
 
 static void fsdp_step(void *state, AdamWConfig config) {
     FsdpState *s = state;
-    for (int t = 0; t < s->model->layout.num_tensors; t++) adamw_step_span(&s->spans[t], config);
-    memset(s->grads, 0, s->flat.total * sizeof(float));
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
 // Unit by unit: gather, let rank 0 copy what is at home in the unit (without
@@ -201,8 +195,7 @@ static void fsdp_gather_full_model(void *state, float *flat) {
         fsdp_gather_unit(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                memcpy(flat + layout->tensors[t].offset, s->model->params[t],
-                       layout->tensors[t].numel * sizeof(float));
+                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
         fsdp_release_unit(s, u);
     }
 }
@@ -210,23 +203,15 @@ static void fsdp_gather_full_model(void *state, float *flat) {
 // Rank r keeps rows [r*k, (r+1)*k) of every tensor, less the padding rows.
 static int fsdp_local_rows(void *state, int t, LocalRows *rows) {
     FsdpState *s = state;
-    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
-    int k = fsdp_slice_rows(tensor, s->comm->world), first = s->comm->rank * k;
-    int count = first >= tensor->rows ? 0 : (first + k > tensor->rows ? tensor->rows - first : k);
+    int first, count = real_rows(s, t, &first);
     if (count == 0) return 0;
-    size_t off = s->flat.offset[t];
-    *rows = (LocalRows){first, count, s->params + off, s->m + off, s->v + off, &s->spans[t].step, 1};
+    *rows = resident_rows(&s->resident, t, first, count, 1);
     return 1;
 }
 
 static void fsdp_free(void *state) {
     FsdpState *s = state;
-    mem_free_floats(s->mem, MEM_PARAMS, s->params, s->flat.total);
-    mem_free_floats(s->mem, MEM_GRADS, s->grads, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->m, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->v, s->flat.total);
-    flat_layout_free(&s->flat);
-    free(s->spans);
+    resident_free(&s->resident, s->mem);
     free(s->gathered);
     free(s);
 }

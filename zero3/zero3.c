@@ -21,18 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/device.h"
 #include "../common/errors.h"
-#include "../common/partition.h"
-#include "../common/strategy.h"
+#include "../common/resident.h"
 
 typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
     int *owner;                      // (num_tensors) the rank that holds tensor t
-    FlatLayout flat;                 // the tensors this rank owns, whole, unit by unit
-    float *params, *grads, *m, *v;   // (owned elements) each
-    AdamWSpan *spans;                // (num_tensors) empty for tensors owned elsewhere
+    Resident resident;               // the tensors this rank owns, whole
     int *gathered;                   // (num_tensors) 1 while model->params[t] is usable
 } Zero3State;
 
@@ -55,7 +53,7 @@ static void zero3_gather_unit(Zero3State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->gathered[t]) continue;
-        if (!owns(s, t)) s->model->params[t] = mem_alloc_floats(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
+        if (!owns(s, t)) s->model->params[t] = device_alloc(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
         comm_broadcast(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
         s->gathered[t] = 1;
     }
@@ -67,7 +65,7 @@ static void zero3_release_unit(Zero3State *s, int unit) {
         int t = layout->unit_tensors[unit][i];
         if (!s->gathered[t]) continue;
         if (!owns(s, t)) {
-            mem_free_floats(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
+            device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
             s->model->params[t] = NULL;
         }
         s->gathered[t] = 0;
@@ -83,11 +81,8 @@ static void zero3_reduce_unit(Zero3State *s, int unit) {
         size_t numel = layout->tensors[t].numel;
         float *local = s->model->grads[t];
         comm_reduce(s->comm, local, owns(s, t) ? local : NULL, numel, s->owner[t], COMM_AVG);
-        if (owns(s, t)) {
-            float *resident = s->grads + s->flat.offset[t];
-            for (size_t k = 0; k < numel; k++) resident[k] += local[k];
-        }
-        mem_free_floats(s->mem, MEM_GRADS_GATHERED, local, numel);
+        if (owns(s, t)) device_add(s->resident.grads + s->resident.flat.offset[t], local, numel);
+        device_free(s->mem, MEM_GRADS_GATHERED, local, numel);
         s->model->grads[t] = NULL;
     }
 }
@@ -103,22 +98,14 @@ Strategy zero3_init(const StrategyContext *ctx) {
     zero3_partition(layout, s->comm->world, s->owner);
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
-    flat_layout_init(&s->flat, layout, count);
+    resident_init(&s->resident, layout, count, s->mem);
     free(count);
-    s->params = mem_alloc_floats(s->mem, MEM_PARAMS, s->flat.total);
-    s->grads = mem_alloc_floats(s->mem, MEM_GRADS, s->flat.total);
-    s->m = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->v = mem_alloc_floats(s->mem, MEM_OPTIM, s->flat.total);
-    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
     s->gathered = xcalloc((size_t)layout->num_tensors, sizeof(int));
     for (int t = 0; t < layout->num_tensors; t++) {
-        size_t off = s->flat.offset[t];
         if (!owns(s, t)) continue;
         // each owner makes its own tensors: no initial communication
-        param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, s->params + off);
-        s->spans[t] = (AdamWSpan){s->params + off, s->grads + off, s->m + off, s->v + off,
-                                  s->flat.count[t], 0};
-        model->params[t] = s->params + off;
+        resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
+        model->params[t] = s->resident.params + s->resident.flat.offset[t];
     }
     return (Strategy){
         .name = "zero3", .state = s,
@@ -140,7 +127,7 @@ static void zero3_before_backward(void *state, int unit) {
     zero3_gather_unit(s, unit);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        s->model->grads[t] = mem_alloc_floats(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
     }
 }
 
@@ -154,9 +141,7 @@ static void zero3_finish_grads(void *state) { (void)state; }
 
 static void zero3_step(void *state, AdamWConfig config) {
     Zero3State *s = state;
-    for (int t = 0; t < s->model->layout.num_tensors; t++)
-        if (owns(s, t)) adamw_step_span(&s->spans[t], config);
-    memset(s->grads, 0, s->flat.total * sizeof(float));
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
 // Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
@@ -167,8 +152,7 @@ static void zero3_gather_full_model(void *state, float *flat) {
         zero3_gather_unit(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                memcpy(flat + layout->tensors[t].offset, s->model->params[t],
-                       layout->tensors[t].numel * sizeof(float));
+                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
         zero3_release_unit(s, u);
     }
 }
@@ -177,21 +161,14 @@ static void zero3_gather_full_model(void *state, float *flat) {
 static int zero3_local_rows(void *state, int t, LocalRows *rows) {
     Zero3State *s = state;
     if (!owns(s, t)) return 0;
-    size_t off = s->flat.offset[t];
-    *rows = (LocalRows){0, s->model->layout.tensors[t].rows, s->params + off, s->m + off, s->v + off,
-                        &s->spans[t].step, 1};
+    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, 1);
     return 1;
 }
 
 static void zero3_free(void *state) {
     Zero3State *s = state;
-    mem_free_floats(s->mem, MEM_PARAMS, s->params, s->flat.total);
-    mem_free_floats(s->mem, MEM_GRADS, s->grads, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->m, s->flat.total);
-    mem_free_floats(s->mem, MEM_OPTIM, s->v, s->flat.total);
-    flat_layout_free(&s->flat);
+    resident_free(&s->resident, s->mem);
     free(s->owner);
-    free(s->spans);
     free(s->gathered);
     free(s);
 }

@@ -1,0 +1,45 @@
+// device.h: where training buffers live and the few operations the strategies
+// do on them. The CPU build (device_cpu.c) keeps everything in host memory; the
+// CUDA build (device_cuda.cu) keeps parameters, gradients, optimizer state and
+// activations in GPU memory and runs these operations as kernels on the compute
+// stream. Strategies use only these calls, so the same strategy code runs on both.
+#ifndef SHARDLAB_DEVICE_H
+#define SHARDLAB_DEVICE_H
+
+#include <stddef.h>
+
+#include "memory.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// "cpu" or "cuda".
+const char *device_name(void);
+// Picks the GPU for this process (CUDA build; local_rank modulo the GPU count).
+void device_init(int local_rank);
+// Number of GPUs visible (0 in the CPU build).
+int device_count(void);
+
+// A zero-filled buffer of `count` floats, counted under `category`.
+float *device_alloc(MemAccount *acct, MemCategory category, size_t count);
+void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count);
+
+void device_copy(float *dst, const float *src, size_t count);   // device to device
+void device_zero(float *ptr, size_t count);
+void device_add(float *dst, const float *src, size_t count);    // dst += src
+void device_to_host(float *host, const float *src, size_t count);
+void device_from_host(float *dst, const float *host, size_t count);
+// One AdamW step of a span whose buffers are device memory.
+void device_adamw(AdamWSpan *span, AdamWConfig config);
+// Waits for all queued device work (the CPU build has none).
+void device_synchronize(void);
+// Bytes of device memory in use at the peak, as the driver saw it (0 on the CPU).
+size_t device_peak_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

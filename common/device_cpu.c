@@ -1,0 +1,29 @@
+// device_cpu.c: the CPU build's device: host memory and plain loops.
+#include <string.h>
+
+#include "device.h"
+
+const char *device_name(void) { return "cpu"; }
+void device_init(int local_rank) { (void)local_rank; }
+int device_count(void) { return 0; }
+
+float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
+    return mem_alloc_floats(acct, category, count);
+}
+
+void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+    mem_free_floats(acct, category, ptr, count);
+}
+
+void device_copy(float *dst, const float *src, size_t count) { memcpy(dst, src, count * sizeof(float)); }
+void device_zero(float *ptr, size_t count) { memset(ptr, 0, count * sizeof(float)); }
+
+void device_add(float *dst, const float *src, size_t count) {
+    for (size_t i = 0; i < count; i++) dst[i] += src[i];
+}
+
+void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
+void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
+void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+void device_synchronize(void) {}
+size_t device_peak_bytes(void) { return 0; }
