@@ -10,21 +10,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+
+from testlib import Checks
 import time
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 COMMON = ["--config", "d2", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16", "--quiet"]
-passes, failures = 0, []
 tmp = tempfile.mkdtemp(prefix="shardlab_ckpt_")
 
 
-def check(cond, what):
-    global passes
-    if cond:
-        passes += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+CHECKS = Checks("checkpoints")
+check = CHECKS.check
 
 
 def launch(strategy, n):
@@ -174,5 +170,4 @@ check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop 
 check(os.path.exists(f"{term}/latest") and train("zero3", 2, "--steps", "3", "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
 
-print(f"checkpoints: {passes} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+CHECKS.finish()

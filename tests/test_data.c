@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "../common/data.h"
+#include "check_main.h"
 
 static char shard_path[64];
 
@@ -105,9 +106,5 @@ int main(void) {
     tcase_add_exit_test(tc, test_batch_not_divisible_by_ranks_is_rejected, 1);
     tcase_add_exit_test(tc, test_missing_file_is_rejected, 1);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../models/gpt2_io.h"
+#include "check_main.h"
 
 static GPT2Config odd_config(void) {
     GPT2Config c = {.max_seq_len = 13, .vocab_size = 101, .padded_vocab_size = 128, .num_layers = 3,
@@ -138,9 +139,5 @@ int main(void) {
     tcase_add_exit_test(tc, test_header_size_mismatch, 1);
     tcase_add_exit_test(tc, test_inconsistent_config, 1);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../models/gpt2_ops.h"
+#include "check_main.h"
 
 static double frand(unsigned *state) {
     *state = *state * 1664525u + 1013904223u;
@@ -204,9 +205,5 @@ int main(void) {
     tcase_add_test(tc, test_encoder_backward);
     tcase_add_test(tc, test_crossentropy_backward);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

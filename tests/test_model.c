@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../models/gpt2.h"
+#include "check_main.h"
 
 typedef struct {
     MemAccount mem;
@@ -157,9 +158,5 @@ int main(void) {
     tcase_add_exit_test(tc, test_token_out_of_vocab_is_rejected, 1);
     tcase_add_test(tc, test_presets);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

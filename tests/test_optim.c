@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "../common/optim.h"
+#include "check_main.h"
 
 START_TEST(test_adamw_first_step_by_hand) {
     // step 1: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2, so the update is
@@ -80,9 +81,5 @@ int main(void) {
     tcase_add_test(tc, test_sharded_update_equals_whole);
     tcase_add_test(tc, test_sgd);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

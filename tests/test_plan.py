@@ -10,19 +10,15 @@ import subprocess
 import sys
 import tempfile
 
+from testlib import Checks
+
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
 EXACT = {"params", "grads", "optim"}
-passes, failures = 0, []
 
 
-def check(cond, what):
-    global passes
-    if cond:
-        passes += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+CHECKS = Checks("plan")
+check = CHECKS.check
 
 
 tmp = tempfile.mkdtemp(prefix="shardlab_plan_")
@@ -51,5 +47,4 @@ for n in (1, 2, 3, 4):
                 check(ok, f"{strategy} N={n} rank {rank['rank']} {cat}: measured {got}, planned {want[k]}")
             got = rank["peak_bytes"]
             check(abs(got - want[-1]) <= 0.05 * want[-1], f"{strategy} N={n} rank {rank['rank']} peak: measured {got}, planned {want[-1]}")
-print(f"plan: {passes} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+CHECKS.finish()

@@ -20,20 +20,16 @@ import subprocess
 import sys
 import tempfile
 
+from testlib import Checks
+
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 L, NH, C, V, MAXT = 2, 2, 38, 101, 37
 VP = 128
 BATCH, SEQ, STEPS = 12, 16, 20
-failures, passes = [], 0
 
 
-def check(cond, what):
-    global passes
-    if cond:
-        passes += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+CHECKS = Checks("strategies")
+check = CHECKS.check
 
 
 # ---- the model's tensors, in llm.c order, with their home unit ----
@@ -214,9 +210,8 @@ def main():
                 want = traffic.get(op, [0, 0, 0, 0])
                 got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
                 check(got == want, f"{tag} rank {r}: {op} calls/elements/sent/recv {got} == {want}")
-    print(f"strategies: {passes} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    CHECKS.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

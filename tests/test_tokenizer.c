@@ -7,6 +7,7 @@
 
 #include "../common/json.h"
 #include "../common/tokenizer.h"
+#include "check_main.h"
 
 static Tokenizer gpt2;
 
@@ -117,9 +118,5 @@ int main(void) {
     tcase_add_test(plain, test_byte_tokenizer);
     tcase_add_exit_test(plain, test_missing_vocab_dir, 1);
     suite_add_tcase(s, plain);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

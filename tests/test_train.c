@@ -4,6 +4,7 @@
 
 #include "../common/optim.h"
 #include "../models/gpt2.h"
+#include "check_main.h"
 
 START_TEST(test_fifty_steps_lower_the_loss) {
     GPT2Config c = {.max_seq_len = 16, .vocab_size = 13, .padded_vocab_size = 16, .num_layers = 2,
@@ -46,9 +47,5 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_fifty_steps_lower_the_loss);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }
