@@ -308,16 +308,6 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 
 // ---------------------------------------------------------------- loading
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = xfopen(path, "rb");
-    long size = xfsize(f, path);
-    char *buf = xmalloc((size_t)size + 1);
-    xfread(buf, 1, (size_t)size, f, path);
-    fclose(f);
-    *len = (size_t)size;
-    return buf;
-}
-
 // `path` is a checkpoint, or a --ckpt-dir whose `latest` names one.
 static void resolve_checkpoint_dir(const char *path, char *dir, size_t size) {
     char probe[4096];
@@ -372,7 +362,7 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
     resolve_checkpoint_dir(path, dir, sizeof dir);
     xsnprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
     size_t len;
-    char *text = read_file(manifest_path, &len);
+    char *text = xread_file(manifest_path, &len);
     if (ckpt_manifest_parse(text, len, m, err, sizeof err) != 0) fatal("%s: %s", manifest_path, err);
     free(text);
     if (!same_config(&m->config, &layout->config))

@@ -68,6 +68,17 @@ void xfclose(FILE *f, const char *path) {
     if (fclose(f) != 0) fatal("%s: close failed: %s", path, strerror(errno));
 }
 
+char *xread_file(const char *path, size_t *len) {
+    FILE *f = xfopen(path, "rb");
+    long size = xfsize(f, path);
+    char *buf = xmalloc((size_t)size + 1);
+    xfread(buf, 1, (size_t)size, f, path);
+    fclose(f);
+    buf[size] = '\0';
+    *len = (size_t)size;
+    return buf;
+}
+
 long xfsize(FILE *f, const char *path) {
     long here = ftell(f);
     if (here < 0 || fseek(f, 0, SEEK_END) != 0) fatal("%s: cannot seek", path);

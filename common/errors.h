@@ -20,6 +20,8 @@ FILE *xfopen(const char *path, const char *mode);
 void xfread(void *dst, size_t size, size_t count, FILE *f, const char *path);
 void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *path);
 void xfclose(FILE *f, const char *path);
+// The whole file, NUL-terminated (malloc'ed); *len excludes the NUL.
+char *xread_file(const char *path, size_t *len);
 // Size of an open file in bytes.
 long xfsize(FILE *f, const char *path);
 

@@ -95,20 +95,9 @@ static void init_byte_to_char(Tokenizer *tok) {
     }
 }
 
-static char *read_whole_file(const char *path, size_t *len) {
-    FILE *f = xfopen(path, "rb");
-    long size = xfsize(f, path);
-    char *buf = xmalloc((size_t)size + 1);
-    xfread(buf, 1, (size_t)size, f, path);
-    fclose(f);
-    buf[size] = '\0';
-    *len = (size_t)size;
-    return buf;
-}
-
 static void load_encoder(Tokenizer *tok, const char *path) {
     size_t len;
-    char *text = read_whole_file(path, &len);
+    char *text = xread_file(path, &len);
     JsonCursor cur = {text, text + len};
     strmap_init(&tok->encoder, 60000);
     int max_id = -1;
@@ -134,7 +123,7 @@ static void load_encoder(Tokenizer *tok, const char *path) {
 
 static void load_merges(Tokenizer *tok, const char *path) {
     size_t len;
-    char *text = read_whole_file(path, &len);
+    char *text = xread_file(path, &len);
     strmap_init(&tok->merge_ranks, 60000);
     int rank = 0;
     char *line = text;

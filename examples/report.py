@@ -78,6 +78,23 @@ def gnuplot(script, out_dir, name, width=900, height=520):
             fail(f"gnuplot failed on {name}: {r.stderr.strip()}")
 
 
+def stacked_bars(tsv, columns, palette, title, ylabel, xlabel, out_dir, name):
+    """Stacked bars, one bar per row of `tsv`, one colour per column."""
+    series = ", ".join(f"'{tsv}' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
+                       for k, c in enumerate(columns))
+    gnuplot(f"""set title "{title}"
+set ylabel "{ylabel}"
+set xlabel "{xlabel}"
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.9 border -1
+set boxwidth 0.8
+set key outside right top
+set grid ytics
+set xtics rotate by -45 font ',8'
+plot {series}""", out_dir, name, 1000, 540)
+
+
 def write_tsv(path, header, rows):
     with open(path, "w") as f:
         f.write("# " + "\t".join(header) + "\n")
@@ -134,20 +151,8 @@ plot {lines}""", plots, "loss")
     rows.pop()
     write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
     palette = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]
-    series = ", ".join(f"'' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
-                       for k, c in enumerate(CATEGORIES))
-    gnuplot(f"""set title "Memory per rank by category (peak of each category)"
-set ylabel "MB (million bytes)"
-set style data histograms
-set style histogram rowstacked
-set style fill solid 0.9 border -1
-set boxwidth 0.8
-set key outside right top
-set grid ytics
-set xtics rotate by -45 font ',8'
-set xlabel "run and rank"
-plot '{data}/memory.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{CATEGORIES[0]}', {series.split(', ', 1)[1]}""",
-            plots, "memory_by_category", 1000, 560)
+    stacked_bars(f"{data}/memory.tsv", CATEGORIES, palette, "Memory per rank by category (peak of each category)",
+                 "MB (million bytes)", "run and rank", plots, "memory_by_category")
 
     # ---- accounted peak vs OS peak RSS ----
     rows = []
@@ -190,19 +195,8 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}"] + [r["comm_last_step"][c]["bytes_sent"] / MB for c in COLLECTIVES])
     write_tsv(f"{data}/comm.tsv", ["run"] + COLLECTIVES, rows)
-    series = ", ".join(f"'' using {k + 2} lc rgb '{palette[k]}' title '{c}'" for k, c in enumerate(COLLECTIVES[1:], 1))
-    gnuplot(f"""set title "Bytes each rank sends in one training step, by collective (ring model)"
-set ylabel "MB sent per step"
-set style data histograms
-set style histogram rowstacked
-set style fill solid 0.9 border -1
-set boxwidth 0.8
-set key outside right top
-set grid ytics
-set xtics rotate by -45 font ',8'
-set xlabel "strategy and rank"
-plot '{data}/comm.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{COLLECTIVES[0]}', {series}""",
-            plots, "comm_per_step", 1000, 520)
+    stacked_bars(f"{data}/comm.tsv", COLLECTIVES, palette, "Bytes each rank sends in one training step, by collective (ring model)",
+                 "MB sent per step", "strategy and rank", plots, "comm_per_step")
 
     # ---- step time split ----
     rows = []
@@ -213,18 +207,8 @@ plot '{data}/comm.tsv' using 2:xtic(1) lc rgb '{palette[0]}' title '{COLLECTIVES
             rows.append([f"{s}-r{r['rank']}", 1e3 * t["compute_s"] / steps, 1e3 * t["comm_wait_s"] / steps,
                          1e3 * t["optim_s"] / steps])
     write_tsv(f"{data}/time.tsv", ["run", "compute_ms", "comm_wait_ms", "optim_ms"], rows)
-    gnuplot(f"""set title "Where a step's time goes, per rank (mean over steps)"
-set ylabel "ms per step"
-set style data histograms
-set style histogram rowstacked
-set style fill solid 0.9 border -1
-set boxwidth 0.8
-set key outside right top
-set grid ytics
-set xtics rotate by -45 font ',8'
-set xlabel "run and rank"
-plot '{data}/time.tsv' using 2:xtic(1) lc rgb '#2ca02c' title 'compute', '' using 3 lc rgb '#d62728' title 'communication wait', \\
-     '' using 4 lc rgb '#9467bd' title 'optimizer'""", plots, "step_time", 1000, 520)
+    stacked_bars(f"{data}/time.tsv", ["compute", "communication wait", "optimizer"], ["#2ca02c", "#d62728", "#9467bd"],
+                 "Where a step's time goes, per rank (mean over steps)", "ms per step", "run and rank", plots, "step_time")
 
     # ---- planner: memory per rank vs number of ranks ----
     rows_per_rank = cfg["batch"] // world
