@@ -16,17 +16,65 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
                libopenblas-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
 
-LIB_SRCS = $(filter-out common/comm_nccl_stub.c,$(wildcard common/*.c)) common/comm_nccl_stub.c \
-           models/gpt2.c models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
-LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+# Sources shared by the CPU and the CUDA build, and those of each build alone.
+CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
+CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c)) models/gpt2.c models/gpt2_ops.c \
+            models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
+CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
+CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
 PROGRAMS = prepare tokenize init_model plan llmc_check train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
-TEST_SRCS = $(filter-out tests/test_layers.c,$(wildcard tests/test_*.c))
+TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c,$(wildcard tests/test_*.c))
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
 
-.PHONY: all deps test test-asan bench compare fuzz clean
-all: $(PROGRAM_BINS) $(TEST_BINS)
+# The CUDA build (build/cuda/): built whenever nvcc is found (CUDA_HOME, by
+# default /usr/local/cuda; NCCL from NCCL_HOME, by default the same). It compiles
+# on a machine without a GPU; running it needs one. GPU=0 skips it.
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+GPU       ?= $(if $(wildcard $(NVCC)),1,0)
+# -arch for the local GPU when nvidia-smi can tell, else Ampere and Hopper
+GPU_CC   := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d .)
+comma    := ,
+GENCODE   = $(if $(GPU_CC),-gencode arch=compute_$(GPU_CC)$(comma)code=sm_$(GPU_CC),\
+            -gencode arch=compute_80$(comma)code=sm_80 -gencode arch=compute_90$(comma)code=sm_90)
+NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 \
+            -lcublas -lcudart -lnccl -lstdc++
+CUDA_BUILD = $(BUILD)/cuda
+CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_model
+CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu
+
+.PHONY: all gpu deps test test-asan test-gpu bench bench-gpu compare fuzz clean
+all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
+gpu: $(CUDA_BINS)
+
+$(CUDA_BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(CUDA_BUILD)/libshardlab_cuda.a: $(CORE_OBJS) $(CUDA_SRCS:%.cu=$(CUDA_BUILD)/obj/%.o)
+	ar rcs $@ $^
+
+$(CUDA_BUILD)/%: $(BUILD)/obj/examples/%.o $(CUDA_BUILD)/libshardlab_cuda.a
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+
+$(CUDA_BUILD)/bench_gpu: $(CUDA_BUILD)/obj/examples/bench_gpu.o $(CUDA_BUILD)/libshardlab_cuda.a
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+
+$(CUDA_BUILD)/test_gpu: $(BUILD)/obj/tests/test_gpu.o $(CUDA_BUILD)/libshardlab_cuda.a
+	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+# On a machine with a GPU: every kernel against the CPU, llmc_check on the GPU,
+# and the strategy tests with GPU ranks (NCCL at 1 rank, 4 ranks sharing the GPU).
+test-gpu: gpu
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_gpu_tests.sh
+
+bench-gpu: gpu
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash examples/bench_gpu.sh
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -67,7 +115,7 @@ test: all
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	$(MAKE) BUILD=build-asan GPU=0 OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # Fuzz the checkpoint manifest and token shard readers with libFuzzer (clang) for
 # FUZZ_SECONDS each, starting from the corpora in tests/fuzz/.

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm_nccl.h"
+#include "device.h"
 #include "errors.h"
 #include "timer.h"
 
@@ -39,6 +40,7 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     MPI_Comm node;
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &comm->local_rank));
+    MPI_CHECK(MPI_Comm_size(node, &comm->local_size));
     MPI_CHECK(MPI_Comm_free(&node));
     const char *debug = getenv("SHARDLAB_COMM_DEBUG");
     comm->debug_checks = debug && strcmp(debug, "0") != 0;
@@ -51,9 +53,42 @@ void comm_finalize(Comm *comm) {
     comm->started_mpi = 0;
 }
 
-void comm_use_nccl(Comm *comm) {
+void comm_use_device_buffers(Comm *comm, int gpus_on_node) {
+    if (comm->local_size > gpus_on_node) {
+        comm->staged = 1;
+        if (comm->rank == 0)
+            printf("comm: %d ranks share %d GPU(s) on a node: collectives run on MPI, staged through pinned "
+                   "host memory (NCCL needs a GPU per rank)\n", comm->local_size, gpus_on_node);
+        return;
+    }
     comm_nccl_init(comm);
     comm->backend = COMM_BACKEND_NCCL;
+    if (comm->rank == 0) printf("comm: NCCL, one GPU per rank\n");
+}
+
+// Staged MPI: copy the device input to a pinned host buffer, run MPI there, and
+// copy the result back in comm_wait. *send and *recv are redirected to the host
+// copies; in-place collectives (send == recv) share one.
+static void stage(Comm *comm, CommHandle *h, const float **send, size_t send_count, float **recv,
+                  size_t recv_count) {
+    if (!comm->staged) return;
+    int in_place = *send == *recv;
+    h->staged_send = device_host_alloc(send_count);
+    if (*send) device_to_host(h->staged_send, *send, send_count);
+    h->staged_recv = in_place ? h->staged_send : (*recv ? device_host_alloc(recv_count) : NULL);
+    h->device_recv = *recv;
+    h->staged_recv_count = *recv ? recv_count : 0;
+    if (h->result) h->result = h->staged_recv;
+    *send = h->staged_send;
+    *recv = h->staged_recv;
+}
+
+static void unstage(CommHandle *h) {
+    if (!h->staged_send) return;
+    if (h->device_recv) device_from_host(h->device_recv, h->staged_recv, h->staged_recv_count);
+    if (h->staged_recv != h->staged_send) device_host_free(h->staged_recv);
+    device_host_free(h->staged_send);
+    h->staged_send = h->staged_recv = h->device_recv = NULL;
 }
 
 void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uint64_t *sent,
@@ -133,6 +168,8 @@ CommHandle comm_all_reduce_start(Comm *comm, float *buf, size_t count, CommReduc
     count_call(comm, COMM_ALL_REDUCE, count, 0);
     CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, 0);
+    const float *in = buf;
+    stage(comm, &h, &in, count, &buf, count);
     h.request = new_mpi_request();
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, h.request));
     return h;
@@ -144,6 +181,7 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const float *send, float *recv,
     size_t part = count / (size_t)comm->world;
     CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
+    stage(comm, &h, &send, count, &recv, part);
     h.request = new_mpi_request();
     MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, h.request));
     return h;
@@ -155,6 +193,7 @@ CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, siz
     size_t part = count / (size_t)comm->world;
     CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
+    stage(comm, &h, &send, part, &recv, count);
     h.request = new_mpi_request();
     MPI_CHECK(MPI_Iallgather(send, (int)part, MPI_FLOAT, recv, (int)part, MPI_FLOAT, MPI_COMM_WORLD, h.request));
     return h;
@@ -165,6 +204,8 @@ CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root) 
     count_call(comm, COMM_BROADCAST, count, root);
     CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, root);
+    const float *in = buf;
+    stage(comm, &h, &in, count, &buf, count);
     h.request = new_mpi_request();
     MPI_CHECK(MPI_Ibcast(buf, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD, h.request));
     return h;
@@ -176,6 +217,7 @@ CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t 
     count_call(comm, COMM_REDUCE, count, root);
     CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, root);
+    stage(comm, &h, &send, count, &recv, count);
     h.request = new_mpi_request();
     // the root may reduce in place (send == recv), which MPI spells MPI_IN_PLACE
     const void *source = is_root && send == recv ? MPI_IN_PLACE : send;
@@ -194,6 +236,7 @@ void comm_wait(Comm *comm, CommHandle *h) {
         // MPI has no average: sum, then divide by the number of ranks.
         float scale = 1.0f / (float)comm->world;
         for (size_t i = 0; i < h->result_count; i++) h->result[i] *= scale;
+        unstage(h);
     }
     h->request = NULL;
     h->active = 0;

@@ -23,6 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_REDUCE,
     COMM_BARRIER, COMM_NUM_OPS
@@ -48,7 +52,9 @@ typedef struct CommNccl CommNccl;
 typedef struct {
     int rank, world;
     int local_rank;      // rank among the ranks on this node (picks the GPU)
+    int local_size;      // ranks on this node
     CommBackend backend;
+    int staged;          // MPI on device buffers: copy through pinned host memory
     int debug_checks;    // verify arguments agree across ranks before each call
     CommStats stats;
     CommNccl *nccl;      // NCCL state, GPU build only
@@ -63,6 +69,10 @@ typedef struct {
     float *result;        // where the average must be applied on completion
     size_t result_count;  // 0: nothing to divide on this rank
     void *request;        // backend request (MPI_Request or a CUDA event)
+    float *staged_send;   // staged MPI: host copies of the buffers, and where the
+    float *staged_recv;   // result goes back to on the device
+    float *device_recv;
+    size_t staged_recv_count;
 } CommHandle;
 
 extern const char *const comm_op_names[COMM_NUM_OPS];
@@ -71,8 +81,10 @@ extern const char *const comm_op_names[COMM_NUM_OPS];
 // debug_checks also turns on with the environment variable SHARDLAB_COMM_DEBUG=1.
 void comm_init(Comm *comm, int *argc, char ***argv);
 void comm_finalize(Comm *comm);
-// Moves collectives to NCCL (device buffers); GPU build only.
-void comm_use_nccl(Comm *comm);
+// Collectives will get device buffers (CUDA build): NCCL when every rank on the
+// node has a GPU of its own, else MPI staged through pinned host memory (NCCL
+// refuses two ranks on one GPU). Says which on rank 0.
+void comm_use_device_buffers(Comm *comm, int gpus_on_node);
 
 // In place: every rank ends with the sum (or average) over ranks of buf.
 void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op);
@@ -112,5 +124,9 @@ CommStats comm_stats_diff(const CommStats *after, const CommStats *before);
 // formulas above (used by the counters and by the tests and the planner).
 void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uint64_t *sent,
                      uint64_t *recv);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -33,6 +33,9 @@ void device_to_host(float *host, const float *src, size_t count);
 void device_from_host(float *dst, const float *host, size_t count);
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
+// Host memory for staging device buffers through MPI (pinned in the CUDA build).
+float *device_host_alloc(size_t count);
+void device_host_free(float *ptr);
 // Waits for all queued device work (the CPU build has none).
 void device_synchronize(void);
 // Bytes of device memory in use at the peak, as the driver saw it (0 on the CPU).

@@ -1,7 +1,9 @@
 // device_cpu.c: the CPU build's device: host memory and plain loops.
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
+#include "errors.h"
 
 const char *device_name(void) { return "cpu"; }
 void device_init(int local_rank) { (void)local_rank; }
@@ -25,5 +27,7 @@ void device_add(float *dst, const float *src, size_t count) {
 void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
 void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+float *device_host_alloc(size_t count) { return xcalloc(count, sizeof(float)); }
+void device_host_free(float *ptr) { free(ptr); }
 void device_synchronize(void) {}
 size_t device_peak_bytes(void) { return 0; }

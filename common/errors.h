@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Prints "shardlab: <message>" to stderr and exits with status 1.
 void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Like fatal, with the source location in front (used by the CHECK macros).
@@ -30,5 +34,9 @@ void xsnprintf(char *out, size_t size, const char *fmt, ...) __attribute__((form
 
 #define CHECK(cond, ...) \
     do { if (!(cond)) fatal_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

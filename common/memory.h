@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     MEM_PARAMS,           // resident parameters: full replica, owned tensors or slices
     MEM_PARAMS_GATHERED,  // temporary full copies of parameters owned elsewhere
@@ -35,5 +39,9 @@ void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes);
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes);
 // Peak resident set size of this process as reported by the OS, in bytes.
 size_t mem_rss_peak_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

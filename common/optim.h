@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr;
     float beta1;
@@ -34,5 +38,9 @@ void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);
 
 // Plain SGD: params -= lr * grads.
 void sgd_update(float *params, const float *grads, size_t count, float lr);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

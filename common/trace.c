@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "errors.h"
 #include "timer.h"
 
@@ -20,10 +21,17 @@ void trace_free(Trace *trace) {
     memset(trace, 0, sizeof *trace);
 }
 
-double trace_begin(const Trace *trace) { return trace && trace->enabled ? timer_now() : 0.0; }
+// On a GPU the host only queues work; tracing waits for it so that the times
+// are the GPU's (which costs the overlap a timeline would otherwise show).
+double trace_begin(const Trace *trace) {
+    if (!trace || !trace->enabled) return 0.0;
+    device_synchronize();
+    return timer_now();
+}
 
 void trace_end(Trace *trace, double begin, const char *category, const char *fmt, ...) {
     if (!trace || !trace->enabled) return;
+    device_synchronize();
     if (trace->count == trace->capacity) {
         trace->capacity = trace->capacity ? 2 * trace->capacity : 256;
         TraceEvent *grown = realloc(trace->events, trace->capacity * sizeof(TraceEvent));

@@ -17,6 +17,7 @@
 #include "../models/gpt2_io.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "device.h"
 #include "errors.h"
 #include "options.h"
 #include "timer.h"
@@ -40,6 +41,7 @@ void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, 
 typedef struct {
     MemAccount mem;
     size_t rss_peak_bytes;
+    size_t device_peak_bytes;  // the GPU allocator's high-water mark (0 on the CPU)
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
     double compute_s, comm_wait_s, optim_s;
@@ -159,8 +161,8 @@ static void setup(Run *run, int argc, char **argv) {
     }
     if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, o->resume ? "a" : "w");
     if (run->comm.rank == 0 && !o->quiet)
-        printf("%s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
-               run->strategy_name, world, config.num_layers, config.channels, config.num_heads,
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
+               run->strategy_name, device_name(), world, config.num_layers, config.channels, config.num_heads,
                config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
 }
 
@@ -204,6 +206,7 @@ static void write_counter(FILE *f, const CommStats *stats) {
 static void write_summary(Run *run, double tokens_per_s) {
     run->summary.mem = run->mem;
     run->summary.rss_peak_bytes = mem_rss_peak_bytes();
+    run->summary.device_peak_bytes = device_peak_bytes();
     run->summary.comm_total = run->comm.stats;
     size_t *counts = NULL;
     RankSummary *all = comm_metric_gather(&run->comm, &run->summary, sizeof run->summary, &counts);
@@ -212,13 +215,13 @@ static void write_summary(Run *run, double tokens_per_s) {
     if (!run->log) { free(all); return; }
     const GPT2Config *c = &run->model.layout.config;
     FILE *f = run->log;
-    fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"world_size\": %d, \"config\": "
+    fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"device\": \"%s\", \"world_size\": %d, \"config\": "
                "{\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"reshard_after_forward\": %d, "
                "\"preset\": \"%s\", \"model\": \"%s\"}, "
                "\"tokens_per_s\": %.1f, \"ranks\": [",
-            run->strategy_name, run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+            run->strategy_name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.reshard_after_forward, run->opts.config_name ? run->opts.config_name : "",
@@ -229,8 +232,8 @@ static void write_summary(Run *run, double tokens_per_s) {
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
             fprintf(f, "%s\"%s\": {\"current\": %zu, \"peak\": %zu}", k ? ", " : "",
                     mem_category_names[k], s->mem.current[k], s->mem.peak[k]);
-        fprintf(f, "}, \"peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"comm\": ", s->mem.total_peak,
-                s->rss_peak_bytes);
+        fprintf(f, "}, \"peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"device_peak_bytes\": %zu, \"comm\": ",
+                s->mem.total_peak, s->rss_peak_bytes, s->device_peak_bytes);
         write_counter(f, &s->comm_total);
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);
@@ -259,6 +262,10 @@ int train_main(int argc, char **argv, const char *strategy_name,
     run.strategy_name = strategy_name;
     run.strategy_init = strategy_init;
     comm_init(&run.comm, &argc, &argv);
+    if (strcmp(device_name(), "cuda") == 0) {  // the CUDA build: one GPU per rank, or ranks sharing one
+        device_init(run.comm.local_rank);
+        comm_use_device_buffers(&run.comm, device_count());
+    }
     setup(&run, argc, argv);
     const TrainOptions *o = &run.opts;
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;

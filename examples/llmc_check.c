@@ -3,11 +3,13 @@
 // one forward and backward, and prints the largest difference per tensor.
 //   build/llmc_check MODEL.bin DEBUG_STATE.bin
 // Exits 1 when any element differs by more than 1e-4 + 1e-3 * |expected|.
+// The CUDA build (build/cuda/llmc_check) runs the same check on the GPU.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/device.h"
 #include "../common/errors.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"
@@ -37,13 +39,16 @@ int main(int argc, char **argv) {
     GPT2DebugState state;
     gpt2_debug_state_read(argv[2], &layout, &state);
 
+    device_init(0);
     MemAccount mem = {0};
     GPT2 model;
     gpt2_init(&model, config, state.B, state.T, &mem);
-    float *params = mem_alloc_floats(&mem, MEM_PARAMS, layout.num_params);
-    float *grads = mem_alloc_floats(&mem, MEM_GRADS, layout.num_params);
+    float *params = device_alloc(&mem, MEM_PARAMS, layout.num_params);
+    float *grads = device_alloc(&mem, MEM_GRADS, layout.num_params);
+    float *host = xmalloc(layout.num_params * sizeof(float));
     for (int t = 0; t < layout.num_tensors; t++)
-        gpt2_checkpoint_read_rows(argv[1], &layout, t, 0, layout.tensors[t].rows, params + layout.tensors[t].offset);
+        gpt2_checkpoint_read_rows(argv[1], &layout, t, 0, layout.tensors[t].rows, host + layout.tensors[t].offset);
+    device_from_host(params, host, layout.num_params);
     gpt2_point_into_flat(&layout, params, model.params);
     gpt2_point_into_flat(&layout, grads, model.grads);
 
@@ -51,7 +56,10 @@ int main(int argc, char **argv) {
     for (int u = 0; u < layout.num_units; u++) gpt2_forward_unit(&model, u);
     int V = config.vocab_size, Vp = config.padded_vocab_size;
     size_t bad = 0, total_bad = 0;
-    double d = compare(model.acts.logits, state.logits, (size_t)state.B * state.T * V, Vp, V, V, &bad);
+    float *logits = xmalloc((size_t)state.B * state.T * Vp * sizeof(float));
+    device_to_host(logits, model.acts.logits, (size_t)state.B * state.T * Vp);
+    double d = compare(logits, state.logits, (size_t)state.B * state.T * V, Vp, V, V, &bad);
+    free(logits);
     printf("%-10s max abs diff %.3e %s\n", "logits", d, bad ? "FAIL" : "ok");
     total_bad += bad;
     bad = 0;
@@ -60,6 +68,7 @@ int main(int argc, char **argv) {
     total_bad += bad;
 
     for (int u = layout.num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
+    device_to_host(host, grads, layout.num_params);
     // one line per llm.c tensor (per-layer tensors sit side by side in the file)
     for (int t = 0; t < layout.num_tensors; t++) {
         const GPT2Tensor *first = &layout.tensors[t];
@@ -67,12 +76,13 @@ int main(int argc, char **argv) {
         size_t count = first->layer == 0 ? first->numel * (size_t)config.num_layers : first->numel;
         const char *name = first->layer == 0 ? strchr(first->name, '.') + 1 : first->name;
         bad = 0;
-        d = compare(grads + first->offset, state.grads + first->offset, count, 0, 0, count, &bad);
+        d = compare(host + first->offset, state.grads + first->offset, count, 0, 0, count, &bad);
         printf("d%-9s max abs diff %.3e %s\n", name, d, bad ? "FAIL" : "ok");
         total_bad += bad;
     }
-    mem_free_floats(&mem, MEM_PARAMS, params, layout.num_params);
-    mem_free_floats(&mem, MEM_GRADS, grads, layout.num_params);
+    free(host);
+    device_free(&mem, MEM_PARAMS, params, layout.num_params);
+    device_free(&mem, MEM_GRADS, grads, layout.num_params);
     gpt2_free(&model, &mem);
     gpt2_debug_state_free(&state);
     gpt2_layout_free(&layout);

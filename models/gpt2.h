@@ -19,6 +19,10 @@
 
 #include "../common/memory.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int max_seq_len;        // maxT
     int vocab_size;         // V
@@ -95,7 +99,7 @@ typedef struct {
     float *datty;       // (B,T,C)
     float *dfch_gelu;   // (B,T,4C)
     float *dfch;        // (B,T,4C)
-    float *att_scratch; // (2,T,T)
+    float *att_scratch; // (B,NH,T,T) attention backward (the CPU uses 2 T*T of it)
 } GPT2Activations;
 
 typedef struct {
@@ -106,8 +110,9 @@ typedef struct {
     GPT2Activations acts;
     float *acts_memory;
     size_t num_acts;
-    const int *inputs;         // (B,T) token ids
-    const int *targets;        // (B,T) next-token ids
+    int *batch;                // (2,B,T) the model's copy of inputs and targets, on its device
+    const int *inputs;         // (B,T) token ids (points into batch)
+    const int *targets;        // (B,T) next-token ids (points into batch), or NULL
     float mean_loss;           // mean of losses over this rank's B*T tokens
 } GPT2;
 
@@ -135,7 +140,8 @@ size_t gpt2_num_activations(const GPT2Config *config, int B, int T);
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);
 
-// inputs, targets: (B,T); targets may be NULL (no loss). Ids are checked < V.
+// Copies a host batch to the model's device. inputs, targets: (B,T); targets
+// may be NULL (no loss). Ids are checked < V.
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);
@@ -143,5 +149,9 @@ void gpt2_backward_unit(GPT2 *model, int unit);
 // Model FLOPs of one forward + backward over B*T tokens: 6 * matmul params *
 // tokens plus the attention products (used for GFLOP/s and MFU).
 double gpt2_flops_per_step(const GPT2Config *config, int B, int T);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

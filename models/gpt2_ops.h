@@ -12,6 +12,10 @@
 #ifndef SHARDLAB_GPT2_OPS_H
 #define SHARDLAB_GPT2_OPS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #ifdef SHARDLAB_REAL_DOUBLE
 typedef double real_t;
 #else
@@ -64,5 +68,9 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
 // dlogits (it is the first and only contribution).
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
                                    real_t dloss, int B, int T, int V, int Vp);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

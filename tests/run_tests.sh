@@ -100,6 +100,10 @@ cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
 fails "trainer: wrong magic" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/train_single" --model "$tmp/notmodel.bin" --data "$tmp/byte"
 fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$BUILD/llmc_check" "$ref/model.bin" "$ref/model.bin"
 
+if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
+    fails "CUDA build without a GPU" "no GPU is visible" "$BUILD/cuda/train_single" --config d2 --vocab 256 --data "$tmp/byte"
+fi
+
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 grep -E "^strategies:|^FAIL" "$tmp/out" || true

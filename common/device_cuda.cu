@@ -1,0 +1,132 @@
+// device_cuda.cu: the CUDA build's device. Buffers come from CUDA's
+// stream-ordered allocator (cudaMallocAsync on the compute stream), so
+// allocating and freeing gathered buffers inside a step never synchronizes the
+// GPU. All work goes to the legacy default stream, the "compute stream"; NCCL
+// runs on a stream of its own (comm_nccl.cu) and is ordered with events.
+//
+// One process drives one GPU, so the cuBLAS handle and the selected device are
+// per-process state kept here, created once by device_init.
+#include <stdio.h>
+
+#include "cuda_check.h"
+#include "device.h"
+#include "device_cuda.h"
+
+static cublasHandle_t cublas_handle;  // created by device_init, one per process
+static int cuda_device = -1;
+
+extern "C" const char *device_name(void) { return "cuda"; }
+
+extern "C" int device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+    return count;
+}
+
+extern "C" void device_init(int local_rank) {
+    int count = device_count();
+    if (count == 0) fatal("this is the CUDA build, but no GPU is visible (use the CPU build in build/)");
+    cuda_device = local_rank % count;
+    CUDA_CHECK(cudaSetDevice(cuda_device));
+    CUBLAS_CHECK(cublasCreate(&cublas_handle));
+    // fp32 mode: cuBLAS may use TF32 tensor cores unless NVIDIA_TF32_OVERRIDE=0
+    CUBLAS_CHECK(cublasSetMathMode(cublas_handle, CUBLAS_TF32_TENSOR_OP_MATH));
+    // keep freed memory in the pool instead of returning it at every sync
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
+    uint64_t keep_all = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+}
+
+cublasHandle_t device_cublas(void) {
+    CHECK(cuda_device >= 0, "device_init was not called");
+    return cublas_handle;
+}
+
+extern "C" float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
+    float *ptr = NULL;
+    size_t bytes = (count ? count : 1) * sizeof(float);
+    CUDA_CHECK(cudaMallocAsync((void **)&ptr, bytes, 0));
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0));
+    mem_account_add(acct, category, count * sizeof(float));
+    return ptr;
+}
+
+extern "C" void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+    if (!ptr) return;
+    mem_account_sub(acct, category, count * sizeof(float));
+    CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
+}
+
+extern "C" void device_copy(float *dst, const float *src, size_t count) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+}
+
+extern "C" void device_zero(float *ptr, size_t count) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, count * sizeof(float), 0)); }
+
+__global__ static void add_kernel(float *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] += src[i];
+}
+
+extern "C" void device_add(float *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    add_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_to_host(float *host, const float *src, size_t count) {
+    CUDA_CHECK(cudaMemcpy(host, src, count * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+extern "C" void device_from_host(float *dst, const float *host, size_t count) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// AdamW, fused: one pass reads g, m, v, p and writes m, v, p (common/optim.c is
+// the same arithmetic on the CPU).
+__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t count,
+                                    float lr, float beta1, float beta2, float eps, float weight_decay,
+                                    float beta1_correction, float beta2_correction) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float g = grads[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float m_hat = mi / beta1_correction, v_hat = vi / beta2_correction;
+    params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
+}
+
+extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
+    span->step++;
+    if (span->count == 0) return;
+    float beta1_correction = 1.0f - powf(c.beta1, (float)span->step);
+    float beta2_correction = 1.0f - powf(c.beta2, (float)span->step);
+    adamw_kernel<<<device_blocks(span->count, 256), 256>>>(span->params, span->grads, span->m, span->v, span->count,
+                                                            c.lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                                            beta1_correction, beta2_correction);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+extern "C" size_t device_peak_bytes(void) {
+    if (cuda_device < 0) return 0;
+    cudaMemPool_t pool;
+    uint64_t high = 0;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
+    return (size_t)high;
+}
+
+extern "C" float *device_host_alloc(size_t count) {
+    float *ptr = NULL;
+    CUDA_CHECK(cudaMallocHost((void **)&ptr, (count ? count : 1) * sizeof(float)));
+    return ptr;
+}
+
+extern "C" void device_host_free(float *ptr) {
+    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+}

@@ -1,0 +1,109 @@
+// bench_gpu: the GPU path's speed on this GPU, measured against this GPU.
+//   1. the peak matrix-multiply rate cuBLAS reaches here (8192^3), in bf16
+//      (fp32 accumulate) and in fp32 with TF32 tensor cores;
+//   2. one rank training GPT-2 (fp32 parameters, TF32 products): tokens/s and
+//      MFU = model FLOPs per second / each measured peak.
+//   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cuda_check.h"
+#include "../common/device.h"
+#include "../common/device_cuda.h"
+#include "../models/gpt2.h"
+
+static double time_gemms(cudaDataType_t type, cublasComputeType_t compute, int n, int reps) {
+    size_t bytes = (size_t)n * n * (type == CUDA_R_16BF ? 2 : 4);
+    void *a, *b, *c;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    CUDA_CHECK(cudaMalloc(&b, bytes));
+    CUDA_CHECK(cudaMalloc(&c, (size_t)n * n * 4));
+    CUDA_CHECK(cudaMemset(a, 0, bytes));
+    CUDA_CHECK(cudaMemset(b, 0, bytes));
+    const float one = 1.0f, zero = 0.0f;
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i <= reps; i++) {
+        if (i == 1) CUDA_CHECK(cudaEventRecord(start, 0));  // the first call warms up
+        CUBLAS_CHECK(cublasGemmEx(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, type, n, b, type, n,
+                                  &zero, c, CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT));
+    }
+    CUDA_CHECK(cudaEventRecord(stop, 0));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    CUDA_CHECK(cudaFree(c));
+    return 2.0 * n * (double)n * n * reps / (ms / 1e3) / 1e12;
+}
+
+int main(int argc, char **argv) {
+    const char *config_name = "d12";
+    int B = 16, T = 1024, steps = 10;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--config") == 0) config_name = argv[i + 1];
+        else if (strcmp(argv[i], "--batch") == 0) B = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--seq") == 0) T = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+        else fatal("unknown flag '%s' (usage: bench_gpu [--config dN] [--batch B] [--seq T] [--steps S])", argv[i]);
+    }
+    if (B <= 0 || T <= 0 || steps <= 0) fatal("--batch, --seq and --steps must be positive integers");
+    device_init(0);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    double bf16_peak = time_gemms(CUDA_R_16BF, CUBLAS_COMPUTE_32F, 8192, 20);
+    double tf32_peak = time_gemms(CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 8192, 20);
+    printf("%s: cuBLAS 8192^3: bf16 %.1f TFLOP/s, tf32 %.1f TFLOP/s\n", prop.name, bf16_peak, tf32_peak);
+
+    GPT2Config config;
+    if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
+    MemAccount mem = {0};
+    GPT2 model;
+    gpt2_init(&model, config, B, T, &mem);
+    const GPT2Layout *layout = &model.layout;
+    size_t P = layout->num_params;
+    float *params = device_alloc(&mem, MEM_PARAMS, P), *grads = device_alloc(&mem, MEM_GRADS, P);
+    AdamWSpan span = {params, grads, device_alloc(&mem, MEM_OPTIM, P), device_alloc(&mem, MEM_OPTIM, P), P, 0};
+    float *host = (float *)xmalloc(P * sizeof(float));
+    for (int t = 0; t < layout->num_tensors; t++)
+        gpt2_init_rows(layout, t, 1, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
+    device_from_host(params, host, P);
+    free(host);
+    gpt2_point_into_flat(layout, params, model.params);
+    gpt2_point_into_flat(layout, grads, model.grads);
+    int *tokens = (int *)xmalloc((size_t)B * (T + 1) * sizeof(int));
+    for (int i = 0; i < B * (T + 1); i++) tokens[i] = (i * 7919) % config.vocab_size;
+    int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) targets[b * T + t] = tokens[b * (T + 1) + t + 1];
+    gpt2_set_batch(&model, tokens, targets);
+
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    AdamWConfig adamw = adamw_default_config(1e-4f);
+    float ms_total = 0;
+    for (int step = 0; step <= steps; step++) {  // step 0 warms up
+        CUDA_CHECK(cudaEventRecord(start, 0));
+        for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
+        for (int u = layout->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
+        device_adamw(&span, adamw);
+        device_zero(grads, P);
+        CUDA_CHECK(cudaEventRecord(stop, 0));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (step > 0) ms_total += ms;
+    }
+    double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T);
+    printf("%s B=%d T=%d, fp32 parameters, tf32 products: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model, "
+           "MFU %.1f%% of the bf16 peak, %.1f%% of the tf32 peak; device peak %.2f GB (accounted %.2f GB)\n",
+           config_name, B, T, 1e3 * step_s, B * T / step_s, flops / step_s / 1e12, 100 * flops / step_s / 1e12 / bf16_peak,
+           100 * flops / step_s / 1e12 / tf32_peak, device_peak_bytes() / 1e9, mem.total_peak / 1e9);
+    return 0;
+}

@@ -1,0 +1,129 @@
+// gpt2_cpu.c: the forward and backward of each unit on the CPU, composed from
+// the layers in gpt2_ops.c. gpt2_cuda.cu is the same on a GPU.
+#include <string.h>
+
+#include "../common/errors.h"
+#include "gpt2.h"
+#include "gpt2_ops.h"
+
+// The parameter (or gradient) of `kind` in block `l` through the pointer table.
+#define P(kind, l) model->params[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define G(kind, l) model->grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+
+static void block_forward(GPT2 *model, int l) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2Activations *a = &model->acts;
+    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;  // (B,T,C) block input
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *att = a->att + (size_t)l * B * NH * T * T, *attproj = a->attproj + l * BTC;
+    float *residual2 = a->residual2 + l * BTC, *ln2 = a->ln2 + l * BTC;
+    float *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
+    float *fcproj = a->fcproj + l * BTC, *residual3 = a->residual3 + l * BTC;
+
+    layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, P(GPT2_LN1W, l),
+                      P(GPT2_LN1B, l), B, T, C);
+    matmul_forward(qkv, ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
+    attention_forward(atty, att, qkv, B, T, C, NH);
+    matmul_forward(attproj, atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
+    residual_forward(residual2, residual, attproj, (int)BTC);
+    layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, P(GPT2_LN2W, l),
+                      P(GPT2_LN2B, l), B, T, C);
+    matmul_forward(fch, ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
+    gelu_forward(fch_gelu, fch, (int)(4 * BTC));
+    matmul_forward(fcproj, fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
+    residual_forward(residual3, residual2, fcproj, (int)BTC);
+}
+
+// a->dresidual holds d(residual3) on entry and d(block input) on return: the
+// residual additions pass the gradient through, the layernorms add to it.
+static void block_backward(GPT2 *model, int l) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2Activations *a = &model->acts;
+    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * BTC;
+    float *ln2 = a->ln2 + l * BTC, *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
+
+    memset(a->dfch_gelu, 0, 4 * BTC * sizeof(float));
+    memset(a->dfch, 0, 4 * BTC * sizeof(float));
+    memset(a->dln, 0, BTC * sizeof(float));
+    matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, fch_gelu,
+                    P(GPT2_FCPROJW, l), B, T, 4 * C, C);
+    gelu_backward(a->dfch, fch, a->dfch_gelu, (int)(4 * BTC));
+    matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, ln2, P(GPT2_FCW, l), B, T, C,
+                    4 * C);
+    layernorm_backward(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, residual2,
+                       P(GPT2_LN2W, l), a->ln2_mean + l * BT, a->ln2_rstd + l * BT, B, T, C);
+
+    memset(a->datty, 0, BTC * sizeof(float));
+    memset(a->dqkv, 0, 3 * BTC * sizeof(float));
+    memset(a->dln, 0, BTC * sizeof(float));
+    matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, atty,
+                    P(GPT2_ATTPROJW, l), B, T, C, C);
+    attention_backward(a->dqkv, a->datty, qkv, att, a->att_scratch, B, T, C, NH);
+    matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, ln1, P(GPT2_QKVW, l), B, T,
+                    C, 3 * C);
+    layernorm_backward(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, residual,
+                       P(GPT2_LN1W, l), a->ln1_mean + l * BT, a->ln1_rstd + l * BT, B, T, C);
+}
+
+static void head_forward(GPT2 *model) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
+    GPT2Activations *a = &model->acts;
+    float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0),
+                      B, T, C);
+    matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size);
+    if (!model->targets) return;
+    softmax_crossentropy_forward(a->losses, a->probs, a->logits, model->targets, B, T,
+                                 c->vocab_size, c->padded_vocab_size);
+    double sum = 0;
+    for (int i = 0; i < B * T; i++) sum += a->losses[i];
+    model->mean_loss = (float)(sum / (B * T));
+}
+
+static void head_backward(GPT2 *model) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
+    GPT2Activations *a = &model->acts;
+    float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
+    CHECK(model->targets, "backward needs targets");
+    float dloss = 1.0f / (float)(B * T);  // the loss is the mean over this rank's tokens
+    softmax_crossentropy_backward(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
+                                  c->padded_vocab_size);
+    memset(a->dln, 0, (size_t)B * T * C * sizeof(float));
+    memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
+    matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
+                    c->padded_vocab_size);
+    layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,
+                       P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C);
+}
+
+void gpt2_forward_unit(GPT2 *model, int unit) {
+    const GPT2Config *c = &model->layout.config;
+    CHECK(model->inputs, "forward before gpt2_set_batch");
+    if (unit == 0)
+        encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B,
+                        model->T, c->channels);
+    else if (unit <= c->num_layers)
+        block_forward(model, unit - 1);
+    else
+        head_forward(model);
+}
+
+void gpt2_backward_unit(GPT2 *model, int unit) {
+    const GPT2Config *c = &model->layout.config;
+    if (unit == 0)
+        encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
+                         model->B, model->T, c->channels);
+    else if (unit <= c->num_layers)
+        block_backward(model, unit - 1);
+    else
+        head_backward(model);
+}
+

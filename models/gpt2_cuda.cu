@@ -1,0 +1,131 @@
+// gpt2_cuda.cu: the forward and backward of each unit on a GPU, the same steps
+// as gpt2_cpu.c with the layers of gpt2_cuda_ops.cu, two of them fused
+// (bias + GELU, residual + layernorm). Every buffer is device memory; the
+// attention borrows backward scratch buffers that are free at that moment.
+#include <stdlib.h>
+
+#include "../common/cuda_check.h"
+#include "../common/device.h"
+#include "gpt2.h"
+#include "gpt2_cuda_ops.h"
+
+#define P(kind, l) model->params[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define G(kind, l) model->grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+
+static void block_forward(GPT2 *model, int l) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2Activations *a = &model->acts;
+    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;  // (B,T,C) block input
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *att = a->att + (size_t)l * B * NH * T * T, *attproj = a->attproj + l * BTC;
+    float *residual2 = a->residual2 + l * BTC, *ln2 = a->ln2 + l * BTC;
+    float *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
+    float *fcproj = a->fcproj + l * BTC, *residual3 = a->residual3 + l * BTC;
+
+    layernorm_forward_cuda(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, P(GPT2_LN1W, l),
+                           P(GPT2_LN1B, l), B, T, C);
+    matmul_forward_cuda(qkv, ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
+    // scratch: dfch_gelu (4BTC) is free during the forward pass
+    attention_forward_cuda(atty, att, qkv, a->dfch_gelu, B, T, C, NH);
+    matmul_forward_cuda(attproj, atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
+    residual_layernorm_forward_cuda(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual, attproj,
+                                    P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C);
+    matmul_bias_gelu_forward_cuda(fch, fch_gelu, ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
+    matmul_forward_cuda(fcproj, fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
+    residual_forward_cuda(residual3, residual2, fcproj, (int)BTC);
+}
+
+// a->dresidual holds d(residual3) on entry and d(block input) on return.
+static void block_backward(GPT2 *model, int l) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2Activations *a = &model->acts;
+    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * BTC;
+    float *ln2 = a->ln2 + l * BTC, *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
+
+    device_zero(a->dfch_gelu, 4 * BTC);
+    device_zero(a->dfch, 4 * BTC);
+    device_zero(a->dln, BTC);
+    matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, fch_gelu,
+                         P(GPT2_FCPROJW, l), B, T, 4 * C, C);
+    gelu_backward_cuda(a->dfch, fch, a->dfch_gelu, (int)(4 * BTC));
+    matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, ln2, P(GPT2_FCW, l), B, T, C, 4 * C);
+    layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, residual2, P(GPT2_LN2W, l),
+                            a->ln2_mean + l * BT, a->ln2_rstd + l * BT, B, T, C);
+
+    device_zero(a->datty, BTC);
+    device_zero(a->dqkv, 3 * BTC);
+    device_zero(a->dln, BTC);
+    matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, atty,
+                         P(GPT2_ATTPROJW, l), B, T, C, C);
+    // the MLP's gradient buffers are done with: they serve as the attention's scratch
+    attention_backward_cuda(a->dqkv, a->datty, qkv, att, a->dfch_gelu, a->dfch, a->att_scratch, B, T, C, NH);
+    matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, ln1, P(GPT2_QKVW, l), B, T, C, 3 * C);
+    layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, residual, P(GPT2_LN1W, l),
+                            a->ln1_mean + l * BT, a->ln1_rstd + l * BT, B, T, C);
+}
+
+static void head_forward(GPT2 *model) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
+    GPT2Activations *a = &model->acts;
+    float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
+    layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, residual, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C);
+    matmul_forward_cuda(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size);
+    if (!model->targets) return;
+    softmax_crossentropy_forward_cuda(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
+                                      c->padded_vocab_size);
+    // the mean loss is the one number the host needs each step
+    size_t n = (size_t)B * T;
+    float *losses = (float *)xmalloc(n * sizeof(float));
+    device_to_host(losses, a->losses, n);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += losses[i];
+    free(losses);
+    model->mean_loss = (float)(sum / (double)n);
+}
+
+static void head_backward(GPT2 *model) {
+    const GPT2Config *c = &model->layout.config;
+    int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
+    GPT2Activations *a = &model->acts;
+    float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
+    CHECK(model->targets, "backward needs targets");
+    float dloss = 1.0f / (float)(B * T);
+    softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
+                                       c->padded_vocab_size);
+    device_zero(a->dln, (size_t)B * T * C);
+    device_zero(a->dresidual, (size_t)B * T * C);
+    matmul_backward_cuda(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
+                         c->padded_vocab_size);
+    layernorm_backward_cuda(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual, P(GPT2_LNFW, 0),
+                            a->lnf_mean, a->lnf_rstd, B, T, C);
+}
+
+extern "C" void gpt2_forward_unit(GPT2 *model, int unit) {
+    const GPT2Config *c = &model->layout.config;
+    CHECK(model->inputs, "forward before gpt2_set_batch");
+    if (unit == 0)
+        encoder_forward_cuda(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B, model->T,
+                             c->channels);
+    else if (unit <= c->num_layers)
+        block_forward(model, unit - 1);
+    else
+        head_forward(model);
+}
+
+extern "C" void gpt2_backward_unit(GPT2 *model, int unit) {
+    const GPT2Config *c = &model->layout.config;
+    if (unit == 0)
+        encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs, model->B,
+                              model->T, c->channels);
+    else if (unit <= c->num_layers)
+        block_backward(model, unit - 1);
+    else
+        head_backward(model);
+}

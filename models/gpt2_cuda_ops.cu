@@ -1,0 +1,431 @@
+// gpt2_cuda_ops.cu: GPT-2's layers on a GPU. Row-wise layers (layernorm,
+// softmax) give each row to one warp of 32 threads, which reduce with shuffles;
+// element-wise layers give each element a thread. cuBLAS is column-major, so a
+// row-major (rows, cols) matrix is its (cols, rows) transpose: see matmul below.
+#include <cuda_runtime.h>
+
+#include "../common/cuda_check.h"
+#include "../common/device_cuda.h"
+#include "gpt2_cuda_ops.h"
+
+#define WARP 32
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
+
+__device__ static float warp_sum(float x) {
+    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+__device__ static float warp_max(float x) {
+    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
+}
+
+// Launch shape for one warp per row: 4 warps per block.
+#define ROWS_PER_BLOCK 4
+static unsigned int row_blocks(int rows) { return (unsigned int)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK); }
+
+// ---------------------------------------------------------------- encoder
+
+__global__ static void encoder_forward_kernel(float *out, const int *inp, const float *wte, const float *wpe,
+                                              int BT, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C) return;
+    int bt = (int)(i / C), c = (int)(i % C), t = bt % T;
+    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+}
+
+extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                                     int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<device_blocks(n, 256), 256>>>(out, inp, wte, wpe, B * T, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Several positions may hold the same token (and every row has every t), so
+// the gradient rows are accumulated with atomics.
+__global__ static void encoder_backward_kernel(float *dwte, float *dwpe, const float *dout, const int *inp, int BT,
+                                               int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C) return;
+    int bt = (int)(i / C), c = (int)(i % C), t = bt % T;
+    atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+}
+
+extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                                      int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_backward_kernel<<<device_blocks(n, 256), 256>>>(dwte, dwpe, dout, inp, B * T, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- layernorm
+
+// One warp normalizes one row; `residual`, when given, is a + b written first
+// (the fused residual + layernorm).
+__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                                float *residual, const float *b, const float *weight,
+                                                const float *bias, int rows, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    const float *x = inp + (size_t)row * C;
+    if (residual) {
+        float *r = residual + (size_t)row * C;
+        const float *y = b + (size_t)row * C;
+        for (int i = lane; i < C; i += WARP) r[i] = x[i] + y[i];
+        __syncwarp();
+        x = r;
+    }
+    float sum = 0;
+    for (int i = lane; i < C; i += WARP) sum += x[i];
+    float m = warp_sum(sum) / C;
+    float var = 0;
+    for (int i = lane; i < C; i += WARP) var += (x[i] - m) * (x[i] - m);
+    float s = rsqrtf(warp_sum(var) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += WARP) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+extern "C" void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                       const float *bias, int B, int T, int C) {
+    layernorm_forward_kernel<<<row_blocks(B * T), ROWS_PER_BLOCK * WARP>>>(out, mean, rstd, inp, NULL, NULL, weight,
+                                                                            bias, B * T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, float *rstd,
+                                                const float *a, const float *b, const float *weight,
+                                                const float *bias, int B, int T, int C) {
+    layernorm_forward_kernel<<<row_blocks(B * T), ROWS_PER_BLOCK * WARP>>>(out, mean, rstd, a, residual, b, weight,
+                                                                            bias, B * T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// dinp: one warp per row, with the row's two reductions.
+__global__ static void layernorm_backward_input_kernel(float *dinp, const float *dout, const float *inp,
+                                                       const float *weight, const float *mean, const float *rstd,
+                                                       int rows, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    const float *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int i = lane; i < C; i += WARP) {
+        float dnorm = weight[i] * dy[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * (x[i] - m) * s;
+    }
+    dnorm_mean = warp_sum(dnorm_mean) / C;
+    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+    for (int i = lane; i < C; i += WARP) {
+        float norm = (x[i] - m) * s;
+        dx[i] += (weight[i] * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
+// dweight, dbias: one thread per channel sums over the rows (deterministic).
+__global__ static void layernorm_backward_params_kernel(float *dweight, float *dbias, const float *dout,
+                                                        const float *inp, const float *mean, const float *rstd,
+                                                        int rows, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0, db = 0;
+    for (int row = 0; row < rows; row++) {
+        float dy = dout[(size_t)row * C + c];
+        db += dy;
+        dw += (inp[(size_t)row * C + c] - mean[row]) * rstd[row] * dy;
+    }
+    dweight[c] += dw;
+    dbias[c] += db;
+}
+
+extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                        const float *inp, const float *weight, const float *mean, const float *rstd,
+                                        int B, int T, int C) {
+    layernorm_backward_input_kernel<<<row_blocks(B * T), ROWS_PER_BLOCK * WARP>>>(dinp, dout, inp, weight, mean,
+                                                                                   rstd, B * T, C);
+    CUDA_CHECK_LAUNCH();
+    layernorm_backward_params_kernel<<<device_blocks((size_t)C, 128), 128>>>(dweight, dbias, dout, inp, mean, rstd,
+                                                                              B * T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- matmul
+
+__global__ static void add_bias_kernel(float *out, const float *bias, size_t rows, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * OC) out[i] += bias[i % OC];
+}
+
+__global__ static void bias_gelu_kernel(float *pre, float *out, const float *bias, size_t rows, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * OC) return;
+    float x = pre[i] + bias[i % OC];
+    pre[i] = x;
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+// dbias[o] += sum over rows of dout[row][o]: one thread per column.
+__global__ static void bias_backward_kernel(float *dbias, const float *dout, int rows, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float sum = 0;
+    for (int row = 0; row < rows; row++) sum += dout[(size_t)row * OC + o];
+    dbias[o] += sum;
+}
+
+// Row-major out (rows, OC) = inp (rows, C) @ weight^T, weight (OC, C). In
+// cuBLAS's column-major terms: out^T (OC, rows) = weight^T^T ... i.e.
+// gemm(op(A) = weight^T as stored, op(B) = inp as stored).
+static void gemm_forward(float *out, const float *inp, const float *weight, int rows, int C, int OC) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, &one, weight, C, inp, C, &zero,
+                             out, OC));
+}
+
+extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B,
+                                    int T, int C, int OC) {
+    size_t rows = (size_t)B * T;
+    gemm_forward(out, inp, weight, (int)rows, C, OC);
+    if (!bias) return;
+    add_bias_kernel<<<device_blocks(rows * OC, 256), 256>>>(out, bias, rows, OC);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
+                                              const float *bias, int B, int T, int C, int OC) {
+    size_t rows = (size_t)B * T;
+    gemm_forward(pre, inp, weight, (int)rows, C, OC);
+    bias_gelu_kernel<<<device_blocks(rows * OC, 256), 256>>>(pre, out, bias, rows, OC);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                     const float *weight, int B, int T, int C, int OC) {
+    const float one = 1.0f;
+    int rows = B * T;
+    // dinp (rows, C) += dout (rows, OC) @ weight (OC, C)
+    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, &one, weight, C, dout, OC, &one,
+                             dinp, C));
+    // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
+    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, &one, inp, C, dout, OC, &one,
+                             dweight, C));
+    if (!dbias) return;
+    bias_backward_kernel<<<device_blocks((size_t)OC, 128), 128>>>(dbias, dout, rows, OC);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- attention
+
+// qkv (B, T, 3, NH, hs) -> q, k, v (B, NH, T, hs) each, so that each (b, h) is
+// one contiguous (T, hs) matrix for a strided-batched gemm.
+__global__ static void permute_kernel(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int hs) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * NH * T * hs) return;
+    int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
+    size_t C = (size_t)NH * hs, from = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * hs + d;
+    q[i] = qkv[from];
+    k[i] = qkv[from + C];
+    v[i] = qkv[from + 2 * C];
+}
+
+// The reverse for a gradient: dq, dk, dv (B, NH, T, hs) -> dqkv (B, T, 3, NH, hs), added.
+__global__ static void unpermute_qkv_kernel(float *dqkv, const float *dq, const float *dk, const float *dv, int B,
+                                            int T, int NH, int hs) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * NH * T * hs) return;
+    int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
+    size_t C = (size_t)NH * hs, to = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * hs + d;
+    dqkv[to] += dq[i];
+    dqkv[to + C] += dk[i];
+    dqkv[to + 2 * C] += dv[i];
+}
+
+// (B, NH, T, hs) <-> (B, T, NH, hs) for the attention output and its gradient.
+__global__ static void head_major_kernel(float *dst, const float *src, int B, int T, int NH, int hs, int to_heads) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * NH * T * hs) return;
+    int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
+    size_t token_major = (size_t)b * T * NH * hs + (size_t)t * NH * hs + (size_t)h * hs + d;
+    if (to_heads) dst[i] = src[token_major];
+    else dst[token_major] = src[i];
+}
+
+// Causal softmax of one row of scores per warp; entries above the diagonal become 0.
+__global__ static void causal_softmax_kernel(float *att, int rows, int T) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t = row % T;
+    float *a = att + (size_t)row * T;
+    float maxval = -INFINITY;
+    for (int j = lane; j <= t; j += WARP) maxval = fmaxf(maxval, a[j]);
+    maxval = warp_max(maxval);
+    float sum = 0;
+    for (int j = lane; j <= t; j += WARP) {
+        float e = expf(a[j] - maxval);
+        a[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += WARP) a[j] = j <= t ? a[j] * inv : 0.0f;
+}
+
+// datt -> dpreatt in place: dpre = att * (datt - sum(att * datt)), row by row.
+__global__ static void softmax_backward_kernel(float *datt, const float *att, int rows, int T) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t = row % T;
+    const float *a = att + (size_t)row * T;
+    float *d = datt + (size_t)row * T;
+    float dot = 0;
+    for (int j = lane; j <= t; j += WARP) dot += a[j] * d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += WARP) d[j] = j <= t ? a[j] * (d[j] - dot) : 0.0f;
+}
+
+static void strided_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
+                         const float *A, int lda, long long stride_a, const float *Bm, int ldb, long long stride_b,
+                         float beta, float *Cm, int ldc, long long stride_c, int batches) {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(device_cublas(), op_a, op_b, m, n, k, &alpha, A, lda, stride_a, Bm, ldb,
+                                           stride_b, &beta, Cm, ldc, stride_c, batches));
+}
+
+extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, int B, int T, int C,
+                                       int NH) {
+    int hs = C / NH, batches = B * NH;
+    size_t n = (size_t)B * T * C;
+    float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *y = scratch + 3 * n;
+    long long mat = (long long)T * hs, tt = (long long)T * T;
+    permute_kernel<<<device_blocks(n, 256), 256>>>(q, k, v, qkv, B, T, NH, hs);
+    CUDA_CHECK_LAUNCH();
+    // att (T, T) = scale * q @ k^T, per (b, h); column-major: att^T = k q^T
+    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, mat, q, hs, mat, 0.0f, att, T,
+                 tt, batches);
+    causal_softmax_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(att, batches * T, T);
+    CUDA_CHECK_LAUNCH();
+    // y (T, hs) = att @ v
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, att, T, tt, 0.0f, y, hs, mat, batches);
+    head_major_kernel<<<device_blocks(n, 256), 256>>>(out, y, B, T, NH, hs, 0);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                        float *scratch, float *dscratch, float *datt, int B, int T, int C, int NH) {
+    int hs = C / NH, batches = B * NH;
+    size_t n = (size_t)B * T * C;
+    float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *dy = scratch + 3 * n;
+    float *dq = dscratch, *dk = dscratch + n, *dv = dscratch + 2 * n;
+    long long mat = (long long)T * hs, tt = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    permute_kernel<<<device_blocks(n, 256), 256>>>(q, k, v, qkv, B, T, NH, hs);
+    CUDA_CHECK_LAUNCH();
+    head_major_kernel<<<device_blocks(n, 256), 256>>>(dy, dout, B, T, NH, hs, 1);
+    CUDA_CHECK_LAUNCH();
+    // datt (T, T) = dy @ v^T ; dv (T, hs) = att^T @ dy
+    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, mat, dy, hs, mat, 0.0f, datt, T, tt, batches);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, mat, att, T, tt, 0.0f, dv, hs, mat, batches);
+    softmax_backward_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(datt, att, batches * T, T);
+    CUDA_CHECK_LAUNCH();
+    // dq = scale * dpre @ k ; dk = scale * dpre^T @ q
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, mat, datt, T, tt, 0.0f, dq, hs, mat, batches);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, mat, datt, T, tt, 0.0f, dk, hs, mat, batches);
+    unpermute_qkv_kernel<<<device_blocks(n, 256), 256>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- gelu, residual
+
+__global__ static void gelu_forward_kernel(float *out, const float *inp, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i];
+    float arg = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf(arg), ch = coshf(arg);
+    float grad = 0.5f * (1.0f + th) + x * 0.5f / (ch * ch) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += grad * dout[i];
+}
+
+__global__ static void residual_forward_kernel(float *out, const float *a, const float *b, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = a[i] + b[i];
+}
+
+extern "C" void gelu_forward_cuda(float *out, const float *inp, int N) {
+    gelu_forward_kernel<<<device_blocks((size_t)N, 256), 256>>>(out, inp, N);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N) {
+    gelu_backward_kernel<<<device_blocks((size_t)N, 256), 256>>>(dinp, inp, dout, N);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void residual_forward_cuda(float *out, const float *a, const float *b, int N) {
+    residual_forward_kernel<<<device_blocks((size_t)N, 256), 256>>>(out, a, b, N);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- softmax + cross-entropy
+
+// One block of 256 threads per row: max, sum of exponentials, probabilities and
+// the loss in one kernel.
+__global__ static void softmax_crossentropy_kernel(float *losses, float *probs, const float *logits,
+                                                   const int *targets, int V, int Vp) {
+    __shared__ float shared[256 / WARP];
+    int row = blockIdx.x, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const float *x = logits + (size_t)row * Vp;
+    float *p = probs + (size_t)row * Vp;
+    float maxval = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) maxval = fmaxf(maxval, x[i]);
+    maxval = warp_max(maxval);
+    if (lane == 0) shared[warp] = maxval;
+    __syncthreads();
+    maxval = shared[0];
+    for (int w = 1; w < (int)blockDim.x / WARP; w++) maxval = fmaxf(maxval, shared[w]);
+    __syncthreads();
+    float sum = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - maxval);
+    sum = warp_sum(sum);
+    if (lane == 0) shared[warp] = sum;
+    __syncthreads();
+    sum = 0;
+    for (int w = 0; w < (int)blockDim.x / WARP; w++) sum += shared[w];
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) p[i] = i < V ? expf(x[i] - maxval) / sum : 0.0f;
+    if (threadIdx.x == 0) losses[row] = logf(sum) - (x[targets[row]] - maxval);  // -log p(target)
+}
+
+__global__ static void crossentropy_backward_kernel(float *dlogits, const float *probs, const int *targets,
+                                                    float dloss, size_t rows, int V, int Vp) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * Vp) return;
+    size_t row = i / Vp;
+    int col = (int)(i % Vp);
+    float indicator = col == targets[row] ? 1.0f : 0.0f;
+    dlogits[i] = col < V ? (probs[i] - indicator) * dloss : 0.0f;
+}
+
+extern "C" void softmax_crossentropy_forward_cuda(float *losses, float *probs, const float *logits,
+                                                  const int *targets, int B, int T, int V, int Vp) {
+    softmax_crossentropy_kernel<<<B * T, 256>>>(losses, probs, logits, targets, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void softmax_crossentropy_backward_cuda(float *dlogits, const float *probs, const int *targets,
+                                                   float dloss, int B, int T, int V, int Vp) {
+    size_t rows = (size_t)B * T;
+    crossentropy_backward_kernel<<<device_blocks(rows * Vp, 256), 256>>>(dlogits, probs, targets, dloss, rows, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,46 @@
+// gpt2_cuda_ops.h: GPT-2's layers as CUDA kernels, with the same arguments and
+// the same meaning as gpt2_ops.h (every backward adds into its gradients), on
+// device pointers, queued on the compute stream. Matrix products go through
+// cuBLAS. Where a layer is fused with its neighbour the name says so.
+#ifndef SHARDLAB_GPT2_CUDA_OPS_H
+#define SHARDLAB_GPT2_CUDA_OPS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int T, int C);
+void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int B, int T, int C);
+// residual = a + b, then out = layernorm(residual): one pass over the row.
+void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, float *rstd, const float *a,
+                                     const float *b, const float *weight, const float *bias, int B, int T, int C);
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
+                         int C, int OC);
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int B, int T, int C, int OC);
+// pre = inp @ weight^T + bias, out = gelu(pre): the bias add and GELU in one pass.
+void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
+                                   const float *bias, int B, int T, int C, int OC);
+// scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.
+void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, int B, int T, int C, int NH);
+// scratch: (4,B,T,C) for q, k, v and dout head-major; dscratch: (3,B,T,C);
+// datt: (B,NH,T,T).
+void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                             float *dscratch, float *datt, int B, int T, int C, int NH);
+void gelu_forward_cuda(float *out, const float *inp, int N);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N);
+void residual_forward_cuda(float *out, const float *a, const float *b, int N);
+void softmax_crossentropy_forward_cuda(float *losses, float *probs, const float *logits, const int *targets, int B,
+                                       int T, int V, int Vp);
+void softmax_crossentropy_backward_cuda(float *dlogits, const float *probs, const int *targets, float dloss, int B,
+                                        int T, int V, int Vp);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,210 @@
+// Every CUDA layer against the CPU layer on the same inputs (CUDA build only,
+// needs a GPU). fp32 with TF32 switched off: each output tensor must agree to
+// a relative error of 1e-3 (largest difference over largest reference value).
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/device.h"
+#include "../common/optim.h"
+#include "../models/gpt2_cuda_ops.h"
+#include "../models/gpt2_ops.h"
+#include "check_main.h"
+
+static MemAccount mem;
+
+static float *random_host(size_t n, unsigned seed, float scale) {
+    float *a = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        a[i] = scale * ((float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f);
+    }
+    return a;
+}
+
+static float *to_device(const float *host, size_t n) {
+    float *d = device_alloc(&mem, MEM_ACTIVATIONS, n);
+    device_from_host(d, host, n);
+    return d;
+}
+
+static int *ints_to_device(const int *host, size_t n) { return (int *)to_device((const float *)host, n); }
+
+// max |gpu - cpu| / max |cpu| over the tensor, with the GPU copy read back.
+static void assert_close(const char *what, const float *device, const float *cpu, size_t n) {
+    float *got = malloc(n * sizeof(float));
+    device_to_host(got, device, n);
+    double max_diff = 0, max_ref = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        max_diff = fmax(max_diff, fabs((double)got[i] - cpu[i]));
+        max_ref = fmax(max_ref, fabs((double)cpu[i]));
+    }
+    free(got);
+    ck_assert_msg(max_diff / max_ref <= 1e-3, "%s: relative error %.3e", what, max_diff / max_ref);
+}
+
+enum { B = 2, T = 17, C = 48, NH = 3, OC = 80, V = 101, Vp = 128 };
+
+START_TEST(test_encoder) {
+    int inp[B * T];
+    for (int i = 0; i < B * T; i++) inp[i] = (i * 7) % V;
+    float *wte = random_host(Vp * C, 1, 1), *wpe = random_host(T * C, 2, 1), *dout = random_host(B * T * C, 3, 1);
+    float *out = calloc(B * T * C, 4), *dwte = calloc(Vp * C, 4), *dwpe = calloc(T * C, 4);
+    float *d_out = to_device(out, B * T * C), *d_dwte = to_device(dwte, Vp * C), *d_dwpe = to_device(dwpe, T * C);
+    int *d_inp = ints_to_device(inp, B * T);
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+    encoder_forward_cuda(d_out, d_inp, to_device(wte, Vp * C), to_device(wpe, T * C), B, T, C);
+    assert_close("encoder out", d_out, out, B * T * C);
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    encoder_backward_cuda(d_dwte, d_dwpe, to_device(dout, B * T * C), d_inp, B, T, C);
+    assert_close("dwte", d_dwte, dwte, Vp * C);
+    assert_close("dwpe", d_dwpe, dwpe, T * C);
+}
+END_TEST
+
+START_TEST(test_layernorm) {
+    size_t n = B * T * C;
+    float *inp = random_host(n, 4, 2), *w = random_host(C, 5, 1), *b = random_host(C, 6, 1), *dout = random_host(n, 7, 1);
+    float *out = calloc(n, 4), *mean = calloc(B * T, 4), *rstd = calloc(B * T, 4);
+    float *dinp = random_host(n, 8, 1), *dw = random_host(C, 9, 1), *db = random_host(C, 10, 1);
+    float *d_out = to_device(out, n), *d_mean = to_device(mean, B * T), *d_rstd = to_device(rstd, B * T);
+    float *d_inp = to_device(inp, n), *d_w = to_device(w, C), *d_b = to_device(b, C);
+    float *d_dinp = to_device(dinp, n), *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    layernorm_forward(out, mean, rstd, inp, w, b, B, T, C);
+    layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
+    assert_close("layernorm out", d_out, out, n);
+    assert_close("layernorm rstd", d_rstd, rstd, B * T);
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);  // both add to nonzero gradients
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, to_device(dout, n), d_inp, d_w, d_mean, d_rstd, B, T, C);
+    assert_close("layernorm dinp", d_dinp, dinp, n);
+    assert_close("layernorm dweight", d_dw, dw, C);
+    assert_close("layernorm dbias", d_db, db, C);
+    // the fused residual + layernorm equals the two layers one after the other
+    float *a2 = random_host(n, 11, 1), *res = calloc(n, 4);
+    float *d_res = to_device(res, n);
+    residual_forward(res, inp, a2, (int)n);
+    layernorm_forward(out, mean, rstd, res, w, b, B, T, C);
+    residual_layernorm_forward_cuda(d_res, d_out, d_mean, d_rstd, d_inp, to_device(a2, n), d_w, d_b, B, T, C);
+    assert_close("fused residual", d_res, res, n);
+    assert_close("fused layernorm", d_out, out, n);
+}
+END_TEST
+
+START_TEST(test_matmul) {
+    size_t nin = B * T * C, nout = B * T * OC;
+    float *inp = random_host(nin, 12, 1), *w = random_host(OC * C, 13, 1), *bias = random_host(OC, 14, 1);
+    float *dout = random_host(nout, 15, 1), *out = calloc(nout, 4);
+    float *dinp = random_host(nin, 16, 1), *dw = random_host(OC * C, 17, 1), *db = random_host(OC, 18, 1);
+    float *d_inp = to_device(inp, nin), *d_w = to_device(w, OC * C), *d_bias = to_device(bias, OC);
+    float *d_out = to_device(out, nout), *d_dinp = to_device(dinp, nin), *d_dw = to_device(dw, OC * C);
+    float *d_db = to_device(db, OC);
+    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC);
+    assert_close("matmul out", d_out, out, nout);
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, to_device(dout, nout), d_inp, d_w, B, T, C, OC);
+    assert_close("matmul dinp", d_dinp, dinp, nin);
+    assert_close("matmul dweight", d_dw, dw, OC * C);
+    assert_close("matmul dbias", d_db, db, OC);
+    // bias + GELU fused into the product's epilogue
+    float *gelu = calloc(nout, 4), *d_pre = to_device(out, nout), *d_gelu = to_device(gelu, nout);
+    gelu_forward(gelu, out, (int)nout);
+    matmul_bias_gelu_forward_cuda(d_pre, d_gelu, d_inp, d_w, d_bias, B, T, C, OC);
+    assert_close("fused pre-activation", d_pre, out, nout);
+    assert_close("fused gelu", d_gelu, gelu, nout);
+}
+END_TEST
+
+START_TEST(test_attention) {
+    size_t nqkv = B * T * 3 * C, n = B * T * C, natt = B * NH * T * T;
+    float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1);
+    float *out = calloc(n, 4), *att = calloc(natt, 4), *dqkv = random_host(nqkv, 21, 1);
+    float *scratch = calloc(2 * T * T, 4);
+    float *d_qkv = to_device(qkv, nqkv), *d_out = to_device(out, n), *d_att = to_device(att, natt);
+    float *d_dqkv = to_device(dqkv, nqkv);
+    float *d_scratch = device_alloc(&mem, MEM_ACTIVATIONS, 4 * n), *d_dscratch = device_alloc(&mem, MEM_ACTIVATIONS, 3 * n);
+    float *d_datt = device_alloc(&mem, MEM_ACTIVATIONS, natt);
+    attention_forward(out, att, qkv, B, T, C, NH);
+    attention_forward_cuda(d_out, d_att, d_qkv, d_scratch, B, T, C, NH);
+    assert_close("attention out", d_out, out, n);
+    assert_close("attention probabilities", d_att, att, natt);
+    attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH);
+    attention_backward_cuda(d_dqkv, to_device(dout, n), d_qkv, d_att, d_scratch, d_dscratch, d_datt, B, T, C, NH);
+    assert_close("attention dqkv", d_dqkv, dqkv, nqkv);
+}
+END_TEST
+
+START_TEST(test_gelu_and_residual) {
+    size_t n = 1000;
+    float *inp = random_host(n, 22, 4), *dout = random_host(n, 23, 1), *b = random_host(n, 24, 1);
+    float *out = calloc(n, 4), *dinp = random_host(n, 25, 1);
+    float *d_inp = to_device(inp, n), *d_out = to_device(out, n), *d_dinp = to_device(dinp, n);
+    gelu_forward(out, inp, (int)n);
+    gelu_forward_cuda(d_out, d_inp, (int)n);
+    assert_close("gelu out", d_out, out, n);
+    gelu_backward(dinp, inp, dout, (int)n);
+    gelu_backward_cuda(d_dinp, d_inp, to_device(dout, n), (int)n);
+    assert_close("gelu dinp", d_dinp, dinp, n);
+    residual_forward(out, inp, b, (int)n);
+    residual_forward_cuda(d_out, d_inp, to_device(b, n), (int)n);
+    assert_close("residual", d_out, out, n);
+}
+END_TEST
+
+START_TEST(test_softmax_crossentropy) {
+    size_t n = B * T * Vp;
+    int targets[B * T];
+    for (int i = 0; i < B * T; i++) targets[i] = (i * 13) % V;
+    float *logits = random_host(n, 26, 5), *probs = calloc(n, 4), *losses = calloc(B * T, 4);
+    float *d_logits = to_device(logits, n), *d_probs = to_device(probs, n), *d_losses = to_device(losses, B * T);
+    int *d_targets = ints_to_device(targets, B * T);
+    softmax_crossentropy_forward(losses, probs, logits, targets, B, T, V, Vp);
+    softmax_crossentropy_forward_cuda(d_losses, d_probs, d_logits, d_targets, B, T, V, Vp);
+    assert_close("probabilities", d_probs, probs, n);
+    assert_close("losses", d_losses, losses, B * T);
+    softmax_crossentropy_backward(logits, probs, targets, 0.01f, B, T, V, Vp);
+    softmax_crossentropy_backward_cuda(d_logits, d_probs, d_targets, 0.01f, B, T, V, Vp);
+    assert_close("dlogits", d_logits, logits, n);
+}
+END_TEST
+
+START_TEST(test_adamw_and_add) {
+    size_t n = 777;
+    float *p = random_host(n, 27, 1), *g = random_host(n, 28, 1), *m = calloc(n, 4), *v = calloc(n, 4);
+    AdamWSpan gpu = {to_device(p, n), to_device(g, n), to_device(m, n), to_device(v, n), n, 0};
+    AdamWConfig cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int step = 1; step <= 3; step++) {
+        adamw_update(p, g, m, v, n, step, cfg);
+        device_adamw(&gpu, cfg);
+    }
+    ck_assert_int_eq(gpu.step, 3);
+    assert_close("adamw params", gpu.params, p, n);
+    assert_close("adamw v", gpu.v, v, n);
+    for (size_t i = 0; i < n; i++) p[i] += g[i];
+    device_add(gpu.params, gpu.grads, n);
+    assert_close("add", gpu.params, p, n);
+}
+END_TEST
+
+int main(void) {
+    setenv("NVIDIA_TF32_OVERRIDE", "0", 1);  // plain fp32 products for the comparison
+    device_init(0);
+    Suite *s = suite_create("gpu");
+    TCase *tc = tcase_create("layers vs cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_encoder);
+    tcase_add_test(tc, test_layernorm);
+    tcase_add_test(tc, test_matmul);
+    tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_gelu_and_residual);
+    tcase_add_test(tc, test_softmax_crossentropy);
+    tcase_add_test(tc, test_adamw_and_add);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);  // the CUDA context does not survive fork
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
