@@ -139,6 +139,10 @@ static void setup(Run *run, int argc, char **argv) {
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
+    if (run->comm.rank == 0 && !o->quiet)
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
+               run->strategy_name, device_name(), world, config.num_layers, config.channels, config.num_heads,
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
@@ -160,10 +164,6 @@ static void setup(Run *run, int argc, char **argv) {
         ckpt_manifest_free(&m);
     }
     if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, o->resume ? "a" : "w");
-    if (run->comm.rank == 0 && !o->quiet)
-        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
-               run->strategy_name, device_name(), world, config.num_layers, config.channels, config.num_heads,
-               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
 }
 
 static void train_step(Run *run, int step, double *loss, double *step_s) {

@@ -18,6 +18,7 @@
 // DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
 // all ranks (like fsdp/ here); ownership is easier to follow and shows the
 // imbalance that slicing avoids.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,21 @@ static int zero3_local_rows(void *state, int t, LocalRows *rows);
 static void zero3_free(void *state);
 
 static int owns(const Zero3State *s, int t) { return s->owner[t] == s->comm->rank; }
+
+// Rank 0 says how unevenly whole tensors split: the fullest rank against the mean.
+static void zero3_report_balance(const Zero3State *s) {
+    const GPT2Layout *layout = &s->model->layout;
+    int world = s->comm->world;
+    if (s->comm->rank != 0 || world == 1) return;
+    size_t largest = 0;
+    for (int r = 0; r < world; r++) {
+        size_t bytes = zero3_owned_bytes(layout, s->owner, r);
+        if (bytes > largest) largest = bytes;
+    }
+    double mean = (double)layout->num_params * sizeof(float) / world;
+    printf("zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n", world,
+           largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
+}
 
 // Broadcast every tensor of the unit from its owner. The owner sends straight
 // from its resident copy; everyone else receives into a temporary buffer.
@@ -96,6 +112,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
+    zero3_report_balance(s);
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
     resident_init(&s->resident, layout, count, s->mem);
