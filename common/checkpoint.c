@@ -75,7 +75,7 @@ static int compare_ints(const void *a, const void *b) { return *(const int *)a -
 static void prune(const char *dir, int keep) {
     DIR *d = opendir(dir);
     if (!d) return;
-    int steps[4096], count = 0;
+    int steps[4096] = {0}, count = 0;
     struct dirent *e;
     char path[4096];
     while ((e = readdir(d))) {

@@ -26,6 +26,11 @@ int device_count(void);
 float *device_alloc(MemAccount *acct, MemCategory category, size_t count);
 void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count);
 
+// The same for token ids.
+int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count);
+void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count);
+void device_ints_from_host(int *dst, const int *host, size_t count);
+
 void device_copy(float *dst, const float *src, size_t count);   // device to device
 void device_zero(float *ptr, size_t count);
 void device_add(float *dst, const float *src, size_t count);    // dst += src

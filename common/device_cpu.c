@@ -17,6 +17,20 @@ void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t coun
     mem_free_floats(acct, category, ptr, count);
 }
 
+int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
+    int *ptr = xcalloc(count, sizeof(int));
+    mem_account_add(acct, category, count * sizeof(int));
+    return ptr;
+}
+
+void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
+    if (!ptr) return;
+    mem_account_sub(acct, category, count * sizeof(int));
+    free(ptr);
+}
+
+void device_ints_from_host(int *dst, const int *host, size_t count) { memcpy(dst, host, count * sizeof(int)); }
+
 void device_copy(float *dst, const float *src, size_t count) { memcpy(dst, src, count * sizeof(float)); }
 void device_zero(float *ptr, size_t count) { memset(ptr, 0, count * sizeof(float)); }
 

@@ -58,6 +58,25 @@ extern "C" void device_free(MemAccount *acct, MemCategory category, float *ptr, 
     CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
 }
 
+extern "C" int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
+    int *ptr = NULL;
+    size_t bytes = (count ? count : 1) * sizeof(int);
+    CUDA_CHECK(cudaMallocAsync((void **)&ptr, bytes, 0));
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0));
+    mem_account_add(acct, category, count * sizeof(int));
+    return ptr;
+}
+
+extern "C" void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
+    if (!ptr) return;
+    mem_account_sub(acct, category, count * sizeof(int));
+    CUDA_CHECK(cudaFreeAsync(ptr, 0));
+}
+
+extern "C" void device_ints_from_host(int *dst, const int *host, size_t count) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(int), cudaMemcpyHostToDevice));
+}
+
 extern "C" void device_copy(float *dst, const float *src, size_t count) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
 }

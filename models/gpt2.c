@@ -194,13 +194,13 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
     model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->num_acts = layout_activations(&model->acts, NULL, &config, B, T);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
-    model->batch = (int *)device_alloc(acct, MEM_ACTIVATIONS, 2 * (size_t)B * T);
+    model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, 2 * (size_t)B * T);
     layout_activations(&model->acts, model->acts_memory, &config, B, T);
 }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {
     device_free(acct, MEM_ACTIVATIONS, model->acts_memory, model->num_acts);
-    device_free(acct, MEM_ACTIVATIONS, (float *)model->batch, 2 * (size_t)model->B * model->T);
+    device_free_ints(acct, MEM_ACTIVATIONS, model->batch, 2 * (size_t)model->B * model->T);
     free(model->params);
     free(model->grads);
     gpt2_layout_free(&model->layout);
@@ -215,10 +215,9 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
         if (targets && (targets[i] < 0 || targets[i] >= V))
             fatal("target token id %d is outside the vocab [0, %d)", targets[i], V);
     }
-    // the model keeps its own copy, on the device its layers run on (ints and
-    // floats are both 4 bytes, so the float copy moves them unchanged)
-    device_from_host((float *)model->batch, (const float *)inputs, n);
-    if (targets) device_from_host((float *)(model->batch + n), (const float *)targets, n);
+    // the model keeps its own copy, on the device its layers run on
+    device_ints_from_host(model->batch, inputs, n);
+    if (targets) device_ints_from_host(model->batch + n, targets, n);
     model->inputs = model->batch;
     model->targets = targets ? model->batch + n : NULL;
 }

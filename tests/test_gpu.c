@@ -29,7 +29,11 @@ static float *to_device(const float *host, size_t n) {
     return d;
 }
 
-static int *ints_to_device(const int *host, size_t n) { return (int *)to_device((const float *)host, n); }
+static int *ints_to_device(const int *host, size_t n) {
+    int *d = device_alloc_ints(&mem, MEM_ACTIVATIONS, n);
+    device_ints_from_host(d, host, n);
+    return d;
+}
 
 // max |gpu - cpu| / max |cpu| over the tensor, with the GPU copy read back.
 static void assert_close(const char *what, const float *device, const float *cpu, size_t n) {
