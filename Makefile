@@ -110,7 +110,10 @@ $(BUILD)/tests/test_layers: $(BUILD)/obj/f64/tests/test_layers.o $(BUILD)/obj/f6
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
-test: all
+# `deps` first, then a fresh make: the compiler flags come from pkg-config, which
+# only knows the libraries once they are installed.
+test: deps
+	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_tests.sh
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
@@ -136,7 +139,8 @@ bench: $(BUILD)/bench_step
 	$(BUILD)/bench_step --config d12 --batch 4 --seq 64
 
 # The main job: the four trainers side by side, plots and a report in runs/.
-compare: deps all
+compare: deps
+	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) bash examples/compare.sh
 
 clean:
