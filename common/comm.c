@@ -243,6 +243,12 @@ void comm_wait(Comm *comm, CommHandle *h) {
     comm->stats.ops[h->op].seconds += timer_now() - start;
 }
 
+void comm_progress(Comm *comm, CommHandle *h) {
+    if (!h->active || comm->backend != COMM_BACKEND_MPI) return;
+    int done;  // once done, MPI sets the request to MPI_REQUEST_NULL and comm_wait returns at once
+    MPI_CHECK(MPI_Test((MPI_Request *)h->request, &done, MPI_STATUS_IGNORE));
+}
+
 void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op) {
     CommHandle h = comm_all_reduce_start(comm, buf, count, op);
     comm_wait(comm, &h);

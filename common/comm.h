@@ -106,6 +106,11 @@ CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, siz
 CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root);
 CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
 void comm_wait(Comm *comm, CommHandle *handle);
+// Lets an in-flight collective advance without waiting for it. MPI moves a
+// non-blocking collective forward only while the program is inside an MPI call,
+// so calling this between pieces of compute is what makes the overlap real on
+// the CPU (NCCL runs on its own and needs no help).
+void comm_progress(Comm *comm, CommHandle *handle);
 
 // Averages a value over ranks for logging; not counted as training traffic.
 double comm_metric_average(Comm *comm, double value);

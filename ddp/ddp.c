@@ -74,11 +74,13 @@ static void ddp_after_forward(void *state, int unit) { (void)state; (void)unit; 
 static void ddp_before_backward(void *state, int unit) { (void)state; (void)unit; }
 
 // The unit's gradients are final once its backward is done (the tied wte's only
-// after unit 0): start averaging them while the units below compute.
+// after unit 0): start averaging them while the units below compute, and nudge
+// the buckets already in flight along.
 static void ddp_after_backward(void *state, int unit) {
     DdpState *s = state;
     size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
     if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
+    for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
 }
 
 static void ddp_finish_grads(void *state) {
