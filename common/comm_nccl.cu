@@ -30,7 +30,8 @@ struct CommNccl {
 extern "C" void comm_nccl_init(Comm *comm) {
     ncclUniqueId id;
     if (comm->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) fatal("MPI_Bcast of the NCCL id failed");
+    if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        fatal_at(__FILE__, __LINE__, "MPI_Bcast of the NCCL id failed");
     CommNccl *nccl = (CommNccl *)xcalloc(1, sizeof(CommNccl));
     NCCL_CHECK(ncclCommInitRank(&nccl->comm, comm->world, id, comm->rank));
     CUDA_CHECK(cudaStreamCreateWithFlags(&nccl->stream, cudaStreamNonBlocking));

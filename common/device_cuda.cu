@@ -19,6 +19,7 @@ extern "C" const char *device_name(void) { return "cuda"; }
 
 extern "C" int device_count(void) {
     int count = 0;
+    // no driver or no GPU is an answer here (0), not an error: the caller says what to do
     if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
     return count;
 }
