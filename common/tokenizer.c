@@ -239,3 +239,11 @@ void tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int **
         i += piece;
     }
 }
+
+size_t tokenizer_chunk_end(const Tokenizer *tok, const char *text, size_t len, size_t start, size_t bytes) {
+    if (len - start <= bytes) return len;
+    if (tok->kind == TOKENIZER_BYTE) return start + bytes;
+    size_t end = start;  // pieces are encoded independently: any piece boundary will do
+    while (end < len && end - start < bytes) end += gpt2_pretokenize_next(text + end, len - end);
+    return end;
+}

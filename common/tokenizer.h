@@ -30,6 +30,11 @@ void tokenizer_free(Tokenizer *tok);
 void tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int **ids,
                       size_t *count, size_t *capacity);
 
+// Where to end a chunk of text that starts at `start` and holds at least
+// `bytes` bytes (or runs to the end), so that encoding the text chunk by chunk
+// gives exactly the ids of encoding it whole.
+size_t tokenizer_chunk_end(const Tokenizer *tok, const char *text, size_t len, size_t start, size_t bytes);
+
 // The pre-tokenizer alone: the byte length of the piece that starts at text[0].
 size_t gpt2_pretokenize_next(const char *text, size_t len);
 

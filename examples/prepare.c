@@ -36,7 +36,15 @@ int main(int argc, char **argv) {
     fclose(f);
     int *ids = NULL;
     size_t count = 0, capacity = 0;
-    tokenizer_encode(&tok, text, (size_t)size, &ids, &count, &capacity);
+    const size_t chunk = 4 << 20;  // encode 4 MB at a time, to show progress on large texts
+    for (size_t at = 0; at < (size_t)size;) {
+        size_t end = tokenizer_chunk_end(&tok, text, (size_t)size, at, chunk);
+        tokenizer_encode(&tok, text + at, end - at, &ids, &count, &capacity);
+        at = end;
+        if ((size_t)size > 2 * chunk)
+            fprintf(stderr, "\rprepare: %3.0f%% of %.1f MB", 100.0 * (double)at / (double)size, size / 1e6);
+    }
+    if ((size_t)size > 2 * chunk) fprintf(stderr, "\n");
     if (count < 20) fatal("%s: only %zu tokens; need at least 20 for a train/val split", text_path, count);
     uint16_t *tokens = xmalloc(count * sizeof(uint16_t));
     for (size_t i = 0; i < count; i++) {

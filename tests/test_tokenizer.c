@@ -74,6 +74,31 @@ START_TEST(test_pretokenizer_pieces) {
 }
 END_TEST
 
+// Encoding chunk by chunk (as build/prepare does for large texts) gives the ids
+// of encoding the whole text, whatever the chunk size.
+START_TEST(test_chunked_encoding_equals_whole) {
+    const char *text = "Hello  world's 42x\n\n  indented   spaces\tand tabs, caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac   end  ";
+    size_t len = strlen(text);
+    int *whole = NULL, *chunked = NULL;
+    size_t n_whole = 0, cap_whole = 0;
+    tokenizer_encode(&gpt2, text, len, &whole, &n_whole, &cap_whole);
+    for (size_t chunk = 1; chunk < len; chunk += 3) {
+        size_t n = 0, cap = 0;
+        for (size_t at = 0; at < len;) {
+            size_t end = tokenizer_chunk_end(&gpt2, text, len, at, chunk);
+            ck_assert_uint_gt(end, at);
+            tokenizer_encode(&gpt2, text + at, end - at, &chunked, &n, &cap);
+            at = end;
+        }
+        ck_assert_uint_eq(n, n_whole);
+        ck_assert_mem_eq(chunked, whole, n * sizeof(int));
+        free(chunked);
+        chunked = NULL;
+    }
+    free(whole);
+}
+END_TEST
+
 START_TEST(test_byte_tokenizer) {
     Tokenizer byte;
     tokenizer_init(&byte, "byte", NULL);
@@ -113,6 +138,7 @@ int main(void) {
     tcase_add_test(tc, test_reference_vectors);
     tcase_add_test(tc, test_pretokenizer_pieces);
     tcase_add_test(tc, test_invalid_utf8_keeps_every_byte);
+    tcase_add_test(tc, test_chunked_encoding_equals_whole);
     suite_add_tcase(s, tc);
     TCase *plain = tcase_create("byte and errors");
     tcase_add_test(plain, test_byte_tokenizer);
