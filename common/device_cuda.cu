@@ -44,34 +44,35 @@ cublasHandle_t device_cublas(void) {
     return cublas_handle;
 }
 
-extern "C" float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
-    float *ptr = NULL;
-    size_t bytes = (count ? count : 1) * sizeof(float);
-    CUDA_CHECK(cudaMallocAsync((void **)&ptr, bytes, 0));
-    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0));
-    mem_account_add(acct, category, count * sizeof(float));
+// Zeroed device memory from the stream-ordered pool, counted under `category`.
+static void *alloc_zeroed(MemAccount *acct, MemCategory category, size_t bytes) {
+    void *ptr = NULL;
+    CUDA_CHECK(cudaMallocAsync(&ptr, bytes ? bytes : 1, 0));
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes ? bytes : 1, 0));
+    mem_account_add(acct, category, bytes);
     return ptr;
 }
 
-extern "C" void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
     if (!ptr) return;
-    mem_account_sub(acct, category, count * sizeof(float));
+    mem_account_sub(acct, category, bytes);
     CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
 }
 
+extern "C" float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
+    return (float *)alloc_zeroed(acct, category, count * sizeof(float));
+}
+
+extern "C" void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+    free_counted(acct, category, ptr, count * sizeof(float));
+}
+
 extern "C" int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
-    int *ptr = NULL;
-    size_t bytes = (count ? count : 1) * sizeof(int);
-    CUDA_CHECK(cudaMallocAsync((void **)&ptr, bytes, 0));
-    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, 0));
-    mem_account_add(acct, category, count * sizeof(int));
-    return ptr;
+    return (int *)alloc_zeroed(acct, category, count * sizeof(int));
 }
 
 extern "C" void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
-    if (!ptr) return;
-    mem_account_sub(acct, category, count * sizeof(int));
-    CUDA_CHECK(cudaFreeAsync(ptr, 0));
+    free_counted(acct, category, ptr, count * sizeof(int));
 }
 
 extern "C" void device_ints_from_host(int *dst, const int *host, size_t count) {

@@ -222,6 +222,21 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     model->targets = targets ? model->batch + n : NULL;
 }
 
+GPT2BlockActs gpt2_block_acts(const GPT2 *model, int l) {
+    const GPT2Activations *a = &model->acts;
+    size_t BT = (size_t)model->B * model->T, BTC = BT * model->layout.config.channels;
+    size_t att = BT * model->layout.config.num_heads * model->T;
+    return (GPT2BlockActs){
+        .residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC,
+        .ln1 = a->ln1 + l * BTC, .ln1_mean = a->ln1_mean + l * BT, .ln1_rstd = a->ln1_rstd + l * BT,
+        .qkv = a->qkv + l * 3 * BTC, .atty = a->atty + l * BTC, .att = a->att + l * att,
+        .attproj = a->attproj + l * BTC, .residual2 = a->residual2 + l * BTC,
+        .ln2 = a->ln2 + l * BTC, .ln2_mean = a->ln2_mean + l * BT, .ln2_rstd = a->ln2_rstd + l * BT,
+        .fch = a->fch + l * 4 * BTC, .fch_gelu = a->fch_gelu + l * 4 * BTC,
+        .fcproj = a->fcproj + l * BTC, .residual3 = a->residual3 + l * BTC,
+    };
+}
+
 double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {
     double C = c->channels, L = c->num_layers, tokens = (double)B * T;
     // weights used in matrix products: 12 C^2 per block plus the tied head (Vp x C)

@@ -102,6 +102,21 @@ typedef struct {
     float *att_scratch; // (B,NH,T,T) attention backward (the CPU uses 2 T*T of it)
 } GPT2Activations;
 
+// Block l's slices of the per-layer activations, and its input.
+typedef struct {
+    float *residual;    // (B,T,C) the block's input: encoded, or the previous block's residual3
+    float *ln1, *ln1_mean, *ln1_rstd;   // (B,T,C) (B,T) (B,T)
+    float *qkv;         // (B,T,3C)
+    float *atty;        // (B,T,C)
+    float *att;         // (B,NH,T,T)
+    float *attproj;     // (B,T,C)
+    float *residual2;   // (B,T,C)
+    float *ln2, *ln2_mean, *ln2_rstd;   // (B,T,C) (B,T) (B,T)
+    float *fch, *fch_gelu;              // (B,T,4C)
+    float *fcproj;      // (B,T,C)
+    float *residual3;   // (B,T,C)
+} GPT2BlockActs;
+
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // this rank's batch rows and sequence length
@@ -145,6 +160,8 @@ void gpt2_free(GPT2 *model, MemAccount *acct);
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);
+
+GPT2BlockActs gpt2_block_acts(const GPT2 *model, int l);
 
 // Model FLOPs of one forward + backward over B*T tokens: 6 * matmul params *
 // tokens plus the attention products (used for GFLOP/s and MFU).

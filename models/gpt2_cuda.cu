@@ -15,59 +15,51 @@
 static void block_forward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
-    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2BlockActs x = gpt2_block_acts(model, l);
     GPT2Activations *a = &model->acts;
-    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;  // (B,T,C) block input
-    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
-    float *att = a->att + (size_t)l * B * NH * T * T, *attproj = a->attproj + l * BTC;
-    float *residual2 = a->residual2 + l * BTC, *ln2 = a->ln2 + l * BTC;
-    float *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
-    float *fcproj = a->fcproj + l * BTC, *residual3 = a->residual3 + l * BTC;
+    size_t BTC = (size_t)B * T * C;
 
-    layernorm_forward_cuda(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, P(GPT2_LN1W, l),
-                           P(GPT2_LN1B, l), B, T, C);
-    matmul_forward_cuda(qkv, ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
+    layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C);
+    matmul_forward_cuda(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
     // scratch: dfch_gelu (4BTC) is free during the forward pass
-    attention_forward_cuda(atty, att, qkv, a->dfch_gelu, B, T, C, NH);
-    matmul_forward_cuda(attproj, atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
-    residual_layernorm_forward_cuda(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual, attproj,
+    attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, B, T, C, NH);
+    matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
+    residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, x.attproj,
                                     P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C);
-    matmul_bias_gelu_forward_cuda(fch, fch_gelu, ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
-    matmul_forward_cuda(fcproj, fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
-    residual_forward_cuda(residual3, residual2, fcproj, (int)BTC);
+    matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
+    matmul_forward_cuda(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
+    residual_forward_cuda(x.residual3, x.residual2, x.fcproj, (int)BTC);
 }
 
 // a->dresidual holds d(residual3) on entry and d(block input) on return.
 static void block_backward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
-    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T;
+    GPT2BlockActs x = gpt2_block_acts(model, l);
     GPT2Activations *a = &model->acts;
-    float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC;
-    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
-    float *att = a->att + (size_t)l * B * NH * T * T, *residual2 = a->residual2 + l * BTC;
-    float *ln2 = a->ln2 + l * BTC, *fch = a->fch + l * 4 * BTC, *fch_gelu = a->fch_gelu + l * 4 * BTC;
+    size_t BTC = (size_t)B * T * C;
 
     device_zero(a->dfch_gelu, 4 * BTC);
     device_zero(a->dfch, 4 * BTC);
     device_zero(a->dln, BTC);
-    matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, fch_gelu,
+    matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
                          P(GPT2_FCPROJW, l), B, T, 4 * C, C);
-    gelu_backward_cuda(a->dfch, fch, a->dfch_gelu, (int)(4 * BTC));
-    matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, ln2, P(GPT2_FCW, l), B, T, C, 4 * C);
-    layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, residual2, P(GPT2_LN2W, l),
-                            a->ln2_mean + l * BT, a->ln2_rstd + l * BT, B, T, C);
+    gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC));
+    matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C, 4 * C);
+    layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2, P(GPT2_LN2W, l),
+                            x.ln2_mean, x.ln2_rstd, B, T, C);
 
     device_zero(a->datty, BTC);
     device_zero(a->dqkv, 3 * BTC);
     device_zero(a->dln, BTC);
-    matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, atty,
+    matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
                          P(GPT2_ATTPROJW, l), B, T, C, C);
     // the MLP's gradient buffers are done with: they serve as the attention's scratch
-    attention_backward_cuda(a->dqkv, a->datty, qkv, att, a->dfch_gelu, a->dfch, a->att_scratch, B, T, C, NH);
-    matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, ln1, P(GPT2_QKVW, l), B, T, C, 3 * C);
-    layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, residual, P(GPT2_LN1W, l),
-                            a->ln1_mean + l * BT, a->ln1_rstd + l * BT, B, T, C);
+    attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch, B, T, C, NH);
+    matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
+                         3 * C);
+    layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual, P(GPT2_LN1W, l),
+                            x.ln1_mean, x.ln1_rstd, B, T, C);
 }
 
 static void head_forward(GPT2 *model) {

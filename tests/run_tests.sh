@@ -3,39 +3,8 @@
 # command-line checks (bad inputs must fail clearly, llmc_check must catch a
 # wrong gradient). Ends with "N passed, M failed" and a non-zero status on failure.
 # Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
-set -u
-BUILD=${BUILD:-build}
-MPIRUN=${MPIRUN:-mpirun}
 cd "$(dirname "$0")/.."
-passed=0
-failed=0
-tmp=$(mktemp -d /tmp/shardlab_tests.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-
-# run NAME COMMAND...: passes when the command exits 0
-run() {
-    local name=$1
-    shift
-    if timeout 600 "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; tail -n 30 "$tmp/out"; fi
-    grep -E '^[0-9]+%: Checks' "$tmp/out" || true
-}
-
-# fails NAME PATTERN COMMAND...: passes when the command exits non-zero within
-# 60 s (no hang), without a crash, and its stderr matches PATTERN
-fails() {
-    local name=$1 pattern=$2
-    shift 2
-    timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
-    local status=$?
-    if [ $status -eq 0 ]; then bad "$name (exit 0)"
-    elif [ $status -eq 124 ]; then bad "$name (hung)"
-    elif [ $status -gt 128 ]; then bad "$name (crashed, status $status)"; head -5 "$tmp/err"
-    elif ! grep -qE -- "$pattern" "$tmp/err"; then bad "$name (message does not match '$pattern')"; head -5 "$tmp/err"
-    else ok "$name: $(grep -m1 -E -- "$pattern" "$tmp/err")"; fi
-}
+. tests/testlib.sh
 
 echo "== unit tests"
 for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train; do
@@ -106,15 +75,12 @@ fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
-grep -E "^strategies:|^FAIL" "$tmp/out" || true
 
 echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
-grep -E "^plan:|^FAIL" "$tmp/out" || true
 
 echo "== checkpoints: exact resume, resharding, faults"
 run "test_checkpoints" python3 tests/test_checkpoints.py "$BUILD" "$tmp/byte" "$MPIRUN"
-grep -E "^checkpoints:|^FAIL" "$tmp/out" || true
 
 echo "== make compare on a tiny run: plots and report"
 cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
@@ -136,6 +102,4 @@ rm "$tmp/runs/cut/zero3.jsonl"
 cp "$tmp/runs/tiny/ddp.jsonl" "$tmp/runs/cut/ddp.jsonl"
 fails "report: missing log" "cut/zero3.jsonl: missing" python3 examples/report.py "$tmp/runs/cut" --build "$BUILD"
 
-echo
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
