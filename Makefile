@@ -26,7 +26,7 @@ LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
 PROGRAMS = prepare tokenize init_model plan llmc_check train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
-TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c,$(wildcard tests/test_*.c))
+TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c tests/test_comm_gpu.c,$(wildcard tests/test_*.c))
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
 
 # The CUDA build (build/cuda/): built whenever nvcc is found (CUDA_HOME, by
@@ -46,7 +46,8 @@ CUDA_LIBS = -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/li
             -lcublas -lcudart -lnccl -lstdc++
 CUDA_BUILD = $(BUILD)/cuda
 CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_model
-CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu
+CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
+            $(CUDA_BUILD)/test_comm_gpu
 
 .PHONY: all gpu deps test test-asan test-gpu bench bench-gpu compare fuzz clean
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
@@ -67,6 +68,9 @@ $(CUDA_BUILD)/bench_gpu: $(CUDA_BUILD)/obj/examples/bench_gpu.o $(CUDA_BUILD)/li
 
 $(CUDA_BUILD)/test_gpu: $(BUILD)/obj/tests/test_gpu.o $(CUDA_BUILD)/libshardlab_cuda.a
 	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(CUDA_BUILD)/test_comm_gpu: $(BUILD)/obj/tests/test_comm_gpu.o $(CUDA_BUILD)/libshardlab_cuda.a
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
 
 # On a machine with a GPU: every kernel against the CPU, llmc_check on the GPU,
 # and the strategy tests with GPU ranks (NCCL at 1 rank, 4 ranks sharing the GPU).

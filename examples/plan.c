@@ -20,8 +20,8 @@
 #define BYTES(floats) ((floats) * sizeof(float))
 
 // Memory that lives for the whole run: resident state and activations.
-static void add_resident(MemAccount *acct, size_t resident_floats, size_t activation_floats) {
-    mem_account_add(acct, MEM_ACTIVATIONS, BYTES(activation_floats));
+static void add_resident(MemAccount *acct, size_t resident_floats, size_t activation_bytes) {
+    mem_account_add(acct, MEM_ACTIVATIONS, activation_bytes);
     mem_account_add(acct, MEM_PARAMS, BYTES(resident_floats));
     mem_account_add(acct, MEM_GRADS, BYTES(resident_floats));
     mem_account_add(acct, MEM_OPTIM, BYTES(2 * resident_floats));
@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
-    size_t activations = gpt2_num_activations(&config, B / world, T);
+    size_t activations = gpt2_activation_bytes(&config, B / world, T);
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)\n",

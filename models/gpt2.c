@@ -156,6 +156,9 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
                                  int T) {
     size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
+    // the GPU's attention backward needs one layer's (B,NH,T,T) gradient whole,
+    // the CPU's two (T,T) matrices, which is more when B * NH = 1
+    size_t attention_scratch = (B * NH > 2 ? B * NH : 2) * (size_t)T * T;
     struct { float **ptr; size_t count; } parts[] = {
         {&a->encoded, BT * C},        {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
         {&a->ln1_rstd, L * BT},       {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},
@@ -166,7 +169,7 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
         {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, BT * Vp},
         {&a->losses, BT},             {&a->dresidual, BT * C},       {&a->dln, BT * C},
         {&a->dqkv, BT * 3 * C},       {&a->datty, BT * C},           {&a->dfch_gelu, BT * 4 * C},
-        {&a->dfch, BT * 4 * C},       {&a->att_scratch, B * NH * T * T},
+        {&a->dfch, BT * 4 * C},       {&a->att_scratch, attention_scratch},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -179,6 +182,10 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
 size_t gpt2_num_activations(const GPT2Config *config, int B, int T) {
     GPT2Activations unused;
     return layout_activations(&unused, NULL, config, B, T);
+}
+
+size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T) {
+    return gpt2_num_activations(config, B, T) * sizeof(float) + GPT2_BATCH_ARRAYS * (size_t)B * T * sizeof(int);
 }
 
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
@@ -194,17 +201,25 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
     model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->num_acts = layout_activations(&model->acts, NULL, &config, B, T);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
-    model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, 2 * (size_t)B * T);
+    model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, GPT2_BATCH_ARRAYS * (size_t)B * T);
     layout_activations(&model->acts, model->acts_memory, &config, B, T);
 }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {
     device_free(acct, MEM_ACTIVATIONS, model->acts_memory, model->num_acts);
-    device_free_ints(acct, MEM_ACTIVATIONS, model->batch, 2 * (size_t)model->B * model->T);
+    device_free_ints(acct, MEM_ACTIVATIONS, model->batch, GPT2_BATCH_ARRAYS * (size_t)model->B * model->T);
     free(model->params);
     free(model->grads);
     gpt2_layout_free(&model->layout);
     memset(model, 0, sizeof *model);
+}
+
+void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V) {
+    size_t *start = xcalloc((size_t)V + 1, sizeof(size_t));
+    for (size_t i = 0; i < n; i++) start[inputs[i] + 1]++;
+    for (int v = 0; v < V; v++) start[v + 1] += start[v];
+    for (size_t i = 0; i < n; i++) order[start[inputs[i]]++] = (int)i;
+    free(start);
 }
 
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
@@ -218,8 +233,13 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     // the model keeps its own copy, on the device its layers run on
     device_ints_from_host(model->batch, inputs, n);
     if (targets) device_ints_from_host(model->batch + n, targets, n);
+    int *order = xmalloc(n * sizeof(int));
+    gpt2_positions_by_token(order, inputs, n, V);
+    device_ints_from_host(model->batch + 2 * n, order, n);
+    free(order);
     model->inputs = model->batch;
     model->targets = targets ? model->batch + n : NULL;
+    model->positions_by_token = model->batch + 2 * n;
 }
 
 GPT2BlockActs gpt2_block_acts(const GPT2 *model, int l) {

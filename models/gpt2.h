@@ -99,7 +99,7 @@ typedef struct {
     float *datty;       // (B,T,C)
     float *dfch_gelu;   // (B,T,4C)
     float *dfch;        // (B,T,4C)
-    float *att_scratch; // (B,NH,T,T) attention backward (the CPU uses 2 T*T of it)
+    float *att_scratch; // (max(B*NH,2),T,T) attention backward (the CPU uses 2 T*T of it)
 } GPT2Activations;
 
 // Block l's slices of the per-layer activations, and its input.
@@ -117,6 +117,9 @@ typedef struct {
     float *residual3;   // (B,T,C)
 } GPT2BlockActs;
 
+// The batch arrays on the device: inputs, targets, positions_by_token.
+#define GPT2_BATCH_ARRAYS 3
+
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // this rank's batch rows and sequence length
@@ -125,9 +128,10 @@ typedef struct {
     GPT2Activations acts;
     float *acts_memory;
     size_t num_acts;
-    int *batch;                // (2,B,T) the model's copy of inputs and targets, on its device
+    int *batch;                // (3,B,T) the model's copy of its batch, on its device:
     const int *inputs;         // (B,T) token ids (points into batch)
     const int *targets;        // (B,T) next-token ids (points into batch), or NULL
+    const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over this rank's B*T tokens
 } GPT2;
 
@@ -151,10 +155,17 @@ void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begi
 
 // Floats of activations (and backward scratch) for a (B, T) batch.
 size_t gpt2_num_activations(const GPT2Config *config, int B, int T);
+// Bytes of the activations category for a (B, T) batch: the floats above plus the batch arrays.
+size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T);
 // Allocates activations for a (B, T) batch; the pointer tables start as NULL.
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);
 
+// order: (n) the positions 0..n-1 sorted by their token id (< V), positions of
+// the same token in increasing order (a counting sort). The GPU's embedding
+// backward sums each token's rows in this fixed order, so its result does not
+// depend on how the work is scheduled.
+void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V);
 // Copies a host batch to the model's device. inputs, targets: (B,T); targets
 // may be NULL (no loss). Ids are checked < V.
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);

@@ -114,8 +114,8 @@ extern "C" void gpt2_forward_unit(GPT2 *model, int unit) {
 extern "C" void gpt2_backward_unit(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     if (unit == 0)
-        encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs, model->B,
-                              model->T, c->channels);
+        encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
+                              model->positions_by_token, model->B, model->T, c->channels);
     else if (unit <= c->num_layers)
         block_backward(model, unit - 1);
     else

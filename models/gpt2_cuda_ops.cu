@@ -25,6 +25,11 @@ __device__ static float warp_max(float x) {
 #define ROWS_PER_BLOCK 4
 static unsigned int row_blocks(int rows) { return (unsigned int)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK); }
 
+// Column sums (bias and layernorm parameter gradients): a block of
+// COLUMN_TILE x SUM_LANES threads per tile of columns.
+#define COLUMN_TILE 32
+#define SUM_LANES 32
+
 // ---------------------------------------------------------------- encoder
 
 __global__ static void encoder_forward_kernel(float *out, const int *inp, const float *wte, const float *wpe,
@@ -42,21 +47,38 @@ extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wt
     CUDA_CHECK_LAUNCH();
 }
 
-// Several positions may hold the same token (and every row has every t), so
-// the gradient rows are accumulated with atomics.
-__global__ static void encoder_backward_kernel(float *dwte, float *dwpe, const float *dout, const int *inp, int BT,
-                                               int T, int C) {
+// Deterministic: no atomics, every sum in a fixed order, so a GPU run repeats
+// bit for bit. dwpe: one thread per (t, c) adds the B rows in order. dwte: one
+// block per position in `positions_by_token` (the batch's positions sorted by
+// token); the block that starts a token's run adds that run's rows in position
+// order, one thread per channel.
+__global__ static void wpe_backward_kernel(float *dwpe, const float *dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)BT * C) return;
-    int bt = (int)(i / C), c = (int)(i % C), t = bt % T;
-    atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
-    atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+    if (i >= (size_t)T * C) return;
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) sum += dout[(size_t)b * T * C + i];
+    dwpe[i] += sum;
 }
 
-extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
-                                      int C) {
-    size_t n = (size_t)B * T * C;
-    encoder_backward_kernel<<<device_blocks(n, 256), 256>>>(dwte, dwpe, dout, inp, B * T, T, C);
+__global__ static void wte_backward_kernel(float *dwte, const float *dout, const int *inp,
+                                           const int *positions_by_token, int BT, int C) {
+    int first = blockIdx.x;
+    int token = inp[positions_by_token[first]];
+    if (first > 0 && inp[positions_by_token[first - 1]] == token) return;  // not the start of a run
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int j = first; j < BT && inp[positions_by_token[j]] == token; j++)
+            sum += dout[(size_t)positions_by_token[j] * C + c];
+        dwte[(size_t)token * C + c] += sum;
+    }
+}
+
+extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                      const int *positions_by_token, int B, int T, int C) {
+    size_t TC = (size_t)T * C;
+    wpe_backward_kernel<<<device_blocks(TC, 256), 256>>>(dwpe, dout, B, T, C);
+    CUDA_CHECK_LAUNCH();
+    wte_backward_kernel<<<B * T, C < 256 ? C : 256>>>(dwte, dout, inp, positions_by_token, B * T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -130,16 +152,31 @@ __global__ static void layernorm_backward_input_kernel(float *dinp, const float 
 }
 
 // dweight, dbias: one thread per channel sums over the rows (deterministic).
+// dweight[c] += sum over rows of (inp - mean) * rstd * dout, dbias[c] += sum of
+// dout. A block sums a tile of COLUMN_TILE columns: thread (x, y) adds rows y,
+// y + SUM_LANES, ... of column x (a warp reads one row's consecutive columns),
+// then thread y = 0 adds the lanes in order. Enough blocks to fill the GPU
+// for C in the hundreds, and the same order every run.
 __global__ static void layernorm_backward_params_kernel(float *dweight, float *dbias, const float *dout,
                                                         const float *inp, const float *mean, const float *rstd,
                                                         int rows, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float dw_lanes[SUM_LANES][COLUMN_TILE + 1], db_lanes[SUM_LANES][COLUMN_TILE + 1];
+    int c = blockIdx.x * COLUMN_TILE + threadIdx.x;
     float dw = 0, db = 0;
-    for (int row = 0; row < rows; row++) {
-        float dy = dout[(size_t)row * C + c];
-        db += dy;
-        dw += (inp[(size_t)row * C + c] - mean[row]) * rstd[row] * dy;
+    if (c < C) {
+        for (int row = threadIdx.y; row < rows; row += SUM_LANES) {
+            float dy = dout[(size_t)row * C + c];
+            db += dy;
+            dw += (inp[(size_t)row * C + c] - mean[row]) * rstd[row] * dy;
+        }
+    }
+    dw_lanes[threadIdx.y][threadIdx.x] = dw;
+    db_lanes[threadIdx.y][threadIdx.x] = db;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    for (int lane = 1; lane < SUM_LANES; lane++) {
+        dw += dw_lanes[lane][threadIdx.x];
+        db += db_lanes[lane][threadIdx.x];
     }
     dweight[c] += dw;
     dbias[c] += db;
@@ -151,8 +188,8 @@ extern "C" void layernorm_backward_cuda(float *dinp, float *dweight, float *dbia
     layernorm_backward_input_kernel<<<row_blocks(B * T), ROWS_PER_BLOCK * WARP>>>(dinp, dout, inp, weight, mean,
                                                                                    rstd, B * T, C);
     CUDA_CHECK_LAUNCH();
-    layernorm_backward_params_kernel<<<device_blocks((size_t)C, 128), 128>>>(dweight, dbias, dout, inp, mean, rstd,
-                                                                              B * T, C);
+    layernorm_backward_params_kernel<<<device_blocks((size_t)C, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(
+        dweight, dbias, dout, inp, mean, rstd, B * T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -171,12 +208,18 @@ __global__ static void bias_gelu_kernel(float *pre, float *out, const float *bia
     out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
 }
 
-// dbias[o] += sum over rows of dout[row][o]: one thread per column.
+// dbias[o] += sum over rows of dout[row][o], in column tiles as the layernorm's
+// parameter gradients above.
 __global__ static void bias_backward_kernel(float *dbias, const float *dout, int rows, int OC) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
+    __shared__ float lanes[SUM_LANES][COLUMN_TILE + 1];
+    int o = blockIdx.x * COLUMN_TILE + threadIdx.x;
     float sum = 0;
-    for (int row = 0; row < rows; row++) sum += dout[(size_t)row * OC + o];
+    if (o < OC)
+        for (int row = threadIdx.y; row < rows; row += SUM_LANES) sum += dout[(size_t)row * OC + o];
+    lanes[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || o >= OC) return;
+    for (int lane = 1; lane < SUM_LANES; lane++) sum += lanes[lane][threadIdx.x];
     dbias[o] += sum;
 }
 
@@ -217,7 +260,8 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, &one, inp, C, dout, OC, &one,
                              dweight, C));
     if (!dbias) return;
-    bias_backward_kernel<<<device_blocks((size_t)OC, 128), 128>>>(dbias, dout, rows, OC);
+    bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
+                                                                                                   OC);
     CUDA_CHECK_LAUNCH();
 }
 

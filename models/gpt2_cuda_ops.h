@@ -10,7 +10,9 @@ extern "C" {
 #endif
 
 void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
-void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+// positions_by_token: (B*T) the positions sorted by token id (gpt2_set_batch makes it).
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp,
+                           const int *positions_by_token, int B, int T, int C);
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int B, int T, int C);
 void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

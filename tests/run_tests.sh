@@ -42,6 +42,19 @@ if "$BUILD/llmc_check" "$ref/model.bin" "$tmp/wrong.bin" >"$tmp/out" 2>&1; then 
 elif grep -q "dqkvw .*FAIL" "$tmp/out" && [ "$(grep -c FAIL "$tmp/out")" -eq 2 ]; then ok "llmc_check catches a wrong gradient (dqkvw)"
 else bad "llmc_check catches a wrong gradient: wrong report"; cat "$tmp/out"; fi
 
+# B x NH = 1: the attention backward's scratch must still hold the CPU's two T x T matrices
+"$BUILD/init_model" --layers 1 --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/one_head.bin" > /dev/null
+mkdir -p "$tmp/ids5"
+python3 - "$tmp/ids5/train.bin" <<'PY'
+import struct, sys
+ids = [(i * 3) % 5 for i in range(200)]
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))
+PY
+run "train_single: one row of one head" "$BUILD/train_single" --model "$tmp/one_head.bin" --data "$tmp/ids5" \
+    --batch 1 --seq 2 --steps 2 --quiet
+run "train_fsdp -np 2: one row of one head per rank" $MPIRUN -np 2 "$BUILD/train_fsdp" --model "$tmp/one_head.bin" \
+    --data "$tmp/ids5" --batch 2 --seq 2 --steps 2 --quiet
+
 echo "== command-line errors"
 printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
 for i in $(seq 6); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "$tmp/s2" "$tmp/small.txt"; done

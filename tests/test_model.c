@@ -137,6 +137,25 @@ START_TEST(test_token_out_of_vocab_is_rejected) {
 }
 END_TEST
 
+// Every position once, grouped by token in increasing token order, each
+// token's positions in increasing order: the order the GPU's embedding
+// backward sums in.
+START_TEST(test_positions_by_token) {
+    enum { n = 23, V = 5 };
+    int inputs[n], order[n], seen[n] = {0};
+    for (int i = 0; i < n; i++) inputs[i] = (i * 3 + i / 4) % V;
+    inputs[n - 1] = V - 1;
+    gpt2_positions_by_token(order, inputs, n, V);
+    for (int j = 0; j < n; j++) {
+        ck_assert(order[j] >= 0 && order[j] < n && !seen[order[j]]);
+        seen[order[j]] = 1;
+        if (j == 0) continue;
+        int prev = inputs[order[j - 1]], cur = inputs[order[j]];
+        ck_assert_msg(prev < cur || (prev == cur && order[j - 1] < order[j]), "order breaks at %d", j);
+    }
+}
+END_TEST
+
 START_TEST(test_presets) {
     GPT2Config c;
     ck_assert_int_eq(gpt2_config_preset("d12", 0, &c), 0);
@@ -156,6 +175,7 @@ int main(void) {
     tcase_add_test(tc, test_gradients_match_finite_differences);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_exit_test(tc, test_token_out_of_vocab_is_rejected, 1);
+    tcase_add_test(tc, test_positions_by_token);
     tcase_add_test(tc, test_presets);
     suite_add_tcase(s, tc);
     return run_suite(s);
