@@ -2,7 +2,6 @@
 // model; the hooks do nothing; AdamW updates everything. Every strategy must
 // train the same model as this one.
 #include <stdlib.h>
-#include <string.h>
 
 #include "device.h"
 #include "errors.h"
@@ -12,38 +11,41 @@ typedef struct {
     GPT2 *model;
     MemAccount *mem;
     Resident resident;  // every tensor whole
-} SingleState;
+} State;
 
-static void single_nothing(void *state, int unit) { (void)state; (void)unit; }
-static void single_finish_grads(void *state) { (void)state; }
+static void before_forward(void *state, int unit) { (void)state; (void)unit; }
+static void after_forward(void *state, int unit) { (void)state; (void)unit; }
+static void before_backward(void *state, int unit) { (void)state; (void)unit; }
+static void after_backward(void *state, int unit) { (void)state; (void)unit; }
+static void finish_grads(void *state) { (void)state; }
 
-static void single_step(void *state, AdamWConfig config) {
-    SingleState *s = state;
+static void step(void *state, AdamWConfig config) {
+    State *s = state;
     resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
-static void single_gather_full_model(void *state, float *flat) {
-    SingleState *s = state;
+static void gather_full_model(void *state, float *flat) {
+    State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     for (int t = 0; t < layout->num_tensors; t++)
         device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
 }
 
-static int single_local_rows(void *state, int t, LocalRows *rows) {
-    SingleState *s = state;
+static int local_rows(void *state, int t, LocalRows *rows) {
+    State *s = state;
     *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, 1);
     return 1;
 }
 
-static void single_free(void *state) {
-    SingleState *s = state;
+static void destroy(void *state) {
+    State *s = state;
     resident_free(&s->resident, s->mem);
     free(s);
 }
 
 Strategy single_init(const StrategyContext *ctx) {
     if (ctx->comm->world != 1) fatal("train_single runs on one rank; use a strategy trainer for %d", ctx->comm->world);
-    SingleState *s = xcalloc(1, sizeof *s);
+    State *s = xcalloc(1, sizeof *s);
     GPT2 *model = ctx->model;
     const GPT2Layout *layout = &model->layout;
     s->model = model;
@@ -57,12 +59,5 @@ Strategy single_init(const StrategyContext *ctx) {
         model->params[t] = s->resident.params + s->resident.flat.offset[t];
         model->grads[t] = s->resident.grads + s->resident.flat.offset[t];
     }
-    return (Strategy){
-        .name = "single", .state = s,
-        .before_forward = single_nothing, .after_forward = single_nothing,
-        .before_backward = single_nothing, .after_backward = single_nothing,
-        .finish_grads = single_finish_grads, .step = single_step,
-        .gather_full_model = single_gather_full_model, .local_rows = single_local_rows,
-        .free = single_free,
-    };
+    return STRATEGY_TABLE("single", s);
 }

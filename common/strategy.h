@@ -10,6 +10,11 @@
 //
 // Before a unit runs, the strategy has pointed model->params[t] and
 // model->grads[t] at full-size buffers for every tensor t the unit reads.
+//
+// Each strategy file defines these as static functions under these names, in
+// this order, helpers before the functions that use them, and ends with its
+// <name>_init, which returns STRATEGY_TABLE: so `diff ddp/ddp.c fsdp/fsdp.c`
+// shows only what the two strategies do differently.
 #ifndef SHARDLAB_STRATEGY_H
 #define SHARDLAB_STRATEGY_H
 
@@ -38,7 +43,17 @@ typedef struct {
     MemAccount *mem;
     ParamSource source;
     int reshard_after_forward;  // FSDP: free gathered params after forward (1) or keep them (0)
+    int quiet;                  // no notes on stdout (strategy_note)
 } StrategyContext;
+
+// Where a sharded strategy's parameter tensor is between uses.
+typedef enum {
+    TENSOR_SHARDED = 0,  // only this rank's part of it (perhaps nothing) is here
+    TENSOR_GATHERED,     // model->params[t] points at the whole tensor
+} TensorState;
+
+// printf on rank 0, unless the run is quiet: what a strategy has to say at init.
+void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // The rows of one tensor that a rank keeps between steps, for checkpoints:
 // pointers to its parameters and AdamW moments, and the tensor's step count.
@@ -63,8 +78,16 @@ typedef struct {
     void (*gather_full_model)(void *state, float *flat);
     // Fills *rows and returns 1 if this rank keeps rows of tensor t, else 0.
     int (*local_rows)(void *state, int t, LocalRows *rows);
-    void (*free)(void *state);
+    void (*destroy)(void *state);
 } Strategy;
+
+// The function table of the strategy defined in this file (see the top).
+#define STRATEGY_TABLE(strategy_name, strategy_state)                                                          \
+    ((Strategy){.name = (strategy_name), .state = (strategy_state),                                            \
+                .before_forward = before_forward, .after_forward = after_forward,                              \
+                .before_backward = before_backward, .after_backward = after_backward,                          \
+                .finish_grads = finish_grads, .step = step, .gather_full_model = gather_full_model,            \
+                .local_rows = local_rows, .destroy = destroy})
 
 Strategy ddp_init(const StrategyContext *ctx);
 Strategy zero3_init(const StrategyContext *ctx);

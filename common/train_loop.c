@@ -148,6 +148,7 @@ static void setup(Run *run, int argc, char **argv) {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
         .source = {.checkpoint_path = o->model_path, .seed = o->seed},
         .reshard_after_forward = o->reshard_after_forward,
+        .quiet = o->quiet,
     };
     run->strategy = run->strategy_init(&ctx);
     run->first_step = 1;
@@ -322,7 +323,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
     if (o->out_model) write_final_model(&run);
     if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix);
     if (run.log) xfclose(run.log, o->log_path);
-    run.strategy.free(run.strategy.state);
+    run.strategy.destroy(run.strategy.state);
     gpt2_free(&run.model, &run.mem);
     loader_free(&run.train);
     if (run.have_val) loader_free(&run.val);

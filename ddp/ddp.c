@@ -14,7 +14,6 @@
 // The tied wte is used by unit 0 and by the head; its gradient sums both uses
 // in place and travels with unit 0's bucket, after the last of them.
 #include <stdlib.h>
-#include <string.h>
 
 #include "../common/device.h"
 #include "../common/errors.h"
@@ -26,20 +25,57 @@ typedef struct {
     MemAccount *mem;
     Resident resident;               // every tensor whole: the full replica
     CommHandle *pending;             // (num_units) each unit's gradient all-reduce
-} DdpState;
+} State;
 
-static void ddp_before_forward(void *state, int unit);
-static void ddp_after_forward(void *state, int unit);
-static void ddp_before_backward(void *state, int unit);
-static void ddp_after_backward(void *state, int unit);
-static void ddp_finish_grads(void *state);
-static void ddp_step(void *state, AdamWConfig config);
-static void ddp_gather_full_model(void *state, float *flat);
-static int ddp_local_rows(void *state, int t, LocalRows *rows);
-static void ddp_free(void *state);
+// Parameters are always resident: nothing to fetch or release.
+static void before_forward(void *state, int unit) { (void)state; (void)unit; }
+static void after_forward(void *state, int unit) { (void)state; (void)unit; }
+static void before_backward(void *state, int unit) { (void)state; (void)unit; }
+
+// The unit's gradients are final once its backward is done (the tied wte's only
+// after unit 0): start averaging them while the units below compute, and nudge
+// the buckets already in flight along.
+static void after_backward(void *state, int unit) {
+    State *s = state;
+    size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
+    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
+    for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
+}
+
+static void finish_grads(void *state) {
+    State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) comm_wait(s->comm, &s->pending[u]);
+}
+
+static void step(void *state, AdamWConfig config) {
+    State *s = state;
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
+}
+
+static void gather_full_model(void *state, float *flat) {
+    State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
+    for (int t = 0; t < layout->num_tensors; t++)
+        device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+}
+
+// Every replica keeps every row; rank 0 alone writes them.
+static int local_rows(void *state, int t, LocalRows *rows) {
+    State *s = state;
+    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, s->comm->rank == 0);
+    return 1;
+}
+
+static void destroy(void *state) {
+    State *s = state;
+    resident_free(&s->resident, s->mem);
+    free(s->pending);
+    free(s);
+}
 
 Strategy ddp_init(const StrategyContext *ctx) {
-    DdpState *s = xcalloc(1, sizeof *s);
+    State *s = xcalloc(1, sizeof *s);
     GPT2 *model = ctx->model;
     const GPT2Layout *layout = &model->layout;
     s->model = model;
@@ -58,59 +94,5 @@ Strategy ddp_init(const StrategyContext *ctx) {
     }
     // replicas must start identical: rank 0's copy wins
     comm_broadcast(s->comm, s->resident.params, s->resident.flat.total, 0);
-    return (Strategy){
-        .name = "ddp", .state = s,
-        .before_forward = ddp_before_forward, .after_forward = ddp_after_forward,
-        .before_backward = ddp_before_backward, .after_backward = ddp_after_backward,
-        .finish_grads = ddp_finish_grads, .step = ddp_step,
-        .gather_full_model = ddp_gather_full_model, .local_rows = ddp_local_rows,
-        .free = ddp_free,
-    };
-}
-
-// Parameters are always resident: nothing to fetch or release.
-static void ddp_before_forward(void *state, int unit) { (void)state; (void)unit; }
-static void ddp_after_forward(void *state, int unit) { (void)state; (void)unit; }
-static void ddp_before_backward(void *state, int unit) { (void)state; (void)unit; }
-
-// The unit's gradients are final once its backward is done (the tied wte's only
-// after unit 0): start averaging them while the units below compute, and nudge
-// the buckets already in flight along.
-static void ddp_after_backward(void *state, int unit) {
-    DdpState *s = state;
-    size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
-    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
-    for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
-}
-
-static void ddp_finish_grads(void *state) {
-    DdpState *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) comm_wait(s->comm, &s->pending[u]);
-}
-
-static void ddp_step(void *state, AdamWConfig config) {
-    DdpState *s = state;
-    resident_step(&s->resident, s->model->layout.num_tensors, config);
-}
-
-static void ddp_gather_full_model(void *state, float *flat) {
-    DdpState *s = state;
-    const GPT2Layout *layout = &s->model->layout;
-    if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
-    for (int t = 0; t < layout->num_tensors; t++)
-        device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
-}
-
-// Every replica keeps every row; rank 0 alone writes them.
-static int ddp_local_rows(void *state, int t, LocalRows *rows) {
-    DdpState *s = state;
-    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, s->comm->rank == 0);
-    return 1;
-}
-
-static void ddp_free(void *state) {
-    DdpState *s = state;
-    resident_free(&s->resident, s->mem);
-    free(s->pending);
-    free(s);
+    return STRATEGY_TABLE("ddp", s);
 }

@@ -75,6 +75,9 @@ fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_sing
 fails "trainer: sequence too long" "--seq 2000 exceeds" "${train[@]}" --seq 2000
 fails "trainer: batch not divisible by ranks" "--batch 3 is not divisible by the number of ranks \(2\)" \
     $MPIRUN -np 2 "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --batch 3 --seq 16 --steps 1
+zero3=($MPIRUN -np 2 "$BUILD/train_zero3" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 1)
+if [ "$("${zero3[@]}" 2>&1 | grep -c "zero3: the fullest of 2 ranks owns")" = 1 ] && [ -z "$("${zero3[@]}" --quiet 2>&1)" ]; then
+    ok "zero3 reports its balance once, and not with --quiet"; else bad "zero3 reports its balance once, and not with --quiet"; fi
 fails "trainer: reshard flag on ddp" "applies to the fsdp trainer only" "${train[@]}" --reshard-after-forward 0
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"

@@ -18,9 +18,7 @@
 // DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
 // all ranks (like fsdp/ here); ownership is easier to follow and shows the
 // imbalance that slicing avoids.
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../common/device.h"
 #include "../common/errors.h"
@@ -32,65 +30,55 @@ typedef struct {
     MemAccount *mem;
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
-    int *gathered;                   // (num_tensors) 1 while model->params[t] is usable
-} Zero3State;
+    TensorState *tensor_state;       // (num_tensors) GATHERED while every rank has tensor t whole
+} State;
 
-static void zero3_before_forward(void *state, int unit);
-static void zero3_after_forward(void *state, int unit);
-static void zero3_before_backward(void *state, int unit);
-static void zero3_after_backward(void *state, int unit);
-static void zero3_finish_grads(void *state);
-static void zero3_step(void *state, AdamWConfig config);
-static void zero3_gather_full_model(void *state, float *flat);
-static int zero3_local_rows(void *state, int t, LocalRows *rows);
-static void zero3_free(void *state);
+static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }
 
-static int owns(const Zero3State *s, int t) { return s->owner[t] == s->comm->rank; }
-
-// Rank 0 says how unevenly whole tensors split: the fullest rank against the mean.
-static void zero3_report_balance(const Zero3State *s) {
+// How unevenly whole tensors split: the fullest rank against the mean.
+static void report_balance(const State *s, const StrategyContext *ctx) {
     const GPT2Layout *layout = &s->model->layout;
     int world = s->comm->world;
-    if (s->comm->rank != 0 || world == 1) return;
+    if (world == 1) return;
     size_t largest = 0;
     for (int r = 0; r < world; r++) {
         size_t bytes = zero3_owned_bytes(layout, s->owner, r);
         if (bytes > largest) largest = bytes;
     }
     double mean = (double)layout->num_params * sizeof(float) / world;
-    printf("zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n", world,
-           largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
+    strategy_note(ctx, "zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n",
+                  world, largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
 }
 
 // Broadcast every tensor of the unit from its owner. The owner sends straight
 // from its resident copy; everyone else receives into a temporary buffer.
-static void zero3_gather_unit(Zero3State *s, int unit) {
+static void gather_unit(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->gathered[t]) continue;
+        if (s->tensor_state[t] == TENSOR_GATHERED) continue;
         if (!owns(s, t)) s->model->params[t] = device_alloc(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
         comm_broadcast(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
-        s->gathered[t] = 1;
+        s->tensor_state[t] = TENSOR_GATHERED;
     }
 }
 
-static void zero3_release_unit(Zero3State *s, int unit) {
+static void release_unit(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!s->gathered[t]) continue;
+        if (s->tensor_state[t] == TENSOR_SHARDED) continue;
         if (!owns(s, t)) {
             device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
             s->model->params[t] = NULL;
         }
-        s->gathered[t] = 0;
+        s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
 
 // Average each gradient of the unit onto its owner, who adds it to its resident
 // gradient (the tied wte arrives twice: from the head and from unit 0).
-static void zero3_reduce_unit(Zero3State *s, int unit) {
+static void reduce_unit(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
@@ -103,8 +91,64 @@ static void zero3_reduce_unit(Zero3State *s, int unit) {
     }
 }
 
+static void before_forward(void *state, int unit) { gather_unit(state, unit); }
+static void after_forward(void *state, int unit) { release_unit(state, unit); }
+
+// Fetch the unit again, and give it zeroed full-size gradient buffers.
+static void before_backward(void *state, int unit) {
+    State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    gather_unit(s, unit);
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+    }
+}
+
+static void after_backward(void *state, int unit) {
+    reduce_unit(state, unit);
+    release_unit(state, unit);
+}
+
+// The reduces above are blocking: nothing is left in flight.
+static void finish_grads(void *state) { (void)state; }
+
+static void step(void *state, AdamWConfig config) {
+    State *s = state;
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
+}
+
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
+static void gather_full_model(void *state, float *flat) {
+    State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    for (int u = 0; u < layout->num_units; u++) {
+        gather_unit(s, u);
+        for (int t = 0; t < layout->num_tensors; t++)
+            if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
+                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+        release_unit(s, u);
+    }
+}
+
+// The owner keeps all rows of its tensors; other ranks keep none.
+static int local_rows(void *state, int t, LocalRows *rows) {
+    State *s = state;
+    if (!owns(s, t)) return 0;
+    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, 1);
+    return 1;
+}
+
+static void destroy(void *state) {
+    State *s = state;
+    resident_free(&s->resident, s->mem);
+    free(s->owner);
+    free(s->tensor_state);
+    free(s);
+}
+
 Strategy zero3_init(const StrategyContext *ctx) {
-    Zero3State *s = xcalloc(1, sizeof *s);
+    State *s = xcalloc(1, sizeof *s);
     GPT2 *model = ctx->model;
     const GPT2Layout *layout = &model->layout;
     s->model = model;
@@ -112,80 +156,17 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
-    zero3_report_balance(s);
+    report_balance(s, ctx);
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
     resident_init(&s->resident, layout, count, s->mem);
     free(count);
-    s->gathered = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
         if (!owns(s, t)) continue;
         // each owner makes its own tensors: no initial communication
         resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
         model->params[t] = s->resident.params + s->resident.flat.offset[t];
     }
-    return (Strategy){
-        .name = "zero3", .state = s,
-        .before_forward = zero3_before_forward, .after_forward = zero3_after_forward,
-        .before_backward = zero3_before_backward, .after_backward = zero3_after_backward,
-        .finish_grads = zero3_finish_grads, .step = zero3_step,
-        .gather_full_model = zero3_gather_full_model, .local_rows = zero3_local_rows,
-        .free = zero3_free,
-    };
-}
-
-static void zero3_before_forward(void *state, int unit) { zero3_gather_unit(state, unit); }
-static void zero3_after_forward(void *state, int unit) { zero3_release_unit(state, unit); }
-
-// Fetch the unit again, and give it zeroed full-size gradient buffers.
-static void zero3_before_backward(void *state, int unit) {
-    Zero3State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
-    zero3_gather_unit(s, unit);
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
-        int t = layout->unit_tensors[unit][i];
-        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
-    }
-}
-
-static void zero3_after_backward(void *state, int unit) {
-    zero3_reduce_unit(state, unit);
-    zero3_release_unit(state, unit);
-}
-
-// The reduces above are blocking: nothing is left in flight.
-static void zero3_finish_grads(void *state) { (void)state; }
-
-static void zero3_step(void *state, AdamWConfig config) {
-    Zero3State *s = state;
-    resident_step(&s->resident, s->model->layout.num_tensors, config);
-}
-
-// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
-static void zero3_gather_full_model(void *state, float *flat) {
-    Zero3State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
-    for (int u = 0; u < layout->num_units; u++) {
-        zero3_gather_unit(s, u);
-        for (int t = 0; t < layout->num_tensors; t++)
-            if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
-        zero3_release_unit(s, u);
-    }
-}
-
-// The owner keeps all rows of its tensors; other ranks keep none.
-static int zero3_local_rows(void *state, int t, LocalRows *rows) {
-    Zero3State *s = state;
-    if (!owns(s, t)) return 0;
-    *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, 1);
-    return 1;
-}
-
-static void zero3_free(void *state) {
-    Zero3State *s = state;
-    resident_free(&s->resident, s->mem);
-    free(s->owner);
-    free(s->gathered);
-    free(s);
+    return STRATEGY_TABLE("zero3", s);
 }
