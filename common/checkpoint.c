@@ -308,8 +308,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 
 // ---------------------------------------------------------------- loading
 
-// `path` is a checkpoint, or a --ckpt-dir whose `latest` names one.
-static void resolve_checkpoint_dir(const char *path, char *dir, size_t size) {
+void checkpoint_resolve(const char *path, char *dir, size_t size) {
     char probe[4096];
     xsnprintf(probe, sizeof probe, "%s/" MANIFEST_NAME, path);
     if (access(probe, F_OK) == 0) { xsnprintf(dir, size, "%s", path); return; }
@@ -359,7 +358,7 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
                      CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
-    resolve_checkpoint_dir(path, dir, sizeof dir);
+    checkpoint_resolve(path, dir, sizeof dir);
     xsnprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
     size_t len;
     char *text = xread_file(manifest_path, &len);

@@ -33,6 +33,9 @@ typedef struct {
 // Every rank calls these. step = optimizer steps done so far.
 void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, const GPT2Layout *layout,
                      Comm *comm, int step, uint64_t data_position, uint64_t seed);
+// path: a checkpoint directory, or a --ckpt-dir whose `latest` names one; dir
+// gets the checkpoint directory itself (exits if there is none).
+void checkpoint_resolve(const char *path, char *dir, size_t size);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
 // strategy's rows and step counts; returns the manifest (caller frees).
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,

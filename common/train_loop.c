@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "../models/gpt2_io.h"
+#include "agree.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "device.h"
@@ -137,6 +138,7 @@ static void setup(Run *run, int argc, char **argv) {
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
     if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+    agree_or_exit(&run->comm, run->strategy_name, o, &run->train, run->have_val ? &run->val : NULL);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
     if (run->comm.rank == 0 && !o->quiet)

@@ -62,6 +62,8 @@ fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_sing
 fails "trainer: sequence too long" "--seq 2000 exceeds" "${train[@]}" --seq 2000
 fails "trainer: batch not divisible by ranks" "--batch 3 is not divisible by the number of ranks \(2\)" \
     $MPIRUN -np 2 "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --batch 3 --seq 16 --steps 1
+fails "trainer: ranks with different --steps" "ranks disagree on --steps: rank 0 has 3, rank 1 has 6" \
+    $MPIRUN -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 3 : -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 6
 fails "trainer: reshard flag on ddp" "applies to the fsdp trainer only" "${train[@]}" --reshard-after-forward 0
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
@@ -75,6 +77,9 @@ fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
+
+echo "== ranks that disagree on options, model or data"
+run "test_agree" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 
 echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
