@@ -26,7 +26,7 @@
 typedef struct {
     const char *dir;        // --ckpt-dir
     int full;               // --save-full
-    int keep;               // complete checkpoints to keep (older ones are removed)
+    int keep;               // complete checkpoints to keep, the most recently written (0: all)
     double pause_mid_save_s;  // tests only: a window to kill a rank while a save is in progress
 } CkptSaveOptions;
 

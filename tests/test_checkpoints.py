@@ -98,6 +98,22 @@ r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir
                    capture_output=True, text=True)
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
 
+# ---- --keep: the most recently written checkpoints stay, whatever their steps ----
+keep = f"{tmp}/keep"
+def names(d):
+    return sorted(x for x in os.listdir(d) if x != "latest")
+ok = train("single", 1, "--steps", "6", "--save-every", "2", "--keep", "3", "--ckpt-dir", keep).returncode == 0
+check(ok and names(keep) == ["step_00000002", "step_00000004", "step_00000006"], f"--keep 3 keeps 3: {names(keep)}")
+# a branch from step 2 saves step 3: kept, with the newest of the older run's saves
+ok = train("single", 1, "--steps", "3", "--resume", f"{keep}/step_00000002", "--ckpt-dir", keep, "--save-every", "1",
+           "--keep", "2").returncode == 0
+check(ok and names(keep) == ["step_00000003", "step_00000006"] and open(f"{keep}/latest").read() == "step_00000003\n",
+      f"a run resumed from an older step keeps what it wrote: {names(keep)}")
+ok = train("single", 1, "--steps", "4", "--resume", f"{keep}/step_00000003", "--ckpt-dir", keep, "--save-every", "1",
+           "--keep", "1").returncode == 0
+check(ok and names(keep) == ["step_00000004"], f"--keep 1 on a branch keeps the checkpoint just written: {names(keep)}")
+check(train("single", 1, "--steps", "5", "--resume", keep).returncode == 0, "and latest resumes")
+
 # ---- faults ----
 def fails_with(r, pattern, what):
     check(r.returncode != 0 and pattern in r.stderr, f"{what}: {pattern!r} in {r.stderr.strip()[:200]!r}")
