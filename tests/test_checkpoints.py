@@ -182,7 +182,7 @@ check(r.returncode == 0 and same_losses(losses(log), {s: v for s, v in losses(f"
 term = f"{tmp}/term"
 p = subprocess.Popen(launch("zero3", 2) + COMMON + ["--steps", "100000", "--ckpt-dir", term, "--log", f"{tmp}/term.jsonl"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or os.path.getsize(f"{tmp}/term.jsonl") == 0):
+while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or '"step"' not in open(f"{tmp}/term.jsonl").read()):
     time.sleep(0.05)
 pids = [x for x in subprocess.run(["pgrep", "-f", f"train_zero3.*{term}"], capture_output=True, text=True).stdout.split()
         if int(x) != p.pid]
