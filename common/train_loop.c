@@ -221,9 +221,15 @@ static void setup(Run *run, int argc, char **argv) {
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         run->train.position = m.data_position;
+        if (m.step > o->steps)
+            fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
+                  o->resume, m.step, o->steps, m.step);
         if (run->comm.rank == 0 && !o->quiet)
             printf("resumed from %s in %.2f s: step %d, written by %s on %d rank(s)\n", o->resume, load_s, m.step,
                    m.strategy, m.world_size);
+        if (run->comm.rank == 0 && m.step == o->steps)  // said even with --quiet: the run does nothing
+            printf("nothing left to train: %s is at step %d, which is --steps; give --steps above %d to train on\n",
+                   o->resume, m.step, m.step);
         ckpt_manifest_free(&m);
     }
 }

@@ -67,6 +67,15 @@ for strategy, n in RUNS:
     check(ok and same_losses(losses(part), losses(whole)) and len(losses(part)) == 20,
           f"{strategy} N={n}: 10 + resumed 10 steps equal 20 steps ({'bitwise' if DEVICE == 'cpu' else 'within 1e-5'})")
 
+# ---- resuming a checkpoint at or past --steps ----
+done_log = f"{tmp}/done.jsonl"
+r = train("single", 1, "--steps", "10", "--resume", f"{tmp}/ck_single1", "--log", done_log)
+check(r.returncode == 0 and "nothing left to train" in r.stdout and not losses(done_log),
+      f"resuming step 10 with --steps 10: says nothing is left to train, trains nothing ({r.stdout.strip()!r})")
+r = train("ddp", 2, "--steps", "6", "--resume", f"{tmp}/ck_single1")
+check(r.returncode != 0 and "the checkpoint is at step 10, past --steps 6" in r.stderr,
+      f"resuming step 10 with --steps 6 is an error: {r.stderr.strip()[:200]!r}")
+
 # ---- reshard: each checkpoint above continues in another strategy at another N ----
 def resume_matches(src, strategy, n, first_step=11):
     log = f"{tmp}/reshard_{os.path.basename(src)}_{strategy}{n}.jsonl"
