@@ -27,8 +27,10 @@
 #include "timer.h"
 #include "trace.h"
 
-// Set by SIGINT/SIGTERM; the loop finishes the step, saves and stops. A signal
-// handler can only talk to the program through a global like this one.
+// Set by SIGINT, SIGTERM or SIGUSR1; the loop finishes the step, saves and stops.
+// SIGUSR1 is the one Open MPI's mpirun forwards to the ranks and then waits for,
+// so the job ends with status 0 (SIGTERM or SIGINT to mpirun aborts the job).
+// A signal handler can only talk to the program through a global like this one.
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
@@ -336,6 +338,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
     }
     signal(SIGINT, on_stop_signal);  // from here on a stop signal ends the run after a step and a save
     signal(SIGTERM, on_stop_signal);
+    signal(SIGUSR1, on_stop_signal);
     setup(&run, argc, argv);
     const TrainOptions *o = &run.opts;
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;

@@ -206,4 +206,36 @@ check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop 
 check(os.path.exists(f"{term}/latest") and train("zero3", 2, "--steps", "3", "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
 
+
+# A signal to mpirun itself: Open MPI's mpirun forwards SIGUSR1 to the ranks at
+# once and waits for them. SIGTERM it takes as an abort: after
+# odls_base_sigkill_timeout seconds it sends the ranks SIGTERM, as long again
+# later SIGKILL, and the job's status is non-zero.
+def signal_mpirun(sig, name, mpirun_options=()):
+    ckpt, log = f"{tmp}/{name}", f"{tmp}/{name}.jsonl"
+    p = subprocess.Popen([*MPIRUN, *mpirun_options, "-np", "2", f"{BUILD}/train_fsdp", *COMMON, "--steps", "100000",
+                          "--ckpt-dir", ckpt, "--log", log], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not os.path.exists(log) or '"step"' not in open(log).read()):
+        time.sleep(0.05)
+    p.send_signal(sig)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = "", "hung"
+    resumed = False
+    if os.path.exists(f"{ckpt}/latest"):
+        saved_step = int(open(f"{ckpt}/latest").read().strip()[len("step_"):])
+        resumed = train("fsdp", 2, "--steps", str(saved_step + 1), "--resume", ckpt).returncode == 0
+    return p.returncode, out, err, resumed
+
+
+status, out, err, resumed = signal_mpirun(signal.SIGUSR1, "usr1")
+check(status == 0 and "stopped by a signal" in out and resumed,
+      f"SIGUSR1 to mpirun: the ranks save and the job exits 0 ({status}, {err.strip()[-200:]!r})")
+status, out, err, resumed = signal_mpirun(signal.SIGTERM, "term_mpirun", ["--mca", "odls_base_sigkill_timeout", "5"])
+check(status != 0 and "stopped by a signal" in out and resumed,
+      f"SIGTERM to mpirun: the ranks save, the job exits non-zero ({status}, {err.strip()[-200:]!r})")
+
 CHECKS.finish()
