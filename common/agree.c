@@ -182,6 +182,7 @@ static void describe_run(AgreeItem *items, const char *strategy, const TrainOpti
         snprintf(what, sizeof what, "%s", base ? base + 1 : dir);
     }
     set_digest(item++, "the checkpoint --resume names", h, what);
+    CHECK(item - items == NUM_ITEMS, "agree.c: %d items described, NUM_ITEMS is %d", (int)(item - items), NUM_ITEMS);
 }
 
 // Rank 0: one line per item on which some rank differs from rank 0. The digests
