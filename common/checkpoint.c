@@ -68,32 +68,47 @@ static void make_directory(const char *path) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) fatal("%s: cannot create directory: %s", path, strerror(errno));
 }
 
-static int compare_ints(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+typedef struct {
+    int step;
+    struct timespec written;  // the directory's modification time
+} SavedCheckpoint;
 
-// Keeps the newest `keep` complete checkpoints and removes older ones, and any
-// .tmp directory a save that never finished left behind.
-static void prune(const char *dir, int keep) {
+// The most recently written first; equal times by step, higher first.
+static int newer_first(const void *pa, const void *pb) {
+    const SavedCheckpoint *a = pa, *b = pb;
+    if (a->written.tv_sec != b->written.tv_sec) return a->written.tv_sec < b->written.tv_sec ? 1 : -1;
+    if (a->written.tv_nsec != b->written.tv_nsec) return a->written.tv_nsec < b->written.tv_nsec ? 1 : -1;
+    return (a->step < b->step) - (a->step > b->step);
+}
+
+// Keeps the `keep` most recently written complete checkpoints and removes the
+// others, and any .tmp directory a save that never finished left behind. Recency,
+// not the step number: a run resumed from an older step keeps what it writes,
+// not the higher steps of the run it branched from. `just_saved`, which `latest`
+// names, is always kept; keep 0 keeps everything.
+static void prune(const char *dir, int keep, int just_saved) {
     DIR *d = opendir(dir);
     if (!d) return;
-    int steps[4096] = {0}, count = 0;
+    SavedCheckpoint *saved = xcalloc(4096, sizeof *saved);
+    int count = 0;
     struct dirent *e;
     char path[4096];
     while ((e = readdir(d))) {
         int step, used = 0;
         if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1) continue;
-        if (strcmp(e->d_name + used, ".tmp") == 0) {
-            xsnprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            remove_tree(path);
-        } else if (e->d_name[used] == '\0' && count < 4096) {
-            steps[count++] = step;
-        }
+        xsnprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (strcmp(e->d_name + used, ".tmp") == 0) remove_tree(path);
+        else if (e->d_name[used] == '\0' && step != just_saved && count < 4096 && stat(path, &st) == 0)
+            saved[count++] = (SavedCheckpoint){.step = step, .written = st.st_mtim};
     }
     closedir(d);
-    qsort(steps, (size_t)count, sizeof(int), compare_ints);
-    for (int i = 0; keep > 0 && i < count - keep; i++) {
-        xsnprintf(path, sizeof path, "%s/step_%08d", dir, steps[i]);
+    qsort(saved, (size_t)count, sizeof *saved, newer_first);
+    for (int i = keep - 1; keep > 0 && i < count; i++) {  // just_saved takes one of the `keep` places
+        xsnprintf(path, sizeof path, "%s/step_%08d", dir, saved[i].step);
         remove_tree(path);
     }
+    free(saved);
 }
 
 // ---------------------------------------------------------------- saving
@@ -299,7 +314,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
         sync_and_close(fd, latest_tmp);
         if (rename(latest_tmp, latest) != 0) fatal("%s: cannot rename: %s", latest_tmp, strerror(errno));
         sync_directory(opts->dir);
-        prune(opts->dir, opts->keep);
+        prune(opts->dir, opts->keep, step);
         ckpt_manifest_free(&m);  // frees `all` too
         free(counts);
     }
@@ -308,8 +323,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 
 // ---------------------------------------------------------------- loading
 
-// `path` is a checkpoint, or a --ckpt-dir whose `latest` names one.
-static void resolve_checkpoint_dir(const char *path, char *dir, size_t size) {
+void checkpoint_resolve(const char *path, char *dir, size_t size) {
     char probe[4096];
     xsnprintf(probe, sizeof probe, "%s/" MANIFEST_NAME, path);
     if (access(probe, F_OK) == 0) { xsnprintf(dir, size, "%s", path); return; }
@@ -359,7 +373,7 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
                      CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
-    resolve_checkpoint_dir(path, dir, sizeof dir);
+    checkpoint_resolve(path, dir, sizeof dir);
     xsnprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
     size_t len;
     char *text = xread_file(manifest_path, &len);

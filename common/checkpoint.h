@@ -26,13 +26,16 @@
 typedef struct {
     const char *dir;        // --ckpt-dir
     int full;               // --save-full
-    int keep;               // complete checkpoints to keep (older ones are removed)
+    int keep;               // complete checkpoints to keep, the most recently written (0: all)
     double pause_mid_save_s;  // tests only: a window to kill a rank while a save is in progress
 } CkptSaveOptions;
 
 // Every rank calls these. step = optimizer steps done so far.
 void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, const GPT2Layout *layout,
                      Comm *comm, int step, uint64_t data_position, uint64_t seed);
+// path: a checkpoint directory, or a --ckpt-dir whose `latest` names one; dir
+// gets the checkpoint directory itself (exits if there is none).
+void checkpoint_resolve(const char *path, char *dir, size_t size);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
 // strategy's rows and step counts; returns the manifest (caller frees).
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,

@@ -24,7 +24,7 @@ static void usage(const char *program, const char *strategy) {
             "  --trace PREFIX     write a step timeline to PREFIX.json and PREFIX.tsv\n"
             "  --reshard-after-forward 0|1   FSDP only (default 1)\n"
             "  --ckpt-dir DIR     where checkpoints go (DIR/step_N, DIR/latest)\n"
-            "  --save-every K     save every K steps (and on SIGINT/SIGTERM)\n"
+            "  --save-every K     save every K steps (and on SIGINT/SIGTERM/SIGUSR1)\n"
             "  --save-full        save llm.c's model.bin + optimizer.bin (gathered) instead of shards\n"
             "  --keep K           complete checkpoints to keep (default 2)\n"
             "  --resume PATH      continue from a checkpoint (or a --ckpt-dir's latest), any strategy and N\n"

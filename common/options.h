@@ -1,4 +1,5 @@
-// options.h: the command-line flags shared by all four trainers.
+// options.h: the command-line flags shared by all four trainers. All ranks of a
+// job must agree on every field (common/agree.c compares each one by name).
 #ifndef SHARDLAB_OPTIONS_H
 #define SHARDLAB_OPTIONS_H
 

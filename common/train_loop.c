@@ -7,14 +7,18 @@
 // communication wait (from comm's counters), optimizer, and compute (the rest).
 #include "train_loop.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../models/gpt2_io.h"
+#include "agree.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "device.h"
@@ -23,8 +27,10 @@
 #include "timer.h"
 #include "trace.h"
 
-// Set by SIGINT/SIGTERM; the loop finishes the step, saves and stops. A signal
-// handler can only talk to the program through a global like this one.
+// Set by SIGINT, SIGTERM or SIGUSR1; the loop finishes the step, saves and stops.
+// SIGUSR1 is the one Open MPI's mpirun forwards to the ranks and then waits for,
+// so the job ends with status 0 (SIGTERM or SIGINT to mpirun aborts the job).
+// A signal handler can only talk to the program through a global like this one.
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
@@ -117,6 +123,63 @@ static double evaluate(Run *run) {
     return comm_metric_average(&run->comm, sum / run->opts.eval_batches);
 }
 
+// Creates `path`, or opens it without truncating if it exists, so that an output
+// that cannot be written stops the run before training rather than after; a
+// file created here is removed again.
+static void check_writable(const char *flag, const char *value, const char *path) {
+    int existed = access(path, F_OK) == 0;
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0 && strcmp(value, path) == 0) fatal("%s %s: cannot write: %s", flag, value, strerror(errno));
+    if (fd < 0) fatal("%s %s: cannot write %s: %s", flag, value, path, strerror(errno));
+    close(fd);
+    if (!existed && unlink(path) != 0) fatal("%s %s: cannot remove %s: %s", flag, value, path, strerror(errno));
+}
+
+// Every rank writes its shard into the checkpoint directory: rank 0 makes it,
+// then every rank creates and removes a file of its own in it.
+static void check_checkpoint_dir(Comm *comm, const char *dir) {
+    if (comm->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
+    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
+    char probe[4200];
+    xsnprintf(probe, sizeof probe, "%s/.write_test_rank_%05d", dir, comm->rank);
+    check_writable("--ckpt-dir", dir, probe);
+}
+
+static void check_log_written(const Run *run) {
+    if (ferror(run->log) || fflush(run->log) != 0)
+        fatal("--log %s: cannot write: %s", run->opts.log_path, strerror(errno));
+}
+
+// Rank 0 opens the log and writes its first line now: a full disk or an
+// unwritable path fails before training, not after.
+static void open_log(Run *run) {
+    const TrainOptions *o = &run->opts;
+    run->log = fopen(o->log_path, o->resume ? "a" : "w");
+    if (!run->log) fatal("--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+    fprintf(run->log, "{\"start\": true, \"strategy\": \"%s\", \"world_size\": %d, \"steps\": %d, \"resume\": %s}\n",
+            run->strategy_name, run->comm.world, o->steps, o->resume ? "true" : "false");
+    check_log_written(run);
+}
+
+// Every output is known to be writable before the first step.
+static void check_outputs(Run *run) {
+    const TrainOptions *o = &run->opts;
+    char path[4200];
+    if (o->ckpt_dir) check_checkpoint_dir(&run->comm, o->ckpt_dir);
+    if (run->comm.rank != 0) return;
+    if (o->out_model) check_writable("--out-model", o->out_model, o->out_model);
+    if (o->trace_prefix) {
+        xsnprintf(path, sizeof path, "%s.json", o->trace_prefix);
+        check_writable("--trace", o->trace_prefix, path);
+        xsnprintf(path, sizeof path, "%s.tsv", o->trace_prefix);
+        check_writable("--trace", o->trace_prefix, path);
+    }
+    if (o->log_path) open_log(run);
+}
+
 static void setup(Run *run, int argc, char **argv) {
     TrainOptions *o = &run->opts;
     options_parse(o, argc, argv, run->strategy_name);
@@ -137,6 +200,8 @@ static void setup(Run *run, int argc, char **argv) {
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
     if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+    agree_or_exit(&run->comm, run->strategy_name, o, &run->train, run->have_val ? &run->val : NULL);
+    check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
     if (run->comm.rank == 0 && !o->quiet)
@@ -159,12 +224,17 @@ static void setup(Run *run, int argc, char **argv) {
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         run->train.position = m.data_position;
+        if (m.step > o->steps)
+            fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
+                  o->resume, m.step, o->steps, m.step);
         if (run->comm.rank == 0 && !o->quiet)
             printf("resumed from %s in %.2f s: step %d, written by %s on %d rank(s)\n", o->resume, load_s, m.step,
                    m.strategy, m.world_size);
+        if (run->comm.rank == 0 && m.step == o->steps)  // said even with --quiet: the run does nothing
+            printf("nothing left to train: %s is at step %d, which is --steps; give --steps above %d to train on\n",
+                   o->resume, m.step, m.step);
         ckpt_manifest_free(&m);
     }
-    if (run->comm.rank == 0 && o->log_path) run->log = xfopen(o->log_path, o->resume ? "a" : "w");
 }
 
 static void train_step(Run *run, int step, double *loss, double *step_s) {
@@ -267,12 +337,13 @@ int train_main(int argc, char **argv, const char *strategy_name,
         device_init(run.comm.local_rank);
         comm_use_device_buffers(&run.comm, device_count());
     }
+    signal(SIGINT, on_stop_signal);  // from here on a stop signal ends the run after a step and a save
+    signal(SIGTERM, on_stop_signal);
+    signal(SIGUSR1, on_stop_signal);
     setup(&run, argc, argv);
     const TrainOptions *o = &run.opts;
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
     CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep};
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
@@ -307,7 +378,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
             else fprintf(run.log, "null");
             fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %g}\n",
                     tokens_per_step / step_s, 1e3 * step_s, o->lr);
-            fflush(run.log);
+            check_log_written(&run);
         }
         if (!o->quiet) {
             double eta = total_s / steps_run * (o->steps - step);
@@ -320,6 +391,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
     }
     double tokens_per_s = total_s > 0 ? tokens_per_step * steps_run / total_s : 0;
     write_summary(&run, tokens_per_s);  // before the final gather, which is not training
+    if (run.log) check_log_written(&run);
     if (o->out_model) write_final_model(&run);
     if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix);
     if (run.log) xfclose(run.log, o->log_path);

@@ -38,12 +38,14 @@ def read_log(path):
                 obj = json.loads(line)
             except json.JSONDecodeError:
                 fail(f"{path}:{n}: not valid JSON (truncated log?)")
+            if obj.get("start"):
+                continue
             if obj.get("summary"):
                 summary = obj
             elif "step" in obj and "loss" in obj:
                 steps.append(obj)
             else:
-                fail(f"{path}:{n}: neither a step nor a summary line")
+                fail(f"{path}:{n}: neither a start, a step nor a summary line")
     if summary is None:
         fail(f"{path}: truncated: no summary line at the end")
     if not steps:

@@ -78,6 +78,28 @@ fails "trainer: batch not divisible by ranks" "--batch 3 is not divisible by the
 zero3=($MPIRUN -np 2 "$BUILD/train_zero3" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 1)
 if [ "$("${zero3[@]}" 2>&1 | grep -c "zero3: the fullest of 2 ranks owns")" = 1 ] && [ -z "$("${zero3[@]}" --quiet 2>&1)" ]; then
     ok "zero3 reports its balance once, and not with --quiet"; else bad "zero3 reports its balance once, and not with --quiet"; fi
+fails "trainer: ranks with different --steps" "ranks disagree on --steps: rank 0 has 3, rank 1 has 6" \
+    $MPIRUN -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 3 : -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 6
+fails "trainer: --out-model in a missing directory" "--out-model /nonexistent/x.bin: cannot write: No such file" \
+    "${train[@]}" --out-model /nonexistent/x.bin
+fails "trainer: --out-model is a directory" "--out-model $tmp: cannot write: Is a directory" "${train[@]}" --out-model "$tmp"
+fails "trainer: --trace in a missing directory" "--trace /nonexistent/tr: cannot write /nonexistent/tr.json" \
+    "${train[@]}" --trace /nonexistent/tr
+fails "trainer: --ckpt-dir is a file" "--ckpt-dir $tmp/small.txt: not a directory" "${train[@]}" --ckpt-dir "$tmp/small.txt"
+fails "trainer: --ckpt-dir in a missing directory" "--ckpt-dir /nonexistent/ck: cannot create the directory" \
+    "${train[@]}" --ckpt-dir /nonexistent/ck
+fails "trainer: --log on a full disk" "--log /dev/full: cannot write: No space left on device" "${train[@]}" --log /dev/full
+fails "trainer: --log in a missing directory" "--log /nonexistent/log.jsonl: cannot open for writing" \
+    "${train[@]}" --log /nonexistent/log.jsonl
+fails "trainer: unwritable outputs under mpirun" "--log /dev/full: cannot write" \
+    $MPIRUN -np 2 "$BUILD/train_zero3" "${train[@]:1}" --log /dev/full
+fails "trainer: unwritable outputs under mpirun, rank 0 of 3" "--out-model /nonexistent/x.bin: cannot write" \
+    $MPIRUN -np 3 "$BUILD/train_fsdp" "${train[@]:1}" --batch 3 --out-model /nonexistent/x.bin
+# outputs checked, then a failure before training: nothing is left behind but the empty --ckpt-dir
+fails "trainer: outputs checked, then no checkpoint to resume" "no checkpoint here" "${train[@]}" --out-model "$tmp/m.bin" \
+    --trace "$tmp/tr" --ckpt-dir "$tmp/ck" --resume "$tmp/nothing"
+if [ ! -e "$tmp/m.bin" ] && [ ! -e "$tmp/tr.json" ] && [ ! -e "$tmp/tr.tsv" ] && [ -z "$(ls -A "$tmp/ck")" ]; then
+    ok "the output checks leave no files behind"; else bad "the output checks leave no files behind: $(ls -A "$tmp" "$tmp/ck")"; fi
 fails "trainer: reshard flag on ddp" "applies to the fsdp trainer only" "${train[@]}" --reshard-after-forward 0
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
@@ -91,6 +113,9 @@ fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
+
+echo "== ranks that disagree on options, model or data"
+run "test_agree" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 
 echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"

@@ -58,6 +58,15 @@ for strategy, n in RUNS:
     check(ok and losses(part) == losses(whole) and len(losses(part)) == 20,
           f"{strategy} N={n}: 10 + resumed 10 steps equal 20 steps (bitwise)")
 
+# ---- resuming a checkpoint at or past --steps ----
+done_log = f"{tmp}/done.jsonl"
+r = train("single", 1, "--steps", "10", "--resume", f"{tmp}/ck_single1", "--log", done_log)
+check(r.returncode == 0 and "nothing left to train" in r.stdout and not losses(done_log),
+      f"resuming step 10 with --steps 10: says nothing is left to train, trains nothing ({r.stdout.strip()!r})")
+r = train("ddp", 2, "--steps", "6", "--resume", f"{tmp}/ck_single1")
+check(r.returncode != 0 and "the checkpoint is at step 10, past --steps 6" in r.stderr,
+      f"resuming step 10 with --steps 6 is an error: {r.stderr.strip()[:200]!r}")
+
 # ---- reshard: each checkpoint above continues in another strategy at another N ----
 def resume_matches(src, strategy, n, first_step=11):
     log = f"{tmp}/reshard_{os.path.basename(src)}_{strategy}{n}.jsonl"
@@ -88,6 +97,22 @@ check(resume_matches(full, "zero3", 2), "full checkpoint resumes into ZeRO-3@2 w
 r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"],
                    capture_output=True, text=True)
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
+
+# ---- --keep: the most recently written checkpoints stay, whatever their steps ----
+keep = f"{tmp}/keep"
+def names(d):
+    return sorted(x for x in os.listdir(d) if x != "latest")
+ok = train("single", 1, "--steps", "6", "--save-every", "2", "--keep", "3", "--ckpt-dir", keep).returncode == 0
+check(ok and names(keep) == ["step_00000002", "step_00000004", "step_00000006"], f"--keep 3 keeps 3: {names(keep)}")
+# a branch from step 2 saves step 3: kept, with the newest of the older run's saves
+ok = train("single", 1, "--steps", "3", "--resume", f"{keep}/step_00000002", "--ckpt-dir", keep, "--save-every", "1",
+           "--keep", "2").returncode == 0
+check(ok and names(keep) == ["step_00000003", "step_00000006"] and open(f"{keep}/latest").read() == "step_00000003\n",
+      f"a run resumed from an older step keeps what it wrote: {names(keep)}")
+ok = train("single", 1, "--steps", "4", "--resume", f"{keep}/step_00000003", "--ckpt-dir", keep, "--save-every", "1",
+           "--keep", "1").returncode == 0
+check(ok and names(keep) == ["step_00000004"], f"--keep 1 on a branch keeps the checkpoint just written: {names(keep)}")
+check(train("single", 1, "--steps", "5", "--resume", keep).returncode == 0, "and latest resumes")
 
 # ---- faults ----
 def fails_with(r, pattern, what):
@@ -157,7 +182,7 @@ check(r.returncode == 0 and losses(log) == {s: v for s, v in losses(f"{tmp}/fsdp
 term = f"{tmp}/term"
 p = subprocess.Popen(launch("zero3", 2) + COMMON + ["--steps", "100000", "--ckpt-dir", term, "--log", f"{tmp}/term.jsonl"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or os.path.getsize(f"{tmp}/term.jsonl") == 0):
+while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or '"step"' not in open(f"{tmp}/term.jsonl").read()):
     time.sleep(0.05)
 pids = [x for x in subprocess.run(["pgrep", "-f", f"train_zero3.*{term}"], capture_output=True, text=True).stdout.split()
         if int(x) != p.pid]
@@ -171,5 +196,37 @@ except subprocess.TimeoutExpired:
 check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop ({p.returncode}, {err.strip()[:200]!r})")
 check(os.path.exists(f"{term}/latest") and train("zero3", 2, "--steps", "3", "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
+
+
+# A signal to mpirun itself: Open MPI's mpirun forwards SIGUSR1 to the ranks at
+# once and waits for them. SIGTERM it takes as an abort: after
+# odls_base_sigkill_timeout seconds it sends the ranks SIGTERM, as long again
+# later SIGKILL, and the job's status is non-zero.
+def signal_mpirun(sig, name, mpirun_options=()):
+    ckpt, log = f"{tmp}/{name}", f"{tmp}/{name}.jsonl"
+    p = subprocess.Popen([*MPIRUN, *mpirun_options, "-np", "2", f"{BUILD}/train_fsdp", *COMMON, "--steps", "100000",
+                          "--ckpt-dir", ckpt, "--log", log], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not os.path.exists(log) or '"step"' not in open(log).read()):
+        time.sleep(0.05)
+    p.send_signal(sig)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = "", "hung"
+    resumed = False
+    if os.path.exists(f"{ckpt}/latest"):
+        saved_step = int(open(f"{ckpt}/latest").read().strip()[len("step_"):])
+        resumed = train("fsdp", 2, "--steps", str(saved_step + 1), "--resume", ckpt).returncode == 0
+    return p.returncode, out, err, resumed
+
+
+status, out, err, resumed = signal_mpirun(signal.SIGUSR1, "usr1")
+check(status == 0 and "stopped by a signal" in out and resumed,
+      f"SIGUSR1 to mpirun: the ranks save and the job exits 0 ({status}, {err.strip()[-200:]!r})")
+status, out, err, resumed = signal_mpirun(signal.SIGTERM, "term_mpirun", ["--mca", "odls_base_sigkill_timeout", "5"])
+check(status != 0 and "stopped by a signal" in out and resumed,
+      f"SIGTERM to mpirun: the ranks save, the job exits non-zero ({status}, {err.strip()[-200:]!r})")
 
 CHECKS.finish()

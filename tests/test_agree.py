@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Ranks that disagree: two ranks started with different values of one flag (every
+flag that --help lists), or with the same paths naming different files, must stop
+at once with one line naming what differs and each rank's value, never hang or
+train. Usage: test_agree.py BUILD_DIR "MPIRUN ..." """
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from testlib import Checks
+
+BUILD, MPIRUN = os.path.abspath(sys.argv[1]), shlex.split(sys.argv[2])
+TRAINER = f"{BUILD}/train_fsdp"  # the one trainer that takes every flag
+tmp = tempfile.mkdtemp(prefix="shardlab_agree_")
+CHECKS = Checks("agree")
+check = CHECKS.check
+
+
+def sh(*cmd):
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def make_model(path, seed):
+    sh(f"{BUILD}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256",
+       "--max-seq", "64", "--seed", str(seed), "--out", path)
+
+
+def make_data(path, text):
+    with open(f"{tmp}/text.txt", "w") as f:
+        f.write(text * 200)
+    sh(f"{BUILD}/prepare", "--text", f"{tmp}/text.txt", "--tokenizer", "byte", "--out", path)
+
+
+make_model(f"{tmp}/a.bin", 1)
+make_model(f"{tmp}/b.bin", 2)
+make_data(f"{tmp}/data_a", "the ranks of a job train one model. ")
+make_data(f"{tmp}/data_b", "every rank reads its rows of a batch. ")
+for name in ("ck_a", "ck_b"):  # two checkpoints of different steps
+    steps = "1" if name == "ck_a" else "2"
+    sh(f"{BUILD}/train_single", "--model", f"{tmp}/a.bin", "--data", f"{tmp}/data_a", "--batch", "4", "--seq", "16",
+       "--steps", steps, "--ckpt-dir", f"{tmp}/{name}", "--quiet")
+
+BASE = {"--model": f"{tmp}/a.bin", "--data": f"{tmp}/data_a", "--batch": "4", "--seq": "16", "--steps": "2"}
+PRESET = {"--model": None, "--config": "d2", "--vocab": "256"}
+CKPT = {"--ckpt-dir": f"{tmp}/ck_new"}
+# flag: (rank 0's changes to BASE, rank 1's); None removes a flag, True gives a switch
+CASES = {
+    "--config": (PRESET, {**PRESET, "--config": "d4"}),
+    "--model": ({}, {"--model": f"{tmp}/b.bin"}),
+    "--vocab": (PRESET, {**PRESET, "--vocab": "300"}),
+    "--data": ({}, {"--data": f"{tmp}/data_b"}),
+    "--batch": ({}, {"--batch": "8"}),
+    "--seq": ({}, {"--seq": "32"}),
+    "--steps": ({}, {"--steps": "3"}),
+    "--lr": ({}, {"--lr": "0.001"}),
+    "--weight-decay": ({}, {"--weight-decay": "0.1"}),
+    "--seed": ({}, {"--seed": "7"}),
+    "--log": ({"--log": f"{tmp}/a.jsonl"}, {"--log": f"{tmp}/b.jsonl"}),
+    "--eval-every": ({}, {"--eval-every": "1"}),
+    "--eval-batches": ({}, {"--eval-batches": "2"}),
+    "--out-model": ({"--out-model": f"{tmp}/out_a.bin"}, {"--out-model": f"{tmp}/out_b.bin"}),
+    "--trace": ({"--trace": f"{tmp}/trace_a"}, {"--trace": f"{tmp}/trace_b"}),
+    "--reshard-after-forward": ({}, {"--reshard-after-forward": "0"}),
+    "--quiet": ({}, {"--quiet": True}),
+    "--save-every": (CKPT, {**CKPT, "--save-every": "1"}),
+    "--ckpt-dir": (CKPT, {"--ckpt-dir": f"{tmp}/ck_other"}),
+    "--save-full": (CKPT, {**CKPT, "--save-full": True}),
+    "--keep": ({}, {"--keep": "3"}),
+    "--resume": ({"--resume": f"{tmp}/ck_a"}, {"--resume": f"{tmp}/ck_b"}),
+    "--test-nan-at": ({}, {"--test-nan-at": "1"}),
+}
+
+
+def args(changes):
+    merged = {**BASE, **changes}
+    out = []
+    for flag, value in merged.items():
+        if value is True:
+            out.append(flag)
+        elif value is not None:
+            out += [flag, value]
+    return out
+
+
+def job(*contexts):
+    """mpirun with one app context per (ranks, workdir, args)."""
+    cmd = list(MPIRUN)
+    for k, (ranks, wdir, a) in enumerate(contexts):
+        cmd += ([":"] if k else []) + ["-np", str(ranks), "-wdir", wdir, TRAINER, *a]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def stops_with(r, pattern, what):
+    if r is None:
+        check(False, f"{what}: hung")
+        return
+    lines = [line for line in r.stderr.splitlines() if "ranks disagree" in line]
+    ok = r.returncode != 0 and len(lines) == 1 and re.search(pattern, lines[0])
+    check(ok, f"{what}: {lines[0] if lines else r.stderr.strip()[-300:]!r}")
+
+
+# every flag of --help has a case, so a new option cannot go unchecked
+usage = subprocess.run([TRAINER, "--help"], capture_output=True, text=True)
+flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage.stdout + usage.stderr)) - {"--help"}
+check(len(flags) >= 20, f"--help lists the flags ({len(flags)} found)")
+for flag in sorted(flags - CASES.keys()):
+    check(False, f"{flag}: no disagreement case here (add one, and compare it in common/agree.c)")
+
+for flag, (mine, theirs) in CASES.items():
+    r = job((1, tmp, args(mine)), (1, tmp, args(theirs)))
+    stops_with(r, f"ranks disagree on {flag}: rank 0 has .+, rank 1 has ", f"{flag} differs")
+    # nothing was trained or written
+    check(not os.path.exists(f"{tmp}/ck_new") and not os.path.exists(f"{tmp}/out_a.bin"),
+          f"{flag} differs: no checkpoint or model written")
+
+# the exact values, and a rank other than 1
+r = job((3, tmp, args({})), (1, tmp, args({"--steps": "6"})))
+stops_with(r, r"^shardlab: ranks disagree on --steps: rank 0 has 2, rank 3 has 6$", "one rank of four differs")
+r = job((1, tmp, args({})), (3, tmp, args({"--lr": "0.5"})))
+stops_with(r, r"--lr: rank 0 has 0.0003, rank 1 has 0.5, rank 2 has 0.5, rank 3 has 0.5$", "three ranks of four differ")
+r = subprocess.run([*MPIRUN, "-np", "1", TRAINER, *args({})] + [":", "-np", "1", f"{BUILD}/train_zero3", *args({})],
+                   capture_output=True, text=True, timeout=60)
+stops_with(r, "ranks disagree on the trainer: rank 0 has 'fsdp', rank 1 has 'zero3'", "two trainers")
+
+# the same paths, other files: each rank runs in its own directory
+for name in ("wd_a", "wd_b"):
+    os.makedirs(f"{tmp}/{name}")
+    shutil.copytree(f"{tmp}/data_a", f"{tmp}/{name}/data")
+    shutil.copy(f"{tmp}/a.bin", f"{tmp}/{name}/model.bin")
+    shutil.copytree(f"{tmp}/ck_a", f"{tmp}/{name}/ck")
+relative = {"--model": "model.bin", "--data": "data"}
+r = job((1, f"{tmp}/wd_a", args(relative)), (1, f"{tmp}/wd_b", args(relative)))
+check(r is not None and r.returncode == 0, "the same files under the same relative paths: the ranks agree and train")
+shutil.copy(f"{tmp}/b.bin", f"{tmp}/wd_b/model.bin")
+r = job((1, f"{tmp}/wd_a", args(relative)), (1, f"{tmp}/wd_b", args(relative)))
+stops_with(r, r"the contents of --model: rank 0 has 143872 bytes \(digest \w+\), rank 1 has", "another model file")
+shutil.copy(f"{tmp}/a.bin", f"{tmp}/wd_b/model.bin")
+shutil.copy(f"{tmp}/data_b/train.bin", f"{tmp}/wd_b/data/train.bin")
+r = job((1, f"{tmp}/wd_a", args(relative)), (1, f"{tmp}/wd_b", args(relative)))
+stops_with(r, r"the contents of --data's train.bin: rank 0 has \d+ tokens", "another train.bin")
+shutil.copy(f"{tmp}/data_a/train.bin", f"{tmp}/wd_b/data/train.bin")
+shutil.copy(f"{tmp}/data_b/val.bin", f"{tmp}/wd_b/data/val.bin")
+evaluating = {**relative, "--eval-every": "1"}
+r = job((1, f"{tmp}/wd_a", args(evaluating)), (1, f"{tmp}/wd_b", args(evaluating)))
+stops_with(r, r"the contents of --data's val.bin", "another val.bin")
+shutil.copy(f"{tmp}/data_a/val.bin", f"{tmp}/wd_b/data/val.bin")
+shutil.rmtree(f"{tmp}/wd_b/ck")
+shutil.copytree(f"{tmp}/ck_b", f"{tmp}/wd_b/ck")
+resuming = {**relative, "--resume": "ck", "--steps": "3"}
+r = job((1, f"{tmp}/wd_a", args(resuming)), (1, f"{tmp}/wd_b", args(resuming)))
+stops_with(r, r"the checkpoint --resume names: rank 0 has step_00000001 \(digest \w+\), rank 1 has step_00000002",
+           "another checkpoint")
+
+shutil.rmtree(tmp)
+CHECKS.finish()
