@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
 echo "== unit tests"
-for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train; do
+for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train test_errors; do
     run "$t" "$BUILD/tests/$t"
 done
 
@@ -67,6 +67,19 @@ head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
 fails "trainer: wrong magic" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/train_single" --model "$tmp/notmodel.bin" --data "$tmp/byte"
+mkdir -p "$tmp/dirdata/train.bin" "$tmp/fifodata" "$tmp/dirvocab/encoder.json"
+mkfifo "$tmp/fifodata/train.bin" "$tmp/fifo"
+fails "trainer: a directory as the data shard" "dirdata/train.bin: not a regular file \(a directory\)" \
+    "$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/dirdata"
+fails "trainer: a FIFO as the data shard" "fifodata/train.bin: not a regular file \(a FIFO\)" \
+    "$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/fifodata"
+fails "trainer: a directory as the model" "$tmp: not a regular file \(a directory\)" "$BUILD/train_single" --model "$tmp" --data "$tmp/byte"
+fails "trainer: a FIFO as the model" "fifo: not a regular file \(a FIFO\)" "$BUILD/train_single" --model "$tmp/fifo" --data "$tmp/byte"
+fails "prepare: a directory as the text" "$tmp: not a regular file \(a directory\)" "$BUILD/prepare" --text "$tmp" --tokenizer byte --out "$tmp/x"
+fails "prepare: a FIFO as the text" "fifo: not a regular file \(a FIFO\)" "$BUILD/prepare" --text "$tmp/fifo" --tokenizer byte --out "$tmp/x"
+fails "tokenize: a FIFO as the input" "fifo: not a regular file \(a FIFO\)" "$BUILD/tokenize" --tokenizer byte "$tmp/fifo"
+fails "tokenize: a directory as the vocab" "encoder.json: not a regular file \(a directory\)" \
+    "$BUILD/tokenize" --tokenizer gpt2 --vocab "$tmp/dirvocab"
 fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$BUILD/llmc_check" "$ref/model.bin" "$ref/model.bin"
 
 if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
