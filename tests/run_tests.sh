@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
 echo "== unit tests"
-for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train test_errors; do
+for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train test_errors test_partition; do
     run "$t" "$BUILD/tests/$t"
 done
 
@@ -81,6 +81,49 @@ fails "tokenize: a FIFO as the input" "fifo: not a regular file \(a FIFO\)" "$BU
 fails "tokenize: a directory as the vocab" "encoder.json: not a regular file \(a directory\)" \
     "$BUILD/tokenize" --tokenizer gpt2 --vocab "$tmp/dirvocab"
 fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$BUILD/llmc_check" "$ref/model.bin" "$ref/model.bin"
+
+fails "trainer: unknown flag without a value" "unknown flag '--bogus'" "${train[@]}" --bogus
+fails "trainer: --lr inf" "--lr: 'inf' is not a finite number" "${train[@]}" --lr inf
+fails "trainer: --lr nan" "--lr: 'nan' is not a finite number" "${train[@]}" --lr nan
+fails "trainer: --weight-decay inf" "--weight-decay: 'inf' is not a finite number" "${train[@]}" --weight-decay inf
+fails "trainer: --weight-decay 1e39 (beyond a float)" "--weight-decay: 1e39 is outside" "${train[@]}" --weight-decay 1e39
+fails "trainer: --lr that rounds to 0 in a float" "--lr: 1e-50 is too small for single precision" "${train[@]}" --lr 1e-50
+fails "trainer: negative --lr" "--lr: -1 is outside \[0," "${train[@]}" --lr -1
+run "trainer: a tiny but representable --lr" "${train[@]}" --lr 1e-40
+fails "prepare: unknown flag" "unknown flag '--bogus'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/x" --bogus
+fails "prepare: --vocab with the byte tokenizer" "--vocab models/gpt2_vocab goes with --tokenizer gpt2" \
+    "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --vocab models/gpt2_vocab --out "$tmp/x"
+fails "tokenize: --vocab with the byte tokenizer" "goes with --tokenizer gpt2" "$BUILD/tokenize" --tokenizer byte --vocab models/gpt2_vocab
+fails "init_model: --vocab beyond uint16 token ids" "--vocab: '70000' is not an integer in \[1, 65536\]" \
+    "$BUILD/init_model" --layers 1 --heads 1 --channels 8 --vocab 70000 --max-seq 8 --out "$tmp/x.bin"
+fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an integer in \[0, 1\]" \
+    "$BUILD/plan" --config d2 --ranks 2 --reshard-after-forward 7
+if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (4 rows per rank)" "$tmp/out"; then
+    ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
+mkdir -p "$tmp/tinyvocab"
+printf '{"a": 0, "b": 1}' > "$tmp/tinyvocab/encoder.json"
+printf '#version: 0.2\na b\n' > "$tmp/tinyvocab/vocab.bpe"
+fails "tokenize: a merge whose symbol encoder.json lacks" "tinyvocab/encoder.json: has no id for the symbol \"ab\"" \
+    sh -c "printf ab | '$BUILD/tokenize' --tokenizer gpt2 --vocab '$tmp/tinyvocab'"
+
+echo "== every tool answers --help (usage on stdout, exit 0) and refuses unknown flags"
+help_ok() {  # help_ok NAME COMMAND...: exit 0, one usage on stdout, nothing on stderr
+    local name=$1
+    shift
+    if timeout 60 "$@" >"$tmp/out" 2>"$tmp/err" && [ "$(grep -c '^usage: ' "$tmp/out")" -eq 1 ] && [ ! -s "$tmp/err" ]; then
+        ok "$name"; else bad "$name"; head -5 "$tmp/out" "$tmp/err"; fi
+}
+for tool in prepare tokenize init_model plan llmc_check bench_step train_single; do
+    help_ok "$tool --help" "$BUILD/$tool" --help
+    help_ok "$tool -h" "$BUILD/$tool" -h
+    fails "$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/$tool" --bogus
+    fails "$tool: unknown flag with a value" "unknown flag '--bogus'" "$BUILD/$tool" --bogus 1
+done
+for tool in train_ddp train_zero3 train_fsdp bench_comm; do
+    help_ok "$tool --help under mpirun -np 2 (rank 0 prints, all exit 0)" $MPIRUN -np 2 "$BUILD/$tool" --help
+    fails "$tool: unknown flag under mpirun" "unknown flag '--bogus'" $MPIRUN -np 2 "$BUILD/$tool" --bogus
+    if [ "$(grep -c "unknown flag" "$tmp/err")" -eq 1 ]; then ok "$tool: the error is printed once"; else bad "$tool: the error is printed once"; cat "$tmp/err"; fi
+done
 
 if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
     fails "CUDA build without a GPU" "no GPU is visible" "$BUILD/cuda/train_single" --config d2 --vocab 256 --data "$tmp/byte"
