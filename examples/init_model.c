@@ -3,6 +3,7 @@
 //   build/init_model --layers 2 --heads 2 --channels 38 --vocab 101 --max-seq 37 --out FILE.bin
 //   (--seed S, default 1337)
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../common/cli.h"
@@ -32,6 +33,11 @@ int main(int argc, char **argv) {
         fatal("--layers, --heads, --channels, --vocab, --max-seq and --out are required (%s --help)", argv[0]);
     c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;
     gpt2_config_validate(&c, "init_model");
+    char what[128];
+    size_t table = gpt2_layout_table_bytes(&c), params = gpt2_config_num_params(&c) * sizeof(float);
+    snprintf(what, sizeof what, "init_model: this model (%.3f GB of parameters, a %.3f GB tensor table)", params / 1e9,
+             table / 1e9);
+    mem_require_host(table + params, what);
     GPT2Layout layout;
     gpt2_layout_init(&layout, c);
     float *flat = xmalloc(layout.num_params * sizeof(float));

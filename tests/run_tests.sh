@@ -67,6 +67,27 @@ head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
 fails "trainer: wrong magic" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/train_single" --model "$tmp/notmodel.bin" --data "$tmp/byte"
+python3 - "$tmp" <<'PY'
+import struct, sys
+# llm.c headers (magic, version, maxT, V, L, NH, C, Vp) with absurd sizes on a 1 KB body
+for name, L, C in (("wide.bin", 300000000, 2147483647), ("deep.bin", 16777216, 1)):
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", 20240326, 3, 64, 256, L, 1, C, 256, *([0] * 248)) + bytes(1024))
+PY
+fails "trainer: a header whose sizes overflow an int" "wide.bin: L=300000000 C=2147483647 .* needs 6.641e\+19 GB of parameters: the MLP's 4C rows do not fit a 32-bit int" \
+    "$BUILD/train_single" --model "$tmp/wide.bin" --data "$tmp/byte"
+fails "trainer: a deep header on a small file, at once" "deep.bin: header/size mismatch: the header's config needs 1677723912 bytes \(1.678 GB\)" \
+    "$BUILD/train_single" --model "$tmp/deep.bin" --data "$tmp/byte"
+fails "plan: a header whose sizes overflow an int" "needs 6.641e\+19 GB" "$BUILD/plan" --model "$tmp/wide.bin" --ranks 2
+# A model that cannot fit is refused before anything is allocated. An address-space
+# limit makes "cannot fit" the same on every machine (AddressSanitizer cannot run under one).
+if (ulimit -v 4000000 && "$BUILD/init_model" --help) >/dev/null 2>&1; then
+    fails "init_model: a model beyond memory, refused at once in GB" \
+        "this model \(1.678 GB of parameters, a 13.757 GB tensor table\) needs 15.435 GB of memory; [0-9.]+ GB is available" \
+        sh -c "ulimit -v 4000000 && exec '$BUILD/init_model' --layers 16777216 --heads 1 --channels 1 --vocab 256 --max-seq 64 --out '$tmp/x.bin'"
+else
+    echo "skip init_model under ulimit -v: this build cannot start under an address-space limit"
+fi
 mkdir -p "$tmp/dirdata/train.bin" "$tmp/fifodata" "$tmp/dirvocab/encoder.json"
 mkfifo "$tmp/fifodata/train.bin" "$tmp/fifo"
 fails "trainer: a directory as the data shard" "dirdata/train.bin: not a regular file \(a directory\)" \
