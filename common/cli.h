@@ -5,6 +5,10 @@
 #ifndef SHARDLAB_CLI_H
 #define SHARDLAB_CLI_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { CLI_STRING, CLI_INT, CLI_UINT64, CLI_FLOAT, CLI_SWITCH } CliKind;
 
 typedef struct {
@@ -40,5 +44,9 @@ void cli_parse_or_exit(const CliSpec *spec, int argc, char **argv);
 // Reports a problem found after parsing (a missing flag, flags that do not go
 // together) the way cli_parse reports its own, when `speak`; returns CLI_ERROR.
 CliResult cli_error(const char *program, int speak, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -128,18 +128,19 @@ fails "tokenize: a merge whose symbol encoder.json lacks" "tinyvocab/encoder.jso
     sh -c "printf ab | '$BUILD/tokenize' --tokenizer gpt2 --vocab '$tmp/tinyvocab'"
 
 echo "== every tool answers --help (usage on stdout, exit 0) and refuses unknown flags"
-help_ok() {  # help_ok NAME COMMAND...: exit 0, one usage on stdout, nothing on stderr
-    local name=$1
-    shift
-    if timeout 60 "$@" >"$tmp/out" 2>"$tmp/err" && [ "$(grep -c '^usage: ' "$tmp/out")" -eq 1 ] && [ ! -s "$tmp/err" ]; then
-        ok "$name"; else bad "$name"; head -5 "$tmp/out" "$tmp/err"; fi
-}
 for tool in prepare tokenize init_model plan llmc_check bench_step train_single; do
     help_ok "$tool --help" "$BUILD/$tool" --help
     help_ok "$tool -h" "$BUILD/$tool" -h
     fails "$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/$tool" --bogus
     fails "$tool: unknown flag with a value" "unknown flag '--bogus'" "$BUILD/$tool" --bogus 1
 done
+help_ok "report.py --help" python3 examples/report.py --help
+fails "report.py: unknown flag" "unknown flag '--bogus'" python3 examples/report.py "$tmp" --bogus
+fails "report.py: --build without a value" "--build needs a value" python3 examples/report.py "$tmp" --build
+help_ok "compare.sh --help" bash examples/compare.sh --help
+fails "compare.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/compare.sh --bogus
+help_ok "bench_gpu.sh --help" bash examples/bench_gpu.sh --help
+fails "bench_gpu.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_gpu.sh --bogus
 for tool in train_ddp train_zero3 train_fsdp bench_comm; do
     help_ok "$tool --help under mpirun -np 2 (rank 0 prints, all exit 0)" $MPIRUN -np 2 "$BUILD/$tool" --help
     fails "$tool: unknown flag under mpirun" "unknown flag '--bogus'" $MPIRUN -np 2 "$BUILD/$tool" --bogus
@@ -148,6 +149,10 @@ done
 
 if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
     fails "CUDA build without a GPU" "no GPU is visible" "$BUILD/cuda/train_single" --config d2 --vocab 256 --data "$tmp/byte"
+    for tool in train_single bench_gpu; do  # the usage needs no GPU
+        help_ok "cuda/$tool --help without a GPU" "$BUILD/cuda/$tool" --help
+        fails "cuda/$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/cuda/$tool" --bogus
+    done
 fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
