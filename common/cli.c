@@ -56,7 +56,8 @@ static int set_value(const CliOption *o, const char *text, char *err, size_t err
     }
     if (o->kind == CLI_FLOAT) {
         double v = strtod(text, &end);
-        if (end == text || *end || !isfinite(v) || (errno && v != 0)) {
+        int underflow = errno == ERANGE && fabs(v) < 1;  // beyond even a double: 1e-400
+        if (end == text || *end || !isfinite(v)) {
             snprintf(err, err_len, "%s: '%s' is not a finite number", o->flag, text);
             return -1;
         }
@@ -64,7 +65,7 @@ static int set_value(const CliOption *o, const char *text, char *err, size_t err
             snprintf(err, err_len, "%s: %s is outside [%g, %g]", o->flag, text, o->min, o->max);
             return -1;
         }
-        if (v != 0 && (float)v == 0) {
+        if (underflow || (v != 0 && (float)v == 0)) {
             snprintf(err, err_len, "%s: %s is too small for single precision (it would be 0; give 0 for none)",
                      o->flag, text);
             return -1;

@@ -109,6 +109,7 @@ fails "trainer: --lr nan" "--lr: 'nan' is not a finite number" "${train[@]}" --l
 fails "trainer: --weight-decay inf" "--weight-decay: 'inf' is not a finite number" "${train[@]}" --weight-decay inf
 fails "trainer: --weight-decay 1e39 (beyond a float)" "--weight-decay: 1e39 is outside" "${train[@]}" --weight-decay 1e39
 fails "trainer: --lr that rounds to 0 in a float" "--lr: 1e-50 is too small for single precision" "${train[@]}" --lr 1e-50
+fails "trainer: --lr that rounds to 0 in a double" "--lr: 1e-400 is too small for single precision" "${train[@]}" --lr 1e-400
 fails "trainer: negative --lr" "--lr: -1 is outside \[0," "${train[@]}" --lr -1
 run "trainer: a tiny but representable --lr" "${train[@]}" --lr 1e-40
 fails "prepare: unknown flag" "unknown flag '--bogus'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/x" --bogus
