@@ -58,9 +58,9 @@ void zero3_partition(const GPT2Layout *layout, int world, int *owner) {
         int least = heap[0];
         owner[order[i]] = least;
         load[least] += layout->tensors[order[i]].numel;
-        for (int k = 0;;) {  // sift the grown rank down
-            int child = 2 * k + 1, smallest = k;
-            for (int c = child; c <= child + 1 && c < ranks; c++)
+        for (size_t k = 0;;) {  // sift the grown rank down
+            size_t child = 2 * k + 1, smallest = k;
+            for (size_t c = child; c <= child + 1 && c < (size_t)ranks; c++)
                 if (load[heap[c]] < load[heap[smallest]] ||
                     (load[heap[c]] == load[heap[smallest]] && heap[c] < heap[smallest]))
                     smallest = c;

@@ -113,7 +113,7 @@ static void print_row(const char *strategy, const char *ranks, const MemAccount 
 
 // ZeRO-3's rows: one per rank that owns a tensor, and one for the ranks that own
 // none (when N exceeds the number of tensors), which all hold the same. The
-// partition is computed once, so any N costs O(tensors), not O(N).
+// partition is computed once, so the work grows with the tensors, not with N.
 static void print_zero3(const GPT2Layout *layout, int world, size_t activations, int tsv) {
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, world, owner);
