@@ -38,11 +38,18 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "init_model: this model (%.3f GB of parameters, a %.3f GB tensor table)", params / 1e9,
              table / 1e9);
     mem_require_host(table + params, what);
+    int show_progress = table + params > 1000000000;  // seconds of work: say what is going on
+    if (show_progress) fprintf(stderr, "%s: building the layout\n", what);
     GPT2Layout layout;
     gpt2_layout_init(&layout, c);
     float *flat = xmalloc(layout.num_params * sizeof(float));
-    for (int t = 0; t < layout.num_tensors; t++)
+    for (int t = 0; t < layout.num_tensors; t++) {
         gpt2_init_rows(&layout, t, seed, 0, layout.tensors[t].rows, flat + layout.tensors[t].offset);
+        if (show_progress && (t + 1) % (1 << 20) == 0)
+            fprintf(stderr, "\rinit_model: %3.0f%% of %d tensors initialized", 100.0 * (t + 1) / layout.num_tensors,
+                    layout.num_tensors);
+    }
+    if (show_progress) fprintf(stderr, "\ninit_model: writing %s\n", out);
     gpt2_checkpoint_write(out, &c, flat, layout.num_params);
     free(flat);
     gpt2_layout_free(&layout);
