@@ -1,29 +1,46 @@
 #include "errors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// The whole message goes out in one write: under mpirun every rank shares the
+// terminal, and piecewise writes from several ranks interleave mid-line.
+static void write_message(const char *where, const char *fmt, va_list ap) {
+    char line[8192];
+    int n = snprintf(line, sizeof line, "shardlab: %s", where);
+    if (n < 0 || (size_t)n >= sizeof line) n = 0;
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    size_t len = m < 0 ? (size_t)n : (size_t)n + (size_t)m;
+    if (len > sizeof line - 2) len = sizeof line - 2;  // a truncated message still ends its line
+    line[len++] = '\n';
+    fflush(stdout);
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(STDERR_FILENO, line + done, len - done);
+        if (w <= 0 && errno != EINTR) break;  // nowhere left to report to
+        if (w > 0) done += (size_t)w;
+    }
+}
 
 void fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("shardlab: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    write_message("", fmt, ap);
     va_end(ap);
-    fflush(stdout);
     exit(1);
 }
 
 void fatal_at(const char *file, int line, const char *fmt, ...) {
+    char where[512];
+    snprintf(where, sizeof where, "%s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "shardlab: %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    write_message(where, fmt, ap);
     va_end(ap);
-    fflush(stdout);
     exit(1);
 }
 
@@ -37,17 +54,44 @@ void xsnprintf(char *out, size_t size, const char *fmt, ...) {
 
 void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p) fatal("out of memory allocating %zu bytes", bytes);
+    if (!p) fatal("out of memory allocating %.3f GB (%zu bytes)", bytes / 1e9, bytes);
     return p;
 }
 
 void *xcalloc(size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) fatal("out of memory allocating %zu x %zu bytes", count, size);
+    if (!p) fatal("out of memory allocating %.3f GB (%zu x %zu bytes)", (double)count * size / 1e9, count, size);
     return p;
 }
 
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    return "not a plain file";
+}
+
+// Files are read whole or by offset, so they must be regular files. O_NONBLOCK
+// keeps open() from waiting for a writer when the path is a FIFO; fstat then
+// tells what it is before any read.
+static FILE *open_regular_for_reading(const char *path, const char *mode) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fatal("%s: cannot open for reading: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) fatal("%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fatal("%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+        fatal("%s: cannot set blocking reads: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, mode);
+    if (!f) fatal("%s: cannot open for reading: %s", path, strerror(errno));
+    return f;
+}
+
 FILE *xfopen(const char *path, const char *mode) {
+    if (mode[0] == 'r' && !strchr(mode, '+')) return open_regular_for_reading(path, mode);
     FILE *f = fopen(path, mode);
     if (!f) fatal("%s: cannot open for %s: %s", path, mode[0] == 'r' ? "reading" : "writing",
                   strerror(errno));

@@ -20,6 +20,8 @@ void fatal_at(const char *file, int line, const char *fmt, ...)
 // Checked wrappers for the C library: they name the file or what was asked for.
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t size);
+// For reading ("r", "rb") the path must be a regular file: a directory, FIFO or
+// device is refused by name, and opening a FIFO never waits for a writer.
 FILE *xfopen(const char *path, const char *mode);
 void xfread(void *dst, size_t size, size_t count, FILE *f, const char *path);
 void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *path);

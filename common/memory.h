@@ -39,6 +39,11 @@ void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes);
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes);
 // Peak resident set size of this process as reported by the OS, in bytes.
 size_t mem_rss_peak_bytes(void);
+// Exits with a message giving both sizes in GB when `bytes` more host memory
+// cannot fit: more than the kernel's MemAvailable, or than an address-space
+// limit (ulimit -v) leaves. `what` names what needs it. Asked before large
+// allocations whose size comes from user input, so they fail at once, by name.
+void mem_require_host(size_t bytes, const char *what);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,7 @@ typedef struct {
     int eval_batches;         // --eval-batches K
     const char *out_model;    // --out-model FILE.bin: final model, llm.c format
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
-    int reshard_after_forward;  // --reshard-after-forward 0|1 (FSDP)
+    int reshard_after_forward;  // --reshard-after-forward 0|1 (FSDP; default 1)
     int quiet;                // --quiet: no progress lines
     int save_every;           // --save-every K: checkpoint every K steps (0: only on a stop signal)
     const char *ckpt_dir;     // --ckpt-dir DIR
@@ -31,8 +31,13 @@ typedef struct {
     int test_nan_at;          // --test-nan-at S: tests only, pretend step S's loss is NaN
 } TrainOptions;
 
-// Parses argv; on a bad flag prints the problem and the usage and exits 1.
+typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;
+
+// Parses argv. Returns OPTIONS_RUN; or OPTIONS_HELP after printing the usage on
+// stdout (the program then exits 0); or OPTIONS_ERROR after printing the
+// problem (exit 1). Prints only when `speak` is set, so that every rank of an
+// MPI job can parse, rank 0 alone reports, and all of them finalize MPI.
 // `strategy` names the trainer in the usage text.
-void options_parse(TrainOptions *opts, int argc, char **argv, const char *strategy);
+OptionsResult options_parse(TrainOptions *opts, int argc, char **argv, const char *strategy, int speak);
 
 #endif

@@ -32,27 +32,46 @@ void flat_layout_free(FlatLayout *flat) {
     memset(flat, 0, sizeof *flat);
 }
 
+static int larger_first(const void *a, const void *b, void *layout_arg) {
+    const GPT2Layout *layout = layout_arg;
+    int ta = *(const int *)a, tb = *(const int *)b;
+    size_t na = layout->tensors[ta].numel, nb = layout->tensors[tb].numel;
+    if (na != nb) return na > nb ? -1 : 1;
+    return (ta > tb) - (ta < tb);
+}
+
 void zero3_partition(const GPT2Layout *layout, int world, int *owner) {
     int n = layout->num_tensors;
     int *order = xmalloc((size_t)n * sizeof(int));
     for (int t = 0; t < n; t++) order[t] = t;
-    // sort by size, largest first; ties keep tensor order (insertion sort: n is small)
-    for (int i = 1; i < n; i++) {
-        int t = order[i], j = i;
-        while (j > 0 && layout->tensors[order[j - 1]].numel < layout->tensors[t].numel) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = t;
-    }
-    size_t *load = xcalloc((size_t)world, sizeof(size_t));
+    // sort by size, largest first; ties keep tensor order
+    qsort_r(order, (size_t)n, sizeof(int), larger_first, (void *)layout);
+    // Only the first min(world, n) ranks can receive a tensor: while some rank
+    // holds nothing, the least-loaded rank is the lowest empty one. A min-heap
+    // on (load, rank) picks each tensor's rank in O(log) time, so any world size
+    // costs O(n log n).
+    int ranks = world < n ? world : n;
+    size_t *load = xcalloc((size_t)ranks, sizeof(size_t));
+    int *heap = xmalloc((size_t)ranks * sizeof(int));  // heap[0]: the least-loaded rank
+    for (int r = 0; r < ranks; r++) heap[r] = r;      // all loads 0: rank order is a heap
     for (int i = 0; i < n; i++) {
-        int least = 0;
-        for (int r = 1; r < world; r++)
-            if (load[r] < load[least]) least = r;
+        int least = heap[0];
         owner[order[i]] = least;
         load[least] += layout->tensors[order[i]].numel;
+        for (size_t k = 0;;) {  // sift the grown rank down
+            size_t child = 2 * k + 1, smallest = k;
+            for (size_t c = child; c <= child + 1 && c < (size_t)ranks; c++)
+                if (load[heap[c]] < load[heap[smallest]] ||
+                    (load[heap[c]] == load[heap[smallest]] && heap[c] < heap[smallest]))
+                    smallest = c;
+            if (smallest == k) break;
+            int tmp = heap[k];
+            heap[k] = heap[smallest];
+            heap[smallest] = tmp;
+            k = smallest;
+        }
     }
+    free(heap);
     free(load);
     free(order);
 }

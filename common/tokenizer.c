@@ -143,6 +143,7 @@ static void load_merges(Tokenizer *tok, const char *path) {
 void tokenizer_init(Tokenizer *tok, const char *kind, const char *vocab_dir) {
     memset(tok, 0, sizeof *tok);
     if (strcmp(kind, "byte") == 0) {
+        if (vocab_dir) fatal("--vocab %s goes with --tokenizer gpt2; the byte tokenizer has no vocab files", vocab_dir);
         tok->kind = TOKENIZER_BYTE;
         tok->vocab_size = 256;
         return;
@@ -151,9 +152,11 @@ void tokenizer_init(Tokenizer *tok, const char *kind, const char *vocab_dir) {
     if (!vocab_dir) fatal("--tokenizer gpt2 needs --vocab DIR (with encoder.json and vocab.bpe)");
     tok->kind = TOKENIZER_GPT2;
     char path[4096];
-    snprintf(path, sizeof path, "%s/encoder.json", vocab_dir);
+    xsnprintf(path, sizeof path, "%s/encoder.json", vocab_dir);
     load_encoder(tok, path);
-    snprintf(path, sizeof path, "%s/vocab.bpe", vocab_dir);
+    tok->encoder_path = xmalloc(strlen(path) + 1);
+    strcpy(tok->encoder_path, path);
+    xsnprintf(path, sizeof path, "%s/vocab.bpe", vocab_dir);
     load_merges(tok, path);
     init_byte_to_char(tok);
 }
@@ -162,6 +165,7 @@ void tokenizer_free(Tokenizer *tok) {
     if (tok->kind == TOKENIZER_GPT2) {
         strmap_free(&tok->encoder);
         strmap_free(&tok->merge_ranks);
+        free(tok->encoder_path);
     }
     memset(tok, 0, sizeof *tok);
 }
@@ -218,8 +222,11 @@ static void bpe_piece(const Tokenizer *tok, const char *piece, size_t len, int *
         n--;
     }
     for (size_t i = 0; i < n; i++) {
-        int id = strmap_get(&tok->encoder, text + starts[i], ends[i] - starts[i]);
-        CHECK(id >= 0, "BPE symbol missing from encoder.json");
+        size_t symbol_len = ends[i] - starts[i];
+        int id = strmap_get(&tok->encoder, text + starts[i], symbol_len);
+        if (id < 0)  // vocab.bpe merged into a symbol that encoder.json lacks: the two files do not match
+            fatal("%s: has no id for the symbol \"%.*s\"%s, which the merges in vocab.bpe produce", tok->encoder_path,
+                  symbol_len > 64 ? 64 : (int)symbol_len, text + starts[i], symbol_len > 64 ? "..." : "");
         push_id(ids, count, capacity, id);
     }
     if (big) { free(big); free(pair_buf); }

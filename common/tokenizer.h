@@ -19,10 +19,11 @@ typedef struct {
     StrMap merge_ranks;    // gpt2: "left right" -> rank (lower merges first)
     char byte_to_char[256][3];  // gpt2: each byte as its printable stand-in, in UTF-8
     int byte_to_char_len[256];
+    char *encoder_path;    // gpt2: DIR/encoder.json, for messages
 } Tokenizer;
 
 // Exits with a message naming the file on any problem. vocab_dir holds
-// encoder.json and vocab.bpe (ignored for "byte").
+// encoder.json and vocab.bpe (gpt2); "byte" takes none (NULL).
 void tokenizer_init(Tokenizer *tok, const char *kind, const char *vocab_dir);
 void tokenizer_free(Tokenizer *tok);
 

@@ -180,9 +180,8 @@ static void check_outputs(Run *run) {
     if (o->log_path) open_log(run);
 }
 
-static void setup(Run *run, int argc, char **argv) {
+static void setup(Run *run) {
     TrainOptions *o = &run->opts;
-    options_parse(o, argc, argv, run->strategy_name);
     GPT2Config config;
     if (o->model_path) gpt2_checkpoint_read_config(o->model_path, &config);
     else if (gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
@@ -333,6 +332,11 @@ int train_main(int argc, char **argv, const char *strategy_name,
     run.strategy_name = strategy_name;
     run.strategy_init = strategy_init;
     comm_init(&run.comm, &argc, &argv);
+    OptionsResult parsed = options_parse(&run.opts, argc, argv, strategy_name, run.comm.rank == 0);
+    if (parsed != OPTIONS_RUN) {  // every rank parsed the same argv: all leave MPI cleanly, alike
+        comm_finalize(&run.comm);
+        return parsed == OPTIONS_HELP ? 0 : 1;
+    }
     if (strcmp(device_name(), "cuda") == 0) {  // the CUDA build: one GPU per rank, or ranks sharing one
         device_init(run.comm.local_rank);
         comm_use_device_buffers(&run.comm, device_count());
@@ -340,7 +344,7 @@ int train_main(int argc, char **argv, const char *strategy_name,
     signal(SIGINT, on_stop_signal);  // from here on a stop signal ends the run after a step and a save
     signal(SIGTERM, on_stop_signal);
     signal(SIGUSR1, on_stop_signal);
-    setup(&run, argc, argv);
+    setup(&run);
     const TrainOptions *o = &run.opts;
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/comm.h"
 #include "../common/errors.h"
 #include "../common/timer.h"
@@ -27,12 +28,18 @@ static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) 
 int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    long max_mib = 64;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--max-mib") == 0) max_mib = atol(argv[i + 1]);
-        else fatal("unknown flag '%s' (usage: bench_comm [--max-mib M])", argv[i]);
+    int max_mib = 64;
+    const CliOption options[] = {
+        {"--max-mib", "M", CLI_INT, &max_mib, 1, 1 << 20, "largest message, MiB (default 64)"},
+    };
+    CliSpec spec = {.synopsis = "[--max-mib M]   (under mpirun -np N)",
+                    .about = "times every collective from 1 KiB to M MiB: time per call, algorithm and bus bandwidth",
+                    .options = options, .num_options = sizeof options / sizeof options[0]};
+    CliResult parsed = cli_parse(&spec, argc, argv, comm.rank == 0);
+    if (parsed != CLI_RUN) {  // every rank parsed the same argv: all leave MPI cleanly, alike
+        comm_finalize(&comm);
+        return parsed == CLI_HELP ? 0 : 1;
     }
-    if (max_mib < 1) fatal("--max-mib must be a positive integer");
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);
     float *a = xcalloc(max_count, sizeof(float)), *b = xcalloc(max_count, sizeof(float));
     int N = comm.world;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/device_cuda.h"
@@ -59,14 +60,17 @@ static double time_gemms(cudaDataType_t type, cublasComputeType_t compute, int n
 int main(int argc, char **argv) {
     const char *config_name = "d12";
     int B = 16, T = 1024, steps = 10;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--config") == 0) config_name = argv[i + 1];
-        else if (strcmp(argv[i], "--batch") == 0) B = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--seq") == 0) T = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
-        else fatal("unknown flag '%s' (usage: bench_gpu [--config dN] [--batch B] [--seq T] [--steps S])", argv[i]);
-    }
-    if (B <= 0 || T <= 0 || steps <= 0) fatal("--batch, --seq and --steps must be positive integers");
+    const CliOption options[] = {
+        {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d12)"},
+        {"--batch", "B", CLI_INT, &B, 1, 1 << 20, "sequences per step (default 16)"},
+        {"--seq", "T", CLI_INT, &T, 1, 1 << 20, "sequence length (default 1024)"},
+        {"--steps", "S", CLI_INT, &steps, 1, 1 << 20, "timed steps (default 10)"},
+    };
+    // positional: nvcc's C++17 has no designated initializers
+    CliSpec spec = {"[--config dN] [--batch B] [--seq T] [--steps S]",
+                    "peak cuBLAS rates on this GPU, and one rank training GPT-2 against them (MFU)",
+                    options, (int)(sizeof options / sizeof options[0]), NULL, 0, NULL};
+    cli_parse_or_exit(&spec, argc, argv);
     device_init(0);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -5,6 +5,11 @@
 # 1 rank (NCCL) and at 4 ranks sharing the GPU (staged MPI), with tokens/s and
 # the device's peak memory from the summary.
 set -euo pipefail
+case "${1:-}" in
+    --help|-h) echo "usage: [BUILD=build] [MPIRUN=mpirun] [BATCH=16] bash examples/bench_gpu.sh   (make bench-gpu; needs a GPU)"; exit 0 ;;
+    "") ;;
+    *) echo "bench_gpu.sh: unexpected argument '$1' (settings come from the environment; --help)" >&2; exit 1 ;;
+esac
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun}

@@ -2,12 +2,13 @@
 // matrix-multiply rate. Prints the achieved GFLOP/s of forward + backward + AdamW
 // (model FLOPs: 6 * params * tokens + attention) next to cblas_sgemm's GFLOP/s
 // measured here, now, with the same threads (OPENBLAS_NUM_THREADS).
-//   build/bench_step --config d4 --batch 4 --seq 64 [--steps 5]
+//   build/bench_step [--config d4] [--batch 4] [--seq 64] [--steps 5]
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/errors.h"
 #include "../common/optim.h"
 #include "../common/timer.h"
@@ -32,14 +33,16 @@ static double sgemm_gflops(int n) {
 int main(int argc, char **argv) {
     const char *config_name = "d4";
     int B = 4, T = 64, steps = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--config") == 0) config_name = argv[i + 1];
-        else if (strcmp(argv[i], "--batch") == 0) B = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--seq") == 0) T = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
-        else fatal("unknown flag '%s' (usage: bench_step --config dN --batch B --seq T [--steps S])", argv[i]);
-    }
-    if (B <= 0 || T <= 0 || steps <= 0) fatal("--batch, --seq and --steps must be positive integers");
+    const CliOption options[] = {
+        {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d4)"},
+        {"--batch", "B", CLI_INT, &B, 1, 1 << 20, "sequences per step (default 4)"},
+        {"--seq", "T", CLI_INT, &T, 1, 1 << 20, "sequence length (default 64)"},
+        {"--steps", "S", CLI_INT, &steps, 1, 1 << 20, "timed steps after one warm-up; the best counts (default 5)"},
+    };
+    CliSpec spec = {.synopsis = "[--config dN] [--batch B] [--seq T] [--steps S]",
+                    .about = "a CPU training step's GFLOP/s next to this machine's sgemm rate",
+                    .options = options, .num_options = sizeof options / sizeof options[0]};
+    cli_parse_or_exit(&spec, argc, argv);
     GPT2Config config;
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};

@@ -4,6 +4,14 @@
 # and a report under runs/<name>/.
 # Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS.
 set -euo pipefail
+usage="usage: [RANKS=4] [CONFIG=d4] [STEPS=20] [BATCH=8] [SEQ=64] [NAME=...] [TEXT=FILE|DIR] [RUNS=runs] bash examples/compare.sh
+  trains train_single, DDP, ZeRO-3 and FSDP side by side and writes RUNS/NAME/report.md (docs/plots.md);
+  settings come from the environment (also BUILD and MPIRUN), not from flags"
+case "${1:-}" in
+    --help|-h) echo "$usage"; exit 0 ;;
+    "") ;;
+    *) echo "compare: unexpected argument '$1' (settings come from the environment; --help)" >&2; exit 1 ;;
+esac
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RANKS=${RANKS:-4}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/device.h"
 #include "../common/errors.h"
 #include "../models/gpt2.h"
@@ -31,13 +32,21 @@ static double compare(const float *got, const float *want, size_t n, size_t stri
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) fatal("usage: llmc_check MODEL.bin DEBUG_STATE.bin");
+    const char *paths[2];
+    int num_paths = 0;
+    CliSpec spec = {.synopsis = "MODEL.bin DEBUG_STATE.bin",
+                    .about = "one forward and backward of an llm.c model against a debug state's logits, loss and "
+                             "gradients; exits 1 on a difference",
+                    .positional = paths, .max_positional = 2, .num_positional = &num_paths};
+    cli_parse_or_exit(&spec, argc, argv);
+    if (num_paths != 2) fatal("give MODEL.bin and DEBUG_STATE.bin (%s --help)", argv[0]);
+    const char *model_path = paths[0];
     GPT2Config config;
-    gpt2_checkpoint_read_config(argv[1], &config);
+    gpt2_checkpoint_read_config(model_path, &config);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
     GPT2DebugState state;
-    gpt2_debug_state_read(argv[2], &layout, &state);
+    gpt2_debug_state_read(paths[1], &layout, &state);
 
     device_init(0);
     MemAccount mem = {0};
@@ -47,7 +56,7 @@ int main(int argc, char **argv) {
     float *grads = device_alloc(&mem, MEM_GRADS, layout.num_params);
     float *host = xmalloc(layout.num_params * sizeof(float));
     for (int t = 0; t < layout.num_tensors; t++)
-        gpt2_checkpoint_read_rows(argv[1], &layout, t, 0, layout.tensors[t].rows, host + layout.tensors[t].offset);
+        gpt2_checkpoint_read_rows(model_path, &layout, t, 0, layout.tensors[t].rows, host + layout.tensors[t].offset);
     device_from_host(params, host, layout.num_params);
     gpt2_point_into_flat(&layout, params, model.params);
     gpt2_point_into_flat(&layout, grads, model.grads);

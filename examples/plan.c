@@ -4,13 +4,16 @@
 // numbers can be held against a real run's summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--tsv]
+// --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
-// category (docs/memory.md order) and the peak.
-#include <errno.h>
+// category (docs/memory.md order) and the peak. Ranks with the same numbers
+// share one line whose rank field is "first-last" (ZeRO-3's ranks that own no
+// tensor, once N exceeds the number of tensors).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/errors.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
@@ -34,9 +37,7 @@ static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, size_t activati
 // ZeRO-3, as zero3/zero3.c runs a step: per unit, non-owned tensors are
 // broadcast into temporaries; in backward, every tensor of the unit also gets a
 // temporary gradient until it is reduced.
-static void plan_zero3(const GPT2Layout *layout, int world, int rank, MemAccount *acct, size_t activations) {
-    int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
-    zero3_partition(layout, world, owner);
+static void plan_zero3(const GPT2Layout *layout, const int *owner, int rank, MemAccount *acct, size_t activations) {
     add_resident(acct, zero3_owned_bytes(layout, owner, rank) / sizeof(float), activations);
     for (int pass = 0; pass < 2; pass++) {  // forward, then backward (same sets, other order)
         for (int k = 0; k < layout->num_units; k++) {
@@ -55,7 +56,6 @@ static void plan_zero3(const GPT2Layout *layout, int world, int rank, MemAccount
             mem_account_sub(acct, MEM_PARAMS_GATHERED, BYTES(gathered));
         }
     }
-    free(owner);
 }
 
 // FSDP, as fsdp/fsdp.c runs a step: a gather allocates the send and receive
@@ -98,47 +98,71 @@ static void plan_fsdp(const GPT2Layout *layout, int world, int reshard, MemAccou
     free(held);
 }
 
-static int parse_int(const char *flag, const char *text, int min) {
-    errno = 0;
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < min || v > (1 << 24)) fatal("%s: '%s' is not an integer >= %d", flag, text, min);
-    return (int)v;
-}
-
-static void print_row(const char *strategy, int rank, const MemAccount *acct, int tsv) {
+// `ranks` is "r", or "first-last" for a run of ranks with the same numbers.
+static void print_row(const char *strategy, const char *ranks, const MemAccount *acct, int tsv) {
     if (tsv) {
-        printf("%s\t%d", strategy, rank);
+        printf("%s\t%s", strategy, ranks);
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", acct->peak[k]);
         printf("\t%zu\n", acct->total_peak);
         return;
     }
-    printf("%-6s %5d", strategy, rank);
+    printf("%-6s %5s", strategy, ranks);
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15.3f", acct->peak[k] / 1e6);
     printf(" %12.3f\n", acct->total_peak / 1e6);
 }
 
+// ZeRO-3's rows: one per rank that owns a tensor, and one for the ranks that own
+// none (when N exceeds the number of tensors), which all hold the same. The
+// partition is computed once, so the work grows with the tensors, not with N.
+static void print_zero3(const GPT2Layout *layout, int world, size_t activations, int tsv) {
+    int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    zero3_partition(layout, world, owner);
+    int owning = world < layout->num_tensors ? world : layout->num_tensors;  // ranks [0, owning) own a tensor
+    for (int t = 0; t < layout->num_tensors; t++) CHECK(owner[t] < owning, "rank %d owns a tensor", owner[t]);
+    char ranks[32];
+    MemAccount acct;
+    for (int r = 0; r < owning && (tsv || r == 0 || world <= 8); r++) {
+        memset(&acct, 0, sizeof acct);
+        plan_zero3(layout, owner, r, &acct, activations);
+        snprintf(ranks, sizeof ranks, "%d", r);
+        print_row("zero3", ranks, &acct, tsv);
+    }
+    if (owning < world && (tsv || world <= 8)) {
+        memset(&acct, 0, sizeof acct);
+        plan_zero3(layout, owner, owning, &acct, activations);
+        if (owning == world - 1) snprintf(ranks, sizeof ranks, "%d", owning);
+        else snprintf(ranks, sizeof ranks, "%d-%d", owning, world - 1);
+        print_row("zero3", ranks, &acct, tsv);
+    }
+    free(owner);
+}
+
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
-    int vocab = 0, world = 0, B = 4, T = 64, reshard = 1, tsv = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--tsv") == 0) { tsv = 1; continue; }
-        if (i + 1 >= argc) fatal("%s needs a value", argv[i]);
-        const char *flag = argv[i], *value = argv[++i];
-        if (strcmp(flag, "--config") == 0) config_name = value;
-        else if (strcmp(flag, "--model") == 0) model_path = value;
-        else if (strcmp(flag, "--vocab") == 0) vocab = parse_int(flag, value, 1);
-        else if (strcmp(flag, "--ranks") == 0) world = parse_int(flag, value, 1);
-        else if (strcmp(flag, "--batch") == 0) B = parse_int(flag, value, 1);
-        else if (strcmp(flag, "--seq") == 0) T = parse_int(flag, value, 1);
-        else if (strcmp(flag, "--reshard-after-forward") == 0) reshard = parse_int(flag, value, 0) != 0;
-        else fatal("unknown flag '%s'", flag);
-    }
-    if (!config_name == !model_path || !world)
-        fatal("usage: plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T] [--reshard-after-forward 0|1] [--tsv]");
+    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0;
+    const CliOption options[] = {
+        {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
+        {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
+        {"--model", "FILE.bin", CLI_STRING, &model_path, 0, 0, "the shape of an llm.c checkpoint instead"},
+        {"--ranks", "N", CLI_INT, &world, 1, 1 << 24, "number of ranks"},
+        {"--batch", "B", CLI_INT, &B, 1, 1 << 30, "global sequences per step, divisible by N (default 4 per rank: 4N)"},
+        {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
+        {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
+        {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
+         "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category and peak"},
+    };
+    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
+                                "[--reshard-after-forward 0|1] [--tsv]",
+                    .about = "predicts each strategy's memory per rank, without training",
+                    .options = options, .num_options = sizeof options / sizeof options[0]};
+    cli_parse_or_exit(&spec, argc, argv);
+    if (!config_name == !model_path) fatal("give exactly one of --config dN and --model FILE.bin (%s --help)", argv[0]);
+    if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
+    if (model_path && vocab) fatal("--vocab goes with --config; a --model file has its own vocab");
     GPT2Config config;
     if (model_path) gpt2_checkpoint_read_config(model_path, &config);
     else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
+    if (!B) B = 4 * world;
     if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
@@ -157,15 +181,11 @@ int main(int argc, char **argv) {
     }
     MemAccount acct = {0};
     plan_ddp(&layout, &acct, activations);
-    print_row("ddp", 0, &acct, tsv);
-    for (int r = 0; r < world; r++) {
-        memset(&acct, 0, sizeof acct);
-        plan_zero3(&layout, world, r, &acct, activations);
-        if (tsv || r == 0 || world <= 8) print_row("zero3", r, &acct, tsv);
-    }
+    print_row("ddp", "0", &acct, tsv);
+    print_zero3(&layout, world, activations, tsv);
     memset(&acct, 0, sizeof acct);
     plan_fsdp(&layout, world, reshard, &acct, activations);
-    print_row("fsdp", 0, &acct, tsv);
+    print_row("fsdp", "0", &acct, tsv);
     if (!tsv) printf("(DDP and FSDP: every rank alike; ZeRO-3: %s)\n", world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
     gpt2_layout_free(&layout);
     return 0;

@@ -7,26 +7,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../common/cli.h"
 #include "../common/data.h"
 #include "../common/errors.h"
 #include "../common/tokenizer.h"
 
-static void usage(void) {
-    fprintf(stderr, "usage: prepare --text FILE --tokenizer byte|gpt2 [--vocab DIR] --out DIR\n");
-}
-
 int main(int argc, char **argv) {
     const char *text_path = NULL, *kind = NULL, *vocab = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0) { usage(); return 0; }
-        if (i + 1 >= argc) { usage(); fatal("%s needs a value", argv[i]); }
-        if (strcmp(argv[i], "--text") == 0) text_path = argv[++i];
-        else if (strcmp(argv[i], "--tokenizer") == 0) kind = argv[++i];
-        else if (strcmp(argv[i], "--vocab") == 0) vocab = argv[++i];
-        else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
-        else { usage(); fatal("unknown flag '%s'", argv[i]); }
-    }
-    if (!text_path || !kind || !out) { usage(); fatal("--text, --tokenizer and --out are required"); }
+    const CliOption options[] = {
+        {"--text", "FILE", CLI_STRING, &text_path, 0, 0, "the text to tokenize"},
+        {"--tokenizer", "byte|gpt2", CLI_STRING, &kind, 0, 0, "byte: V = 256; gpt2: GPT-2's BPE (V = 50257)"},
+        {"--vocab", "DIR", CLI_STRING, &vocab, 0, 0, "gpt2 only: DIR/encoder.json and DIR/vocab.bpe"},
+        {"--out", "DIR", CLI_STRING, &out, 0, 0, "writes DIR/train.bin (first 90% of the tokens) and DIR/val.bin"},
+    };
+    CliSpec spec = {.synopsis = "--text FILE --tokenizer byte|gpt2 [--vocab DIR] --out DIR",
+                    .about = "turns a text file into llm.c token shards for training",
+                    .options = options, .num_options = sizeof options / sizeof options[0]};
+    cli_parse_or_exit(&spec, argc, argv);
+    if (!text_path || !kind || !out) fatal("--text, --tokenizer and --out are required (%s --help)", argv[0]);
     Tokenizer tok;
     tokenizer_init(&tok, kind, vocab);
     FILE *f = xfopen(text_path, "rb");

@@ -104,16 +104,35 @@ def write_tsv(path, header, rows):
             f.write("\t".join(str(x) for x in row) + "\n")
 
 
+USAGE = """usage: report.py RUN_DIR [--build DIR]
+  plots (PNG and SVG) and a report (report.md, report.html) from a make compare run
+  --build DIR  where build/plan is (default build)
+  --help       print this and exit"""
+
+
+def parse_args(argv):
+    """(run_dir, build_dir); --help prints the usage and exits 0, anything else unknown exits 1."""
+    if "--help" in argv or "-h" in argv:
+        print(USAGE)
+        sys.exit(0)
+    build, positional, i = "build", [], 0
+    while i < len(argv):
+        if argv[i] == "--build":
+            if i + 1 >= len(argv):
+                fail("--build needs a value (DIR) (report.py --help)")
+            build, i = argv[i + 1], i + 2
+        elif argv[i].startswith("-"):
+            fail(f"unknown flag '{argv[i]}' (report.py --help)")
+        else:
+            positional.append(argv[i])
+            i += 1
+    if len(positional) != 1:
+        fail("give one RUN_DIR (report.py --help)")
+    return positional[0], build
+
+
 def main():
-    args = sys.argv[1:]
-    build = "build"
-    if "--build" in args:
-        i = args.index("--build")
-        build = args[i + 1]
-        del args[i:i + 2]
-    if len(args) != 1:
-        fail("usage: report.py RUN_DIR [--build DIR]")
-    run = args[0]
+    run, build = parse_args(sys.argv[1:])
     if not os.path.isdir(run):
         fail(f"{run}: not a directory")
     logs = {s: read_log(os.path.join(run, f"{s}.jsonl")) for s in RUNS}

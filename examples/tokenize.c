@@ -1,22 +1,27 @@
 // tokenize: prints the token ids of a text, space-separated on one line.
-//   build/tokenize --tokenizer gpt2 --vocab DIR [FILE]     (standard input by default)
+//   build/tokenize --tokenizer gpt2 --vocab DIR [FILE]     (standard input by default, or FILE "-")
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/errors.h"
 #include "../common/tokenizer.h"
 
 int main(int argc, char **argv) {
     const char *kind = NULL, *vocab = NULL, *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) kind = argv[++i];
-        else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) vocab = argv[++i];
-        else if (argv[i][0] == '-' && argv[i][1] != '\0') fatal("unknown or incomplete flag '%s' (usage: tokenize --tokenizer byte|gpt2 [--vocab DIR] [FILE])", argv[i]);
-        else if (!path) path = argv[i];
-        else fatal("more than one input file ('%s', '%s')", path, argv[i]);
-    }
-    if (!kind) fatal("--tokenizer byte|gpt2 is required");
+    int num_paths = 0;
+    const CliOption options[] = {
+        {"--tokenizer", "byte|gpt2", CLI_STRING, &kind, 0, 0, "byte: V = 256; gpt2: GPT-2's BPE (V = 50257)"},
+        {"--vocab", "DIR", CLI_STRING, &vocab, 0, 0, "gpt2 only: DIR/encoder.json and DIR/vocab.bpe"},
+    };
+    CliSpec spec = {.synopsis = "--tokenizer byte|gpt2 [--vocab DIR] [FILE]",
+                    .about = "prints the token ids of FILE (a regular file; default: standard input), space-separated",
+                    .options = options, .num_options = sizeof options / sizeof options[0],
+                    .positional = &path, .max_positional = 1, .num_positional = &num_paths};
+    cli_parse_or_exit(&spec, argc, argv);
+    if (!kind) fatal("--tokenizer byte|gpt2 is required (%s --help)", argv[0]);
+    if (path && strcmp(path, "-") == 0) path = NULL;
     Tokenizer tok;
     tokenizer_init(&tok, kind, vocab);
     FILE *f = path ? xfopen(path, "rb") : stdin;

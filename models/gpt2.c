@@ -3,6 +3,7 @@
 // of each unit are in gpt2_cpu.c (CPU build) and gpt2_cuda.cu (CUDA build).
 #include "gpt2.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,28 @@ void gpt2_config_validate(const GPT2Config *c, const char *source) {
     if (c->channels % c->num_heads != 0)
         fatal("%s: channels C=%d is not divisible by heads NH=%d", source, c->channels,
               c->num_heads);
+    // The header's fields are int32; their products are taken in 64 bits (double
+    // for the size, which no field can overflow) before anything is allocated.
+    double C = c->channels, L = c->num_layers;
+    double params = ((double)c->padded_vocab_size + c->max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+    double gb = params * sizeof(float) / 1e9;
+    const char *problem = NULL;
+    if (4 * C > INT_MAX) problem = "the MLP's 4C rows do not fit a 32-bit int";
+    else if (GPT2_BLOCK_KINDS * L + 4 > INT_MAX) problem = "its 12 L + 4 tensors do not fit a 32-bit int";
+    else if (params * sizeof(float) > GPT2_MAX_PARAM_BYTES) problem = "more than 2^50 bytes (1126 TB)";
+    if (problem)
+        fatal("%s: L=%d C=%d Vp=%d maxT=%d needs %.4g GB of parameters: %s", source, c->num_layers, c->channels,
+              c->padded_vocab_size, c->max_seq_len, gb, problem);
+}
+
+size_t gpt2_config_num_params(const GPT2Config *c) {
+    size_t C = (size_t)c->channels, L = (size_t)c->num_layers;
+    return ((size_t)c->padded_vocab_size + (size_t)c->max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+size_t gpt2_layout_table_bytes(const GPT2Config *c) {
+    size_t tensors = 4 + GPT2_BLOCK_KINDS * (size_t)c->num_layers, units = (size_t)c->num_layers + 2;
+    return tensors * sizeof(GPT2Tensor) + units * (sizeof(int) + GPT2_MAX_UNIT_TENSORS * sizeof(int));
 }
 
 // Dim 0 and the remaining size of each kind (llm.c's shapes, per layer).
@@ -76,6 +99,9 @@ int gpt2_tensor_id(const GPT2Layout *layout, GPT2TensorKind kind, int layer) {
 
 void gpt2_layout_init(GPT2Layout *layout, GPT2Config config) {
     int L = config.num_layers;
+    char what[64];
+    snprintf(what, sizeof what, "the tensor table of L=%d layers", L);
+    mem_require_host(gpt2_layout_table_bytes(&config), what);
     layout->config = config;
     layout->num_tensors = 4 + GPT2_BLOCK_KINDS * L;
     layout->tensors = xcalloc((size_t)layout->num_tensors, sizeof(GPT2Tensor));

@@ -138,8 +138,15 @@ typedef struct {
 // "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).
 // Returns 0, or -1 for an unknown name.
 int gpt2_config_preset(const char *name, int vocab_size, GPT2Config *out);
-// Exits with a message naming `source` when the config is inconsistent.
+// Exits with a message naming `source` when the config is inconsistent, or so
+// large that its sizes overflow (dimensions and tensor ids are ints) or its
+// parameters exceed GPT2_MAX_PARAM_BYTES; the message gives the size in GB.
 void gpt2_config_validate(const GPT2Config *config, const char *source);
+#define GPT2_MAX_PARAM_BYTES 1125899906842624.0  // 2^50: far beyond any machine, safe for size_t arithmetic
+// Parameter elements of a validated config, without building its layout.
+size_t gpt2_config_num_params(const GPT2Config *config);
+// Host bytes of the layout's tables (one GPT2Tensor per tensor, per-unit lists).
+size_t gpt2_layout_table_bytes(const GPT2Config *config);
 
 void gpt2_layout_init(GPT2Layout *layout, GPT2Config config);
 void gpt2_layout_free(GPT2Layout *layout);

@@ -1,6 +1,7 @@
 #include "gpt2_io.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,15 +30,14 @@ void gpt2_checkpoint_read_config(const char *path, GPT2Config *config) {
     config->channels = header[6];
     config->padded_vocab_size = header[7];
     gpt2_config_validate(config, path);
-    GPT2Layout layout;
-    gpt2_layout_init(&layout, *config);
-    long expected = (long)(LLMC_HEADER_INTS * sizeof(int32_t) + layout.num_params * sizeof(float));
+    long expected = (long)(LLMC_HEADER_INTS * sizeof(int32_t) + gpt2_config_num_params(config) * sizeof(float));
     long actual = xfsize(f, path);
-    gpt2_layout_free(&layout);
     fclose(f);
+    char gb[32] = "";
+    if (expected >= 1000000000L) snprintf(gb, sizeof gb, " (%.3f GB)", expected / 1e9);
     if (actual != expected)
-        fatal("%s: header/size mismatch: the header's config needs %ld bytes, the file has %ld%s",
-              path, expected, actual, actual < expected ? " (truncated)" : "");
+        fatal("%s: header/size mismatch: the header's config needs %ld bytes%s, the file has %ld%s",
+              path, expected, gb, actual, actual < expected ? " (truncated)" : "");
 }
 
 void gpt2_checkpoint_read_rows(const char *path, const GPT2Layout *layout, int t, int row_begin,

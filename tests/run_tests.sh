@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
 echo "== unit tests"
-for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train; do
+for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train test_errors test_partition; do
     run "$t" "$BUILD/tests/$t"
 done
 
@@ -105,10 +105,93 @@ head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
 fails "trainer: wrong magic" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/train_single" --model "$tmp/notmodel.bin" --data "$tmp/byte"
+python3 - "$tmp" <<'PY'
+import struct, sys
+# llm.c headers (magic, version, maxT, V, L, NH, C, Vp) with absurd sizes on a 1 KB body
+for name, L, C in (("wide.bin", 300000000, 2147483647), ("deep.bin", 16777216, 1)):
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", 20240326, 3, 64, 256, L, 1, C, 256, *([0] * 248)) + bytes(1024))
+PY
+fails "trainer: a header whose sizes overflow an int" "wide.bin: L=300000000 C=2147483647 .* needs 6.641e\+19 GB of parameters: the MLP's 4C rows do not fit a 32-bit int" \
+    "$BUILD/train_single" --model "$tmp/wide.bin" --data "$tmp/byte"
+fails "trainer: a deep header on a small file, at once" "deep.bin: header/size mismatch: the header's config needs 1677723912 bytes \(1.678 GB\)" \
+    "$BUILD/train_single" --model "$tmp/deep.bin" --data "$tmp/byte"
+fails "plan: a header whose sizes overflow an int" "needs 6.641e\+19 GB" "$BUILD/plan" --model "$tmp/wide.bin" --ranks 2
+# A model that cannot fit is refused before anything is allocated. An address-space
+# limit makes "cannot fit" the same on every machine (AddressSanitizer cannot run under one).
+if (ulimit -v 4000000 && "$BUILD/init_model" --help) >/dev/null 2>&1; then
+    fails "init_model: a model beyond memory, refused at once in GB" \
+        "this model \(1.678 GB of parameters, a 13.757 GB tensor table\) needs 15.435 GB of memory; [0-9.]+ GB is available" \
+        sh -c "ulimit -v 4000000 && exec '$BUILD/init_model' --layers 16777216 --heads 1 --channels 1 --vocab 256 --max-seq 64 --out '$tmp/x.bin'"
+else
+    echo "skip init_model under ulimit -v: this build cannot start under an address-space limit"
+fi
+mkdir -p "$tmp/dirdata/train.bin" "$tmp/fifodata" "$tmp/dirvocab/encoder.json"
+mkfifo "$tmp/fifodata/train.bin" "$tmp/fifo"
+fails "trainer: a directory as the data shard" "dirdata/train.bin: not a regular file \(a directory\)" \
+    "$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/dirdata"
+fails "trainer: a FIFO as the data shard" "fifodata/train.bin: not a regular file \(a FIFO\)" \
+    "$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/fifodata"
+fails "trainer: a directory as the model" "$tmp: not a regular file \(a directory\)" "$BUILD/train_single" --model "$tmp" --data "$tmp/byte"
+fails "trainer: a FIFO as the model" "fifo: not a regular file \(a FIFO\)" "$BUILD/train_single" --model "$tmp/fifo" --data "$tmp/byte"
+fails "prepare: a directory as the text" "$tmp: not a regular file \(a directory\)" "$BUILD/prepare" --text "$tmp" --tokenizer byte --out "$tmp/x"
+fails "prepare: a FIFO as the text" "fifo: not a regular file \(a FIFO\)" "$BUILD/prepare" --text "$tmp/fifo" --tokenizer byte --out "$tmp/x"
+fails "tokenize: a FIFO as the input" "fifo: not a regular file \(a FIFO\)" "$BUILD/tokenize" --tokenizer byte "$tmp/fifo"
+fails "tokenize: a directory as the vocab" "encoder.json: not a regular file \(a directory\)" \
+    "$BUILD/tokenize" --tokenizer gpt2 --vocab "$tmp/dirvocab"
 fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$BUILD/llmc_check" "$ref/model.bin" "$ref/model.bin"
+
+fails "trainer: unknown flag without a value" "unknown flag '--bogus'" "${train[@]}" --bogus
+fails "trainer: --lr inf" "--lr: 'inf' is not a finite number" "${train[@]}" --lr inf
+fails "trainer: --lr nan" "--lr: 'nan' is not a finite number" "${train[@]}" --lr nan
+fails "trainer: --weight-decay inf" "--weight-decay: 'inf' is not a finite number" "${train[@]}" --weight-decay inf
+fails "trainer: --weight-decay 1e39 (beyond a float)" "--weight-decay: 1e39 is outside" "${train[@]}" --weight-decay 1e39
+fails "trainer: --lr that rounds to 0 in a float" "--lr: 1e-50 is too small for single precision" "${train[@]}" --lr 1e-50
+fails "trainer: --lr that rounds to 0 in a double" "--lr: 1e-400 is too small for single precision" "${train[@]}" --lr 1e-400
+fails "trainer: negative --lr" "--lr: -1 is outside \[0," "${train[@]}" --lr -1
+run "trainer: a tiny but representable --lr" "${train[@]}" --lr 1e-40
+fails "prepare: unknown flag" "unknown flag '--bogus'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/x" --bogus
+fails "prepare: --vocab with the byte tokenizer" "--vocab models/gpt2_vocab goes with --tokenizer gpt2" \
+    "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --vocab models/gpt2_vocab --out "$tmp/x"
+fails "tokenize: --vocab with the byte tokenizer" "goes with --tokenizer gpt2" "$BUILD/tokenize" --tokenizer byte --vocab models/gpt2_vocab
+fails "init_model: --vocab beyond uint16 token ids" "--vocab: '70000' is not an integer in \[1, 65536\]" \
+    "$BUILD/init_model" --layers 1 --heads 1 --channels 8 --vocab 70000 --max-seq 8 --out "$tmp/x.bin"
+fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an integer in \[0, 1\]" \
+    "$BUILD/plan" --config d2 --ranks 2 --reshard-after-forward 7
+if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (4 rows per rank)" "$tmp/out"; then
+    ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
+mkdir -p "$tmp/tinyvocab"
+printf '{"a": 0, "b": 1}' > "$tmp/tinyvocab/encoder.json"
+printf '#version: 0.2\na b\n' > "$tmp/tinyvocab/vocab.bpe"
+fails "tokenize: a merge whose symbol encoder.json lacks" "tinyvocab/encoder.json: has no id for the symbol \"ab\"" \
+    sh -c "printf ab | '$BUILD/tokenize' --tokenizer gpt2 --vocab '$tmp/tinyvocab'"
+
+echo "== every tool answers --help (usage on stdout, exit 0) and refuses unknown flags"
+for tool in prepare tokenize init_model plan llmc_check bench_step train_single; do
+    help_ok "$tool --help" "$BUILD/$tool" --help
+    help_ok "$tool -h" "$BUILD/$tool" -h
+    fails "$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/$tool" --bogus
+    fails "$tool: unknown flag with a value" "unknown flag '--bogus'" "$BUILD/$tool" --bogus 1
+done
+help_ok "report.py --help" python3 examples/report.py --help
+fails "report.py: unknown flag" "unknown flag '--bogus'" python3 examples/report.py "$tmp" --bogus
+fails "report.py: --build without a value" "--build needs a value" python3 examples/report.py "$tmp" --build
+help_ok "compare.sh --help" bash examples/compare.sh --help
+fails "compare.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/compare.sh --bogus
+help_ok "bench_gpu.sh --help" bash examples/bench_gpu.sh --help
+fails "bench_gpu.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_gpu.sh --bogus
+for tool in train_ddp train_zero3 train_fsdp bench_comm; do
+    help_ok "$tool --help under mpirun -np 2 (rank 0 prints, all exit 0)" $MPIRUN -np 2 "$BUILD/$tool" --help
+    fails "$tool: unknown flag under mpirun" "unknown flag '--bogus'" $MPIRUN -np 2 "$BUILD/$tool" --bogus
+    if [ "$(grep -c "unknown flag" "$tmp/err")" -eq 1 ]; then ok "$tool: the error is printed once"; else bad "$tool: the error is printed once"; cat "$tmp/err"; fi
+done
 
 if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
     fails "CUDA build without a GPU" "no GPU is visible" "$BUILD/cuda/train_single" --config d2 --vocab 256 --data "$tmp/byte"
+    for tool in train_single bench_gpu; do  # the usage needs no GPU
+        help_ok "cuda/$tool --help without a GPU" "$BUILD/cuda/$tool" --help
+        fails "cuda/$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/cuda/$tool" --bogus
+    done
 fi
 
 echo "== strategies: equivalence, memory and traffic formulas"

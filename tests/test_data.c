@@ -56,6 +56,30 @@ START_TEST(test_ranks_split_the_global_batch) {
 }
 END_TEST
 
+// A batch of B x T needs B*T + 1 tokens from its start (the last target). The
+// loader wraps to the start of the shard only when the next batch does not fit:
+// with exactly k*B*T + 1 tokens, k batches are read before the first wrap; with
+// one token fewer, k - 1.
+START_TEST(test_loader_wraps_only_when_the_batch_does_not_fit) {
+    int B = 2, T = 5, k = 3;
+    for (int missing = 0; missing <= 1; missing++) {
+        write_counting_shard((size_t)k * B * T + 1 - missing);  // token i is i % 97: inputs[0] is the position
+        DataLoader l;
+        loader_init(&l, shard_path, 97, B, T, 0, 1);
+        int fitting = k - missing;
+        for (int batch = 0; batch < 2 * k; batch++) {
+            loader_next_batch(&l);
+            int want = (batch % fitting) * B * T;
+            ck_assert_msg(l.inputs[0] == want, "%zu tokens: batch %d starts at token %d, expected %d", l.num_tokens,
+                          batch, l.inputs[0], want);
+            ck_assert_int_eq(l.targets[B * T - 1], want + B * T);
+        }
+        loader_free(&l);
+        unlink(shard_path);
+    }
+}
+END_TEST
+
 START_TEST(test_token_id_not_below_vocab_is_rejected) {
     write_counting_shard(100);  // ids up to 96
     uint16_t *tokens;
@@ -100,6 +124,7 @@ int main(void) {
     TCase *tc = tcase_create("shards and loader");
     tcase_add_test(tc, test_shard_round_trip);
     tcase_add_test(tc, test_ranks_split_the_global_batch);
+    tcase_add_test(tc, test_loader_wraps_only_when_the_batch_does_not_fit);
     tcase_add_exit_test(tc, test_token_id_not_below_vocab_is_rejected, 1);
     tcase_add_exit_test(tc, test_truncated_shard_is_rejected, 1);
     tcase_add_exit_test(tc, test_wrong_magic_is_rejected, 1);

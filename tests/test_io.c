@@ -83,6 +83,21 @@ static void corrupt_int(long offset, int32_t value) {
     fclose(f);
 }
 
+// The file size a header implies is computed from the config alone; it must be
+// what the layout counts.
+START_TEST(test_config_size_matches_layout) {
+    GPT2Config configs[3] = {odd_config(), {.max_seq_len = 37, .vocab_size = 101, .padded_vocab_size = 128,
+                                            .num_layers = 2, .num_heads = 2, .channels = 38}};
+    ck_assert_int_eq(gpt2_config_preset("d12", 0, &configs[2]), 0);
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        GPT2Layout layout;
+        gpt2_layout_init(&layout, configs[k]);
+        ck_assert_uint_eq(gpt2_config_num_params(&configs[k]), layout.num_params);
+        gpt2_layout_free(&layout);
+    }
+}
+END_TEST
+
 START_TEST(test_wrong_magic) {
     GPT2Layout layout; float *flat;
     write_model(&layout, &flat);
@@ -133,6 +148,7 @@ int main(void) {
     TCase *tc = tcase_create("llm.c files");
     tcase_add_test(tc, test_checkpoint_round_trip_is_bit_exact);
     tcase_add_test(tc, test_debug_state_round_trip);
+    tcase_add_test(tc, test_config_size_matches_layout);
     tcase_add_exit_test(tc, test_wrong_magic, 1);
     tcase_add_exit_test(tc, test_wrong_version, 1);
     tcase_add_exit_test(tc, test_truncated, 1);

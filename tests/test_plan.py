@@ -2,6 +2,8 @@
 """build/plan's predictions against the accounting of real runs: d2 (byte vocab) at
 N = 1..4 for each strategy, every rank. params, grads, optim and activations must be
 exact; the other categories and the total peak within 5% (they come out exact today).
+Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
+ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
 import json
 import os
@@ -21,15 +23,26 @@ CHECKS = Checks("plan")
 check = CHECKS.check
 
 
+def plan_rows(args, timeout=None):
+    """--tsv rows as (strategy, first rank, last rank, [bytes...]); a rank field is "r" or "first-last"."""
+    out = subprocess.run([f"{BUILD}/plan", *args, "--tsv"], capture_output=True, text=True, check=True,
+                         timeout=timeout).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split("\t")
+        first, _, last = f[1].partition("-")
+        rows.append((f[0], int(first), int(last or first), [int(x) for x in f[2:]]))
+    return rows
+
+
 tmp = tempfile.mkdtemp(prefix="shardlab_plan_")
 for n in (1, 2, 3, 4):
     batch = 12
-    plan = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", str(n), "--batch",
-                           str(batch), "--seq", "16", "--tsv"], capture_output=True, text=True, check=True).stdout
     predicted = {}
-    for line in plan.splitlines():
-        f = line.split("\t")
-        predicted[(f[0], int(f[1]))] = [int(x) for x in f[2:]]
+    for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
+                                                     "--batch", str(batch), "--seq", "16"]):
+        for r in range(first, last + 1):
+            predicted[(strategy, r)] = numbers
     for strategy in ("ddp", "zero3", "fsdp"):
         log = os.path.join(tmp, f"{strategy}{n}.jsonl")
         r = subprocess.run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}", "--config", "d2", "--vocab", "256",
@@ -47,4 +60,25 @@ for n in (1, 2, 3, 4):
                 check(ok, f"{strategy} N={n} rank {rank['rank']} {cat}: measured {got}, planned {want[k]}")
             got = rank["peak_bytes"]
             check(abs(got - want[-1]) <= 0.05 * want[-1], f"{strategy} N={n} rank {rank['rank']} peak: measured {got}, planned {want[-1]}")
+
+# d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
+# The partition is computed once, so even 2^24 ranks answer at once (a time limit
+# here only turns a hang into a failure).
+for n in (100, 148, 149, 1000, 1 << 24):
+    try:
+        rows = plan_rows(["--config", "d12", "--ranks", str(n)], timeout=120)
+    except subprocess.TimeoutExpired:
+        check(False, f"plan --ranks {n}: no answer within 120 s")
+        continue
+    zero3 = [(first, last, numbers) for strategy, first, last, numbers in rows if strategy == "zero3"]
+    covered = [r for first, last, _ in zero3 for r in (first, last)]
+    contiguous = all(a[1] + 1 == b[0] for a, b in zip(zero3, zero3[1:]))
+    check(zero3 and zero3[0][0] == 0 and zero3[-1][1] == n - 1 and contiguous,
+          f"plan --ranks {n}: ZeRO-3's rows cover ranks 0..{n - 1} once, in order ({len(zero3)} rows)")
+    owners = [numbers for first, last, numbers in zero3 if first < 148]
+    idle = [numbers for first, last, numbers in zero3 if first >= 148]
+    check(all(numbers[0] > 0 for numbers in owners) and all(numbers[0] == 0 for numbers in idle)
+          and len(idle) == (1 if n > 148 else 0), f"plan --ranks {n}: ranks 0..147 own tensors, the rest none")
+    check(sum(numbers[0] for numbers in owners) == sum(r[3][0] for r in rows if r[0] == "ddp"),
+          f"plan --ranks {n}: ZeRO-3's owned parameters add up to the whole model")
 CHECKS.finish()

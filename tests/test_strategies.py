@@ -3,11 +3,18 @@
 
 For DDP, ZeRO-3 and FSDP at N = 1..4, on a model whose sizes are not all
 divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
-  - 20 AdamW steps give the losses of build/train_single (relative diff <= 1e-5)
-    and the same final parameters (within 1e-5);
+  - 20 AdamW steps with weight decay give the losses and validation losses
+    (every 5 steps, the mean over all ranks' rows) of build/train_single
+    (relative diff <= 1e-5) and the same final parameters (within 1e-5);
   - resident params/grads/optim bytes equal their formulas exactly, and the
     peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
   - the last step's traffic per collective equals its formula on every rank.
+The flags that the equivalence alone cannot see, since every trainer could
+ignore them alike, are held to what they mean:
+  - --weight-decay WD: one step moves each parameter p0 by exactly -lr*WD*p0
+    more than the same step without decay (AdamW's decoupled decay);
+  - --seed S: every trainer's step-0 model is init_model's --seed S model, and
+    another seed gives another model.
 The formulas are written out here from docs/, independently of the C code.
 On a GPU (run_gpu_tests.sh passes CHANNELS = 36) every tensor size is a multiple
 of 4 floats: cuBLAS picks its kernels by the operands' alignment as well as their
@@ -163,6 +170,44 @@ def read_params(path):
     return a
 
 
+def check_weight_decay(tmp, model, data):
+    lr, wd = 1e-2, 0.5
+    outs = []
+    for decay in (0, wd):
+        out = os.path.join(tmp, f"wd{decay}.bin")
+        rc = run([f"{BUILD}/train_single", "--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
+                  "--steps", "1", "--lr", str(lr), "--weight-decay", str(decay), "--quiet", "--out-model", out])
+        check(rc == 0, f"train_single --weight-decay {decay} runs")
+        if rc != 0:
+            return
+        outs.append(read_params(out))
+    p0, plain, decayed = read_params(model), outs[0], outs[1]
+    # float32 rounding of the two results: a few ulps of p0
+    worst = max(abs((d - p) + lr * wd * q) / (1e-2 + abs(q)) for q, p, d in zip(p0, plain, decayed))
+    moved = max(abs(d - p) for p, d in zip(plain, decayed))
+    check(worst <= 4e-7 and moved >= lr * wd * 0.5,
+          f"--weight-decay {wd}: one step moves each p0 by -lr*wd*p0 more (largest deviation {worst:.1e} of |p0|, "
+          f"largest move {moved:.1e})")
+
+
+def check_seed(tmp, data):
+    shape = ["--layers", "2", "--heads", "2", "--channels", "128", "--vocab", str(V), "--max-seq", "1024"]
+    inits = {}
+    for seed in (7, 8):
+        path = os.path.join(tmp, f"init{seed}.bin")
+        check(run([f"{BUILD}/init_model", *shape, "--seed", str(seed), "--out", path]) == 0, f"init_model --seed {seed}")
+        inits[seed] = open(path, "rb").read()
+    check(inits[7] != inits[8], "init_model: another seed gives another model")
+    trainers = [("train_single", []), ("train_ddp", [*MPIRUN, "-np", "2"]), ("train_zero3", [*MPIRUN, "-np", "3"]),
+                ("train_fsdp", [*MPIRUN, "-np", "3"])]
+    for trainer, launch in trainers:
+        out = os.path.join(tmp, f"{trainer}_seed.bin")
+        rc = run([*launch, f"{BUILD}/{trainer}", "--config", "d2", "--vocab", str(V), "--data", data, "--batch", "6",
+                  "--seq", "16", "--steps", "0", "--seed", "8", "--quiet", "--out-model", out])
+        check(rc == 0 and open(out, "rb").read() == inits[8],
+              f"{trainer}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
     model = os.path.join(tmp, "model.bin")
@@ -178,8 +223,10 @@ def main():
             for _ in range(count - 1):  # a learnable rule, with some noise
                 ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
             f.write(struct.pack(f"<{count}H", *ids))
+    check_weight_decay(tmp, model, data)
+    check_seed(tmp, data)
     common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
-              "--steps", str(STEPS), "--lr", "1e-3", "--quiet"]
+              "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1", "--eval-every", "5", "--quiet"]
     ref_log, ref_model = os.path.join(tmp, "single.jsonl"), os.path.join(tmp, "single.bin")
     check(run([f"{BUILD}/train_single", *common, "--log", ref_log, "--out-model", ref_model]) == 0, "train_single runs")
     ref_steps, _ = read_log(ref_log)
@@ -197,6 +244,10 @@ def main():
         steps, summary = read_log(log)
         worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
         check(len(steps) == STEPS and worst <= 1e-5, f"{tag}: losses match train_single (worst relative diff {worst:.2e})")
+        val = [(a["val_loss"], b["val_loss"]) for a, b in zip(steps, ref_steps) if b["val_loss"] is not None]
+        worst = max(abs(a - b) / abs(b) if a is not None else 1 for a, b in val)
+        check(len(val) == STEPS // 5 and worst <= 1e-5,
+              f"{tag}: validation losses match train_single (worst relative diff {worst:.2e})")
         params = read_params(out)
         pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
         check(len(params) == len(ref_params) and pdiff <= 1e-5, f"{tag}: final parameters match (max diff {pdiff:.2e})")

@@ -34,6 +34,14 @@ fails() {
     else ok "$name: $(grep -m1 -E -- "$pattern" "$tmp/err")"; fi
 }
 
+# help_ok NAME COMMAND...: passes when the command exits 0 within 60 s, prints
+# exactly one usage on stdout ("usage: ..."), and nothing on stderr
+help_ok() {
+    local name=$1
+    shift
+    if timeout 60 "$@" >"$tmp/out" 2>"$tmp/err" && [ "$(grep -c '^usage: ' "$tmp/out")" -eq 1 ] && [ ! -s "$tmp/err" ]; then
+        ok "$name"; else bad "$name"; head -5 "$tmp/out" "$tmp/err"; fi
+}
 
 finish() {
     echo

@@ -1,0 +1,121 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+
+static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+static void print_usage(const CliSpec *spec, const char *program) {
+    printf("usage: %s %s\n  %s\n", program, spec->synopsis, spec->about);
+    int width = 0;
+    for (int k = 0; k < spec->num_options; k++) {
+        const CliOption *o = &spec->options[k];
+        int w = (int)strlen(o->flag) + (o->value ? 1 + (int)strlen(o->value) : 0);
+        if (w > width) width = w;
+    }
+    for (int k = 0; k < spec->num_options; k++) {
+        const CliOption *o = &spec->options[k];
+        char left[128];
+        snprintf(left, sizeof left, "%s%s%s", o->flag, o->value ? " " : "", o->value ? o->value : "");
+        printf("  %-*s  %s\n", width, left, o->help);
+    }
+    printf("  %-*s  %s\n", width, "--help", "print this and exit");
+}
+
+static CliResult report(const char *program, int speak, const char *fmt, va_list ap) {
+    if (!speak) return CLI_ERROR;
+    char message[1024];
+    vsnprintf(message, sizeof message, fmt, ap);
+    fflush(stdout);
+    fprintf(stderr, "shardlab: %s (%s --help lists the flags)\n", message, program);
+    return CLI_ERROR;
+}
+
+CliResult cli_error(const char *program, int speak, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    CliResult r = report(program, speak, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+// Stores `text` as option o's value; 0, or -1 with the problem in err.
+static int set_value(const CliOption *o, const char *text, char *err, size_t err_len) {
+    char *end;
+    errno = 0;
+    if (o->kind == CLI_STRING) {
+        *(const char **)o->dest = text;
+        return 0;
+    }
+    if (o->kind == CLI_FLOAT) {
+        double v = strtod(text, &end);
+        int underflow = errno == ERANGE && fabs(v) < 1;  // beyond even a double: 1e-400
+        if (end == text || *end || !isfinite(v)) {
+            snprintf(err, err_len, "%s: '%s' is not a finite number", o->flag, text);
+            return -1;
+        }
+        if (v < o->min || v > o->max) {
+            snprintf(err, err_len, "%s: %s is outside [%g, %g]", o->flag, text, o->min, o->max);
+            return -1;
+        }
+        if (underflow || (v != 0 && (float)v == 0)) {
+            snprintf(err, err_len, "%s: %s is too small for single precision (it would be 0; give 0 for none)",
+                     o->flag, text);
+            return -1;
+        }
+        *(float *)o->dest = (float)v;
+        return 0;
+    }
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || (double)v < o->min || (double)v > o->max) {
+        snprintf(err, err_len, "%s: '%s' is not an integer in [%.0f, %.0f]", o->flag, text, o->min, o->max);
+        return -1;
+    }
+    if (o->kind == CLI_INT) *(int *)o->dest = (int)v;
+    else *(uint64_t *)o->dest = (uint64_t)v;
+    return 0;
+}
+
+CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
+    const char *program = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (!is_help(argv[i])) continue;
+        if (speak) print_usage(spec, program);
+        return CLI_HELP;
+    }
+    if (spec->num_positional) *spec->num_positional = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (arg[0] != '-' || arg[1] == '\0') {  // "-" alone names standard input
+            if (!spec->num_positional || *spec->num_positional >= spec->max_positional)
+                return cli_error(program, speak, "unexpected argument '%s'", arg);
+            spec->positional[(*spec->num_positional)++] = arg;
+            continue;
+        }
+        const CliOption *o = NULL;
+        for (int k = 0; k < spec->num_options && !o; k++)
+            if (strcmp(arg, spec->options[k].flag) == 0) o = &spec->options[k];
+        if (!o) return cli_error(program, speak, "unknown flag '%s'", arg);
+        if (o->kind == CLI_SWITCH) {
+            *(int *)o->dest = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_error(program, speak, "%s needs a value (%s)", arg, o->value);
+        char err[512];
+        if (set_value(o, argv[++i], err, sizeof err) != 0) return cli_error(program, speak, "%s", err);
+    }
+    return CLI_RUN;
+}
+
+void cli_parse_or_exit(const CliSpec *spec, int argc, char **argv) {
+    CliResult r = cli_parse(spec, argc, argv, 1);
+    if (r == CLI_HELP) exit(0);
+    if (r == CLI_ERROR) exit(1);
+}
