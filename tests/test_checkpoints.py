@@ -194,7 +194,8 @@ except subprocess.TimeoutExpired:
     p.kill()
     out, err = "", "hung"
 check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop ({p.returncode}, {err.strip()[:200]!r})")
-check(os.path.exists(f"{term}/latest") and train("zero3", 2, "--steps", "3", "--resume", term).returncode == 0,
+saved_step = int(open(f"{term}/latest").read().strip().split("_")[1]) if os.path.exists(f"{term}/latest") else -1
+check(saved_step > 0 and train("zero3", 2, "--steps", str(saved_step + 1), "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
 
 
