@@ -18,7 +18,7 @@ DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsu
 
 # Sources shared by the CPU and the CUDA build, and those of each build alone.
 CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
-CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c)) models/gpt2.c models/gpt2_ops.c \
+CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c models/gpt2_ops.c \
             models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
 CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -130,8 +130,8 @@ FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
-	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c common/ckpt_manifest.c common/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
-	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/errors.c -o $(BUILD)/fuzz/fuzz_shard
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c common/ckpt_manifest.c common/util/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/util/errors.c -o $(BUILD)/fuzz/fuzz_shard
 	for target in manifest shard; do \
 	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target && \
 	    $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \

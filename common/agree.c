@@ -8,8 +8,8 @@
 
 #include "checkpoint.h"
 #include "device.h"
-#include "errors.h"
-#include "random.h"
+#include "util/errors.h"
+#include "util/random.h"
 
 // One thing all ranks must have the same of: `key` is what is compared, `shown`
 // what the error message prints for it.

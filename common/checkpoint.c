@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "../models/gpt2_io.h"
-#include "crc32.h"
+#include "util/crc32.h"
 #include "device.h"
-#include "errors.h"
+#include "util/errors.h"
 
 #define MANIFEST_NAME "manifest.txt"
 #define OPTIMIZER_MAGIC 20240401

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32.h"
+#include "util/crc32.h"
 
 #define MANIFEST_MAGIC "shardlab-checkpoint 1"
 

@@ -8,8 +8,8 @@
 
 #include "comm_nccl.h"
 #include "device.h"
-#include "errors.h"
-#include "timer.h"
+#include "util/errors.h"
+#include "util/timer.h"
 
 #define MPI_CHECK(call)                                                              \
     do {                                                                             \

@@ -1,7 +1,7 @@
 // comm_nccl_stub.c: the CPU build's stand-in for comm_nccl.cu.
 #include "comm_nccl.h"
 
-#include "errors.h"
+#include "util/errors.h"
 
 void comm_nccl_init(Comm *comm) {
     (void)comm;

@@ -6,7 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "errors.h"
+#include "util/errors.h"
 
 #define CUDA_CHECK(call)                                                                         \
     do {                                                                                         \

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "util/errors.h"
 
 #define SHARD_HEADER_INTS 256
 

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "errors.h"
+#include "util/errors.h"
 
 const char *device_name(void) { return "cpu"; }
 void device_init(int local_rank) { (void)local_rank; }

@@ -7,7 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "errors.h"
+#include "util/errors.h"
 
 const char *const mem_category_names[MEM_NUM_CATEGORIES] = {
     "params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers",

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "util/cli.h"
 
 OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *strategy, int speak) {
     memset(o, 0, sizeof *o);

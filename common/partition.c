@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
+#include "util/errors.h"
 
 void flat_layout_init(FlatLayout *flat, const GPT2Layout *layout, const size_t *count) {
     flat->offset = xcalloc((size_t)layout->num_tensors, sizeof(size_t));

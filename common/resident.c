@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "errors.h"
+#include "util/errors.h"
 
 void resident_init(Resident *r, const GPT2Layout *layout, const size_t *count, MemAccount *mem) {
     flat_layout_init(&r->flat, layout, count);

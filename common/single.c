@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "device.h"
-#include "errors.h"
+#include "util/errors.h"
 #include "resident.h"
 
 typedef struct {

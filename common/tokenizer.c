@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "errors.h"
-#include "json.h"
-#include "unicode_tables.h"
-#include "utf8.h"
+#include "util/errors.h"
+#include "util/json.h"
+#include "util/unicode_tables.h"
+#include "util/utf8.h"
 
 static int in_ranges(uint32_t cp, const uint32_t (*ranges)[2], size_t count) {
     size_t lo = 0, hi = count;

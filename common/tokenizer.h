@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "strmap.h"
+#include "util/strmap.h"
 
 typedef enum { TOKENIZER_BYTE, TOKENIZER_GPT2 } TokenizerKind;
 

@@ -7,8 +7,8 @@
 
 #include "comm.h"
 #include "device.h"
-#include "errors.h"
-#include "timer.h"
+#include "util/errors.h"
+#include "util/timer.h"
 
 void trace_init(Trace *trace, int enabled) {
     memset(trace, 0, sizeof *trace);

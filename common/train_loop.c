@@ -22,9 +22,9 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "device.h"
-#include "errors.h"
+#include "util/errors.h"
 #include "options.h"
-#include "timer.h"
+#include "util/timer.h"
 #include "trace.h"
 
 // Set by SIGINT, SIGTERM or SIGUSR1; the loop finishes the step, saves and stops.

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
+#include "../common/util/cli.h"
 #include "../common/comm.h"
-#include "../common/errors.h"
-#include "../common/timer.h"
+#include "../common/util/errors.h"
+#include "../common/util/timer.h"
 
 static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) {
     double start = timer_now();

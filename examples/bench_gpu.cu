@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
+#include "../common/util/cli.h"
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/device_cuda.h"

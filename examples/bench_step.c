@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
-#include "../common/errors.h"
+#include "../common/util/cli.h"
+#include "../common/util/errors.h"
 #include "../common/optim.h"
-#include "../common/timer.h"
+#include "../common/util/timer.h"
 #include "../models/gpt2.h"
 
 static double sgemm_gflops(int n) {

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../common/cli.h"
-#include "../common/errors.h"
+#include "../common/util/cli.h"
+#include "../common/util/errors.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"
 

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
-#include "../common/errors.h"
+#include "../common/util/cli.h"
+#include "../common/util/errors.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
 #include "../models/gpt2.h"

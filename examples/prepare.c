@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../common/cli.h"
+#include "../common/util/cli.h"
 #include "../common/data.h"
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 #include "../common/tokenizer.h"
 
 int main(int argc, char **argv) {

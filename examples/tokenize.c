@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
-#include "../common/errors.h"
+#include "../common/util/cli.h"
+#include "../common/util/errors.h"
 #include "../common/tokenizer.h"
 
 int main(int argc, char **argv) {

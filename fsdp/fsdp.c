@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "../common/device.h"
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 #include "../common/resident.h"
 
 typedef struct {

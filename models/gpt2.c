@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "../common/device.h"
-#include "../common/errors.h"
-#include "../common/random.h"
+#include "../common/util/errors.h"
+#include "../common/util/random.h"
 
 static const char *const kind_names[GPT2_NUM_KINDS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",

@@ -2,7 +2,7 @@
 // the layers in gpt2_ops.c. gpt2_cuda.cu is the same on a GPU.
 #include <string.h>
 
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 #include "gpt2.h"
 #include "gpt2_ops.h"
 

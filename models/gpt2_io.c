@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 
 static void read_header(FILE *f, const char *path, int32_t header[LLMC_HEADER_INTS]) {
     if (fread(header, sizeof(int32_t), LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS)

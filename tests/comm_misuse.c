@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "../common/comm.h"
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 
 int main(int argc, char **argv) {
     Comm comm;

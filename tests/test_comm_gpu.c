@@ -12,7 +12,7 @@
 
 #include "../common/comm.h"
 #include "../common/device.h"
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 
 static int failures;
 

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 #include "check_main.h"
 
 // Runs fn(arg) in a child whose stderr is a packet-mode pipe (O_DIRECT), where

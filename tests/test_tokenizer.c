@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/json.h"
+#include "../common/util/json.h"
 #include "../common/tokenizer.h"
 #include "check_main.h"
 
