@@ -19,58 +19,9 @@ typedef struct {
     char shown[104];
 } AgreeItem;
 
-typedef enum { KIND_INT, KIND_FLOAT, KIND_U64, KIND_TEXT, KIND_SWITCH } OptionKind;
-
-typedef struct {
-    const char *flag;
-    size_t offset;  // of the field in TrainOptions
-    OptionKind kind;
-} OptionField;
-
-// The kind follows from the field's type, so a field of a type not handled here
-// does not compile.
-#define OPTION(flag, field)                                                                              \
-    {flag, offsetof(TrainOptions, field),                                                                \
-     _Generic(((TrainOptions *)0)->field, int: KIND_INT, float: KIND_FLOAT, uint64_t: KIND_U64,          \
-              const char *: KIND_TEXT)}
-// A flag without a value (the field is 0 or 1).
-#define SWITCH(flag, field) {flag, offsetof(TrainOptions, field), KIND_SWITCH}
-
-// Every field of TrainOptions. A new option must be added here: the size check
-// below stops the build, and tests/test_agree.py (which makes the ranks differ in
-// each flag that --help lists) fails, until it is.
-static const OptionField OPTION_FIELDS[] = {
-    OPTION("--config", config_name),
-    OPTION("--model", model_path),
-    OPTION("--vocab", vocab_size),
-    OPTION("--data", data_dir),
-    OPTION("--batch", batch),
-    OPTION("--seq", seq),
-    OPTION("--steps", steps),
-    OPTION("--lr", lr),
-    OPTION("--weight-decay", weight_decay),
-    OPTION("--seed", seed),
-    OPTION("--log", log_path),
-    OPTION("--eval-every", eval_every),
-    OPTION("--eval-batches", eval_batches),
-    OPTION("--out-model", out_model),
-    OPTION("--trace", trace_prefix),
-    OPTION("--reshard-after-forward", reshard_after_forward),
-    SWITCH("--quiet", quiet),
-    OPTION("--save-every", save_every),
-    OPTION("--ckpt-dir", ckpt_dir),
-    SWITCH("--save-full", save_full),
-    OPTION("--keep", keep),
-    OPTION("--resume", resume),
-    OPTION("--test-nan-at", test_nan_at),
-};
-_Static_assert(sizeof(TrainOptions) == 144,
-               "TrainOptions changed: add the new option to OPTION_FIELDS in agree.c, then update this size");
-
-#define NUM_OPTION_FIELDS (int)(sizeof OPTION_FIELDS / sizeof OPTION_FIELDS[0])
-// the trainer, the device and the options; then the digests of what was loaded
-#define NUM_SETTINGS (NUM_OPTION_FIELDS + 2)
-#define NUM_ITEMS (NUM_SETTINGS + 4)
+// the trainer and the device, each flag of the trainer's table, then the digests
+// of what was loaded
+#define NUM_DIGESTS 4
 
 // A 64-bit digest, 8 bytes at a time. Every rank feeds the same chunk sizes, so
 // equal contents give equal digests.
@@ -92,38 +43,35 @@ static void set_text(AgreeItem *item, const char *name, const char *text) {
     else snprintf(item->shown, sizeof item->shown, "(not given)");
 }
 
-static void describe_option(AgreeItem *item, const OptionField *field, const TrainOptions *opts) {
-    const char *at = (const char *)opts + field->offset;
-    int i;
-    float f;
-    uint64_t u;
-    snprintf(item->name, sizeof item->name, "%s", field->flag);
-    switch (field->kind) {
-    case KIND_INT:
-    case KIND_SWITCH:
-        memcpy(&i, at, sizeof i);
+// One flag's value, read through the same table that parsed it.
+static void describe_flag(AgreeItem *item, const CliOption *flag) {
+    snprintf(item->name, sizeof item->name, "%s", flag->flag);
+    switch (flag->kind) {
+    case CLI_INT:
+    case CLI_SWITCH: {
+        int i = *(const int *)flag->dest;
         item->key = (uint64_t)(int64_t)i;
-        if (field->kind == KIND_INT) snprintf(item->shown, sizeof item->shown, "%d", i);
+        if (flag->kind == CLI_INT) snprintf(item->shown, sizeof item->shown, "%d", i);
         else snprintf(item->shown, sizeof item->shown, "%s", i ? "(given)" : "(not given)");
         break;
-    case KIND_FLOAT:
-        memcpy(&f, at, sizeof f);
+    }
+    case CLI_FLOAT: {
+        float f = *(const float *)flag->dest;
         uint32_t bits;
         memcpy(&bits, &f, sizeof bits);
         item->key = bits;
         snprintf(item->shown, sizeof item->shown, "%g", f);
         break;
-    case KIND_U64:
-        memcpy(&u, at, sizeof u);
+    }
+    case CLI_UINT64: {
+        uint64_t u = *(const uint64_t *)flag->dest;
         item->key = u;
         snprintf(item->shown, sizeof item->shown, "%llu", (unsigned long long)u);
         break;
-    case KIND_TEXT: {
-        const char *text;
-        memcpy(&text, at, sizeof text);
-        set_text(item, field->flag, text);
-        break;
     }
+    case CLI_STRING:
+        set_text(item, flag->flag, *(const char *const *)flag->dest);
+        break;
     }
 }
 
@@ -157,13 +105,13 @@ static void describe_tokens(AgreeItem *item, const char *name, const DataLoader 
 }
 
 // This rank's list: the settings first, then digests of what it loaded.
-static void describe_run(AgreeItem *items, const char *strategy, const TrainOptions *opts,
-                         const DataLoader *train, const DataLoader *val) {
-    memset(items, 0, NUM_ITEMS * sizeof *items);
+static void describe_run(AgreeItem *items, int num_items, const char *strategy, const CliOption *flags,
+                         int num_flags, const TrainOptions *opts, const DataLoader *train, const DataLoader *val) {
+    memset(items, 0, (size_t)num_items * sizeof *items);
     AgreeItem *item = items;
     set_text(item++, "the trainer", strategy);
     set_text(item++, "the device", device_name());
-    for (int i = 0; i < NUM_OPTION_FIELDS; i++) describe_option(item++, &OPTION_FIELDS[i], opts);
+    for (int i = 0; i < num_flags; i++) describe_flag(item++, &flags[i]);
     size_t bytes = 0;
     uint64_t h = opts->model_path ? file_digest(opts->model_path, &bytes) : 0;
     char what[4200];
@@ -182,27 +130,36 @@ static void describe_run(AgreeItem *items, const char *strategy, const TrainOpti
         snprintf(what, sizeof what, "%s", base ? base + 1 : dir);
     }
     set_digest(item++, "the checkpoint --resume names", h, what);
-    CHECK(item - items == NUM_ITEMS, "agree.c: %d items described, NUM_ITEMS is %d", (int)(item - items), NUM_ITEMS);
+    CHECK(item - items == num_items, "agree.c: %d items described, expected %d", (int)(item - items), num_items);
 }
 
 // Rank 0: one line per item on which some rank differs from rank 0. The digests
 // are compared only when the settings agree (another --model path already
 // explains another model). Returns the number of such items.
-static int report_differences(const AgreeItem *all, const size_t *counts, int world) {
-    for (int r = 1; r < world; r++)
-        if (counts[r] != counts[0]) {
+static int report_differences(const AgreeItem *all, int num_items, int num_settings, const size_t *counts,
+                              int world) {
+    // trainers with flags of their own describe more items: then the lists do not
+    // line up, but each starts with the trainer
+    size_t start = 0;
+    for (int r = 1; r < world; r++) {
+        start += counts[r - 1] / sizeof(AgreeItem);
+        if (counts[r] == counts[0]) continue;
+        if (all[start].key != all[0].key)
+            fprintf(stderr, "shardlab: ranks disagree on %s: rank 0 has %s, rank %d has %s\n", all[0].name,
+                    all[0].shown, r, all[start].shown);
+        else
             fprintf(stderr, "shardlab: ranks disagree on the build: rank %d runs a trainer that compares %zu "
                             "items, rank 0 one that compares %zu\n", r, counts[r] / sizeof(AgreeItem),
                     counts[0] / sizeof(AgreeItem));
-            return 1;
-        }
+        return 1;
+    }
     int differences = 0;
-    for (int i = 0; i < NUM_ITEMS; i++) {
-        if (i == NUM_SETTINGS && differences) break;
+    for (int i = 0; i < num_items; i++) {
+        if (i == num_settings && differences) break;
         const AgreeItem *mine = &all[i];
         int shown = 0, others = 0;
         for (int r = 1; r < world; r++) {
-            const AgreeItem *theirs = &all[(size_t)r * NUM_ITEMS + i];
+            const AgreeItem *theirs = &all[(size_t)r * num_items + i];
             if (theirs->key == mine->key) continue;
             if (shown == 0) fprintf(stderr, "shardlab: ranks disagree on %s: rank 0 has %s", mine->name, mine->shown);
             if (shown == 3) {
@@ -221,14 +178,15 @@ static int report_differences(const AgreeItem *all, const size_t *counts, int wo
     return differences;
 }
 
-void agree_or_exit(Comm *comm, const char *strategy, const TrainOptions *opts, const DataLoader *train,
-                   const DataLoader *val) {
+void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, int num_flags, const TrainOptions *opts,
+                   const DataLoader *train, const DataLoader *val) {
     if (comm->world == 1) return;
-    AgreeItem *items = xcalloc(NUM_ITEMS, sizeof *items);
-    describe_run(items, strategy, opts, train, val);
+    int num_settings = 2 + num_flags, num_items = num_settings + NUM_DIGESTS;
+    AgreeItem *items = xcalloc((size_t)num_items, sizeof *items);
+    describe_run(items, num_items, strategy, flags, num_flags, opts, train, val);
     size_t *counts = NULL;
-    AgreeItem *all = comm_metric_gather(comm, items, NUM_ITEMS * sizeof *items, &counts);
-    int differences = comm->rank == 0 ? report_differences(all, counts, comm->world) : 0;
+    AgreeItem *all = comm_metric_gather(comm, items, (size_t)num_items * sizeof *items, &counts);
+    int differences = comm->rank == 0 ? report_differences(all, num_items, num_settings, counts, comm->world) : 0;
     free(items);
     free(all);
     free(counts);

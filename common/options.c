@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "util/cli.h"
+#include "util/errors.h"
 
-OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *strategy, int speak) {
+int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flags) {
     memset(o, 0, sizeof *o);
     o->batch = 4;
     o->seq = 64;
@@ -14,7 +15,6 @@ OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *
     o->lr = 3e-4f;
     o->seed = 1337;
     o->eval_batches = 4;
-    o->reshard_after_forward = -1;  // not given: 1 for FSDP
     o->keep = 2;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &o->config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
@@ -33,7 +33,6 @@ OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *
         {"--eval-batches", "K", CLI_INT, &o->eval_batches, 1, 1 << 20, "batches per validation (default 4)"},
         {"--out-model", "FILE", CLI_STRING, &o->out_model, 0, 0, "write the final model as an llm.c checkpoint"},
         {"--trace", "PREFIX", CLI_STRING, &o->trace_prefix, 0, 0, "write a step timeline to PREFIX.json and PREFIX.tsv"},
-        {"--reshard-after-forward", "0|1", CLI_INT, &o->reshard_after_forward, 0, 1, "FSDP only (default 1)"},
         {"--ckpt-dir", "DIR", CLI_STRING, &o->ckpt_dir, 0, 0, "where checkpoints go (DIR/step_N, DIR/latest)"},
         {"--save-every", "K", CLI_INT, &o->save_every, 0, 1 << 30, "save every K steps (and on SIGINT/SIGTERM/SIGUSR1)"},
         {"--save-full", NULL, CLI_SWITCH, &o->save_full, 0, 0,
@@ -44,11 +43,21 @@ OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *
         {"--test-nan-at", "S", CLI_INT, &o->test_nan_at, 1, 1 << 30, "for tests: treat step S's loss as NaN"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
+    int n = (int)(sizeof options / sizeof options[0]);
+    CHECK(n + plugin->num_flags <= OPTIONS_MAX_FLAGS, "options.c: raise OPTIONS_MAX_FLAGS to %d",
+          n + plugin->num_flags);
+    memcpy(flags, options, sizeof options);
+    memcpy(flags + n, plugin->flags, (size_t)plugin->num_flags * sizeof *flags);
+    return n + plugin->num_flags;
+}
+
+OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags, const char *strategy,
+                            int argc, char **argv, int speak) {
     char about[64];
     snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", strategy);
     CliSpec spec = {
         .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
-        .about = about, .options = options, .num_options = (int)(sizeof options / sizeof options[0]),
+        .about = about, .options = flags, .num_options = num_flags,
     };
     CliResult r = cli_parse(&spec, argc, argv, speak);
     if (r != CLI_RUN) return r == CLI_HELP ? OPTIONS_HELP : OPTIONS_ERROR;
@@ -57,12 +66,9 @@ OptionsResult options_parse(TrainOptions *o, int argc, char **argv, const char *
     else if (o->model_path && o->vocab_size) problem = "--vocab goes with --config; a --model file has its own vocab";
     else if (!o->data_dir) problem = "--data DIR is required (make one with build/prepare)";
     else if ((o->save_every || o->save_full) && !o->ckpt_dir) problem = "--save-every and --save-full need --ckpt-dir DIR";
-    else if (o->reshard_after_forward >= 0 && strcmp(strategy, "fsdp") != 0)
-        problem = "--reshard-after-forward applies to the fsdp trainer only";
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;
     }
-    if (o->reshard_after_forward < 0) o->reshard_after_forward = 1;
     return OPTIONS_RUN;
 }

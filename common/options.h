@@ -1,9 +1,13 @@
-// options.h: the command-line flags shared by all four trainers. All ranks of a
+// options.h: the command-line flags shared by all four trainers (a strategy's
+// own flags come with it: StrategyPlugin in strategy.h). All ranks of a
 // job must agree on every field (common/agree.c compares each one by name).
 #ifndef SHARDLAB_OPTIONS_H
 #define SHARDLAB_OPTIONS_H
 
 #include <stdint.h>
+
+#include "strategy.h"
+#include "util/cli.h"
 
 typedef struct {
     const char *config_name;  // --config dN
@@ -21,7 +25,6 @@ typedef struct {
     int eval_batches;         // --eval-batches K
     const char *out_model;    // --out-model FILE.bin: final model, llm.c format
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
-    int reshard_after_forward;  // --reshard-after-forward 0|1 (FSDP; default 1)
     int quiet;                // --quiet: no progress lines
     int save_every;           // --save-every K: checkpoint every K steps (0: only on a stop signal)
     const char *ckpt_dir;     // --ckpt-dir DIR
@@ -33,11 +36,21 @@ typedef struct {
 
 typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;
 
-// Parses argv. Returns OPTIONS_RUN; or OPTIONS_HELP after printing the usage on
-// stdout (the program then exits 0); or OPTIONS_ERROR after printing the
-// problem (exit 1). Prints only when `speak` is set, so that every rank of an
-// MPI job can parse, rank 0 alone reports, and all of them finalize MPI.
-// `strategy` names the trainer in the usage text.
-OptionsResult options_parse(TrainOptions *opts, int argc, char **argv, const char *strategy, int speak);
+// The most flags a trainer has: the shared ones and its strategy's.
+#define OPTIONS_MAX_FLAGS 48
+
+// A trainer's flags: the shared ones, writing into *opts (set to their defaults
+// here), then its strategy's own. Fills flags[] and returns how many. The same
+// table parses the command line, prints --help and is compared across ranks
+// (common/agree.c), so no option can be left out of any of them.
+int options_flags(TrainOptions *opts, const StrategyPlugin *plugin, CliOption *flags);
+
+// Parses argv into the flags' destinations. Returns OPTIONS_RUN; or
+// OPTIONS_HELP after printing the usage on stdout (the program then exits 0);
+// or OPTIONS_ERROR after printing the problem (exit 1). Prints only when
+// `speak` is set, so that every rank of an MPI job can parse, rank 0 alone
+// reports, and all of them finalize MPI. `strategy` names the trainer in the usage.
+OptionsResult options_parse(const TrainOptions *opts, const CliOption *flags, int num_flags, const char *strategy,
+                            int argc, char **argv, int speak);
 
 #endif

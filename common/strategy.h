@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "memory.h"
 #include "optim.h"
+#include "util/cli.h"
 
 // Where initial parameters come from: an llm.c checkpoint, or the seeded
 // initializer. Either way a rank can read just the rows it holds.
@@ -42,7 +43,7 @@ typedef struct {
     Comm *comm;
     MemAccount *mem;
     ParamSource source;
-    int reshard_after_forward;  // FSDP: free gathered params after forward (1) or keep them (0)
+    const void *options;        // the strategy's own options (StrategyPlugin), e.g. FsdpOptions
     int quiet;                  // no notes on stdout (strategy_note)
 } StrategyContext;
 
@@ -88,6 +89,18 @@ typedef struct {
                 .before_backward = before_backward, .after_backward = after_backward,                          \
                 .finish_grads = finish_grads, .step = step, .gather_full_model = gather_full_model,            \
                 .local_rows = local_rows, .destroy = destroy})
+
+// What a trainer plugs into the shared training loop: its strategy, and the
+// flags that belong to that strategy alone (FSDP's --reshard-after-forward).
+// They are parsed, listed by --help and compared across ranks like the shared
+// ones, and reach the strategy as ctx->options.
+typedef struct {
+    const char *name;
+    Strategy (*init)(const StrategyContext *ctx);
+    const CliOption *flags;  // (num_flags) writing into *options
+    int num_flags;
+    const void *options;
+} StrategyPlugin;
 
 Strategy ddp_init(const StrategyContext *ctx);
 Strategy zero3_init(const StrategyContext *ctx);

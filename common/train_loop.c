@@ -55,8 +55,9 @@ typedef struct {
 
 typedef struct {
     TrainOptions opts;
-    const char *strategy_name;
-    Strategy (*strategy_init)(const StrategyContext *ctx);
+    const StrategyPlugin *plugin;
+    CliOption flags[OPTIONS_MAX_FLAGS];  // (num_flags) the shared flags, then the strategy's
+    int num_flags;
     Comm comm;
     MemAccount mem;
     GPT2 model;
@@ -160,7 +161,7 @@ static void open_log(Run *run) {
     run->log = fopen(o->log_path, o->resume ? "a" : "w");
     if (!run->log) fatal("--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
     fprintf(run->log, "{\"start\": true, \"strategy\": \"%s\", \"world_size\": %d, \"steps\": %d, \"resume\": %s}\n",
-            run->strategy_name, run->comm.world, o->steps, o->resume ? "true" : "false");
+            run->plugin->name, run->comm.world, o->steps, o->resume ? "true" : "false");
     check_log_written(run);
 }
 
@@ -199,22 +200,23 @@ static void setup(Run *run) {
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
     if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
-    agree_or_exit(&run->comm, run->strategy_name, o, &run->train, run->have_val ? &run->val : NULL);
+    agree_or_exit(&run->comm, run->plugin->name, run->flags, run->num_flags, o, &run->train,
+                  run->have_val ? &run->val : NULL);
     check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
     if (run->comm.rank == 0 && !o->quiet)
         printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
-               run->strategy_name, device_name(), world, config.num_layers, config.channels, config.num_heads,
+               run->plugin->name, device_name(), world, config.num_layers, config.channels, config.num_heads,
                config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
         .source = {.checkpoint_path = o->model_path, .seed = o->seed},
-        .reshard_after_forward = o->reshard_after_forward,
+        .options = run->plugin->options,
         .quiet = o->quiet,
     };
-    run->strategy = run->strategy_init(&ctx);
+    run->strategy = run->plugin->init(&ctx);
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
@@ -260,6 +262,29 @@ static void train_step(Run *run, int step, double *loss, double *step_s) {
     *step_s = comm_metric_max(&run->comm, t1 - t0);  // a step ends when its slowest rank does
 }
 
+// The strategy's own flags as JSON members: "--reshard-after-forward 0" becomes
+// "reshard_after_forward": 0.
+static void write_strategy_options(FILE *f, const StrategyPlugin *plugin) {
+    for (int i = 0; i < plugin->num_flags; i++) {
+        const CliOption *flag = &plugin->flags[i];
+        char key[64];
+        snprintf(key, sizeof key, "%s", flag->flag + 2);
+        for (char *c = key; *c; c++)
+            if (*c == '-') *c = '_';
+        fprintf(f, "%s\"%s\": ", i ? ", " : "", key);
+        switch (flag->kind) {
+        case CLI_INT: case CLI_SWITCH: fprintf(f, "%d", *(const int *)flag->dest); break;
+        case CLI_UINT64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)flag->dest); break;
+        case CLI_FLOAT: fprintf(f, "%g", *(const float *)flag->dest); break;
+        case CLI_STRING: {
+            const char *text = *(const char *const *)flag->dest;
+            fprintf(f, text ? "\"%s\"" : "null", text);
+            break;
+        }
+        }
+    }
+}
+
 static void write_counter(FILE *f, const CommStats *stats) {
     fprintf(f, "{");
     for (int i = 0; i < COMM_NUM_OPS; i++) {
@@ -288,14 +313,14 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"device\": \"%s\", \"world_size\": %d, \"config\": "
                "{\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
-               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"reshard_after_forward\": %d, "
-               "\"preset\": \"%s\", \"model\": \"%s\"}, "
-               "\"tokens_per_s\": %.1f, \"ranks\": [",
-            run->strategy_name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\"}, "
+               "\"strategy_options\": {",
+            run->plugin->name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
-            run->opts.reshard_after_forward, run->opts.config_name ? run->opts.config_name : "",
-            run->opts.model_path ? run->opts.model_path : "", tokens_per_s);
+            run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "");
+    write_strategy_options(f, run->plugin);
+    fprintf(f, "}, \"tokens_per_s\": %.1f, \"ranks\": [", tokens_per_s);
     for (int r = 0; r < run->comm.world; r++) {
         const RankSummary *s = &all[r];
         fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);
@@ -325,14 +350,14 @@ static void write_final_model(Run *run) {
     }
 }
 
-int train_main(int argc, char **argv, const char *strategy_name,
-               Strategy (*strategy_init)(const StrategyContext *ctx)) {
+int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     Run run;
     memset(&run, 0, sizeof run);
-    run.strategy_name = strategy_name;
-    run.strategy_init = strategy_init;
+    run.plugin = plugin;
     comm_init(&run.comm, &argc, &argv);
-    OptionsResult parsed = options_parse(&run.opts, argc, argv, strategy_name, run.comm.rank == 0);
+    run.num_flags = options_flags(&run.opts, plugin, run.flags);
+    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv,
+                                         run.comm.rank == 0);
     if (parsed != OPTIONS_RUN) {  // every rank parsed the same argv: all leave MPI cleanly, alike
         comm_finalize(&run.comm);
         return parsed == OPTIONS_HELP ? 0 : 1;

@@ -5,8 +5,8 @@
 
 #include "strategy.h"
 
-// Parses the flags, trains, logs, and returns the process exit status.
-int train_main(int argc, char **argv, const char *strategy_name,
-               Strategy (*strategy_init)(const StrategyContext *ctx));
+// Parses the flags (the shared ones and the strategy's), trains, logs, and
+// returns the process exit status.
+int train_main(int argc, char **argv, const StrategyPlugin *plugin);
 
 #endif

@@ -1,5 +1,14 @@
 // train_fsdp: trains GPT-2 with the fsdp strategy; launch with mpirun -np N.
 //   mpirun -np 4 build/train_fsdp --config d2 --vocab 256 --data runs/data --steps 20
 #include "../common/train_loop.h"
+#include "../fsdp/fsdp.h"
 
-int main(int argc, char **argv) { return train_main(argc, argv, "fsdp", fsdp_init); }
+int main(int argc, char **argv) {
+    FsdpOptions fsdp = {.reshard_after_forward = 1};
+    const CliOption flags[] = {
+        {"--reshard-after-forward", "0|1", CLI_INT, &fsdp.reshard_after_forward, 0, 1,
+         "free a unit's gathered parameters after its forward (1, default) or keep them for backward (0)"},
+    };
+    StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 1, .options = &fsdp};
+    return train_main(argc, argv, &plugin);
+}

@@ -3,4 +3,7 @@
 //   build/train_single --config d2 --vocab 256 --data runs/data --steps 20
 #include "../common/train_loop.h"
 
-int main(int argc, char **argv) { return train_main(argc, argv, "single", single_init); }
+int main(int argc, char **argv) {
+    StrategyPlugin plugin = {.name = "single", .init = single_init};
+    return train_main(argc, argv, &plugin);
+}

@@ -20,6 +20,7 @@
 #include "../common/device.h"
 #include "../common/util/errors.h"
 #include "../common/resident.h"
+#include "fsdp.h"
 
 typedef struct {
     GPT2 *model;
@@ -215,7 +216,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->model = model;
     s->comm = ctx->comm;
     s->mem = ctx->mem;
-    s->reshard_after_forward = ctx->reshard_after_forward;
+    s->reshard_after_forward = ((const FsdpOptions *)ctx->options)->reshard_after_forward;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);
     resident_init(&s->resident, layout, count, s->mem);

@@ -100,7 +100,7 @@ fails "trainer: outputs checked, then no checkpoint to resume" "no checkpoint he
     --trace "$tmp/tr" --ckpt-dir "$tmp/ck" --resume "$tmp/nothing"
 if [ ! -e "$tmp/m.bin" ] && [ ! -e "$tmp/tr.json" ] && [ ! -e "$tmp/tr.tsv" ] && [ -z "$(ls -A "$tmp/ck")" ]; then
     ok "the output checks leave no files behind"; else bad "the output checks leave no files behind: $(ls -A "$tmp" "$tmp/ck")"; fi
-fails "trainer: reshard flag on ddp" "applies to the fsdp trainer only" "${train[@]}" --reshard-after-forward 0
+fails "trainer: FSDP's flag on another trainer" "unknown flag '--reshard-after-forward'" "${train[@]}" --reshard-after-forward 0
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"

@@ -1,0 +1,9 @@
+// fsdp.h: FSDP's own options, set by its flags in examples/train_fsdp.c.
+#ifndef SHARDLAB_FSDP_H
+#define SHARDLAB_FSDP_H
+
+typedef struct {
+    int reshard_after_forward;  // free a unit's gathered parameters after its forward (1) or keep them (0)
+} FsdpOptions;
+
+#endif
