@@ -22,13 +22,28 @@
 
 // ---------------------------------------------------------------- files
 
+// Short writes (a signal, a full disk part-way) are continued or reported: a
+// checkpoint is either written whole or the save fails naming the file.
 static void write_all(int fd, const void *data, size_t len, const char *path) {
     const char *p = data;
     while (len > 0) {
         ssize_t n = write(fd, p, len);
-        if (n < 0) fatal("%s: write failed: %s", path, strerror(errno));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fatal("%s: write failed: %s", path, n < 0 ? strerror(errno) : "no progress");
         p += n;
         len -= (size_t)n;
+    }
+}
+
+static void pwrite_all(int fd, const void *data, size_t len, uint64_t offset, const char *path) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fatal("%s: write failed: %s", path, n < 0 ? strerror(errno) : "no progress");
+        p += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
     }
 }
 
@@ -43,11 +58,12 @@ static void sync_and_close(int fd, const char *path) {
     if (close(fd) != 0) fatal("%s: close failed: %s", path, strerror(errno));
 }
 
+// A rename is durable only once its directory is synced.
 static void sync_directory(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) fatal("%s: cannot open directory: %s", path, strerror(errno));
-    fsync(fd);
-    close(fd);
+    if (fsync(fd) != 0) fatal("%s: fsync of the directory failed: %s", path, strerror(errno));
+    if (close(fd) != 0) fatal("%s: close of the directory failed: %s", path, strerror(errno));
 }
 
 static void remove_tree(const char *path) {
@@ -224,10 +240,9 @@ static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layou
                 }
                 push_piece(pieces, q);
             }
-            if (pwrite(model_fd, full, tensor->numel * sizeof(float), (off_t)offsets[0]) < 0 ||
-                pwrite(optim_fd, full + tensor->numel, tensor->numel * sizeof(float), (off_t)offsets[1]) < 0 ||
-                pwrite(optim_fd, full + 2 * tensor->numel, tensor->numel * sizeof(float), (off_t)offsets[2]) < 0)
-                fatal("%s: write failed: %s", tmp, strerror(errno));
+            pwrite_all(model_fd, full, tensor->numel * sizeof(float), offsets[0], model_path);
+            pwrite_all(optim_fd, full + tensor->numel, tensor->numel * sizeof(float), offsets[1], optim_path);
+            pwrite_all(optim_fd, full + 2 * tensor->numel, tensor->numel * sizeof(float), offsets[2], optim_path);
         }
         free(full);
     }

@@ -2,8 +2,8 @@
 
 #include <math.h>
 
-AdamWConfig adamw_default_config(float lr) {
-    AdamWConfig cfg = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
+AdamWConfig adamw_config(float lr, float weight_decay) {
+    AdamWConfig cfg = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = weight_decay};
     return cfg;
 }
 
@@ -24,8 +24,4 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     span->step++;
     adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
-}
-
-void sgd_update(float *params, const float *grads, size_t count, float lr) {
-    for (size_t i = 0; i < count; i++) params[i] -= lr * grads[i];
 }

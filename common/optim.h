@@ -18,7 +18,9 @@ typedef struct {
     float weight_decay;  // decoupled (AdamW): applied to the parameter, not the gradient
 } AdamWConfig;
 
-AdamWConfig adamw_default_config(float lr);
+// The one place the AdamW hyperparameters are set: betas 0.9 and 0.999, eps 1e-8
+// (llm.c's and PyTorch's defaults), with the run's learning rate and weight decay.
+AdamWConfig adamw_config(float lr, float weight_decay);
 
 // One AdamW update of `count` elements. `step` is the 1-based number of updates
 // this span has received, including this one (it drives the bias correction).
@@ -35,9 +37,6 @@ typedef struct {
 
 // Counts the step and applies it.
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);
-
-// Plain SGD: params -= lr * grads.
-void sgd_update(float *params, const float *grads, size_t count, float lr);
 
 #ifdef __cplusplus
 }

@@ -21,21 +21,11 @@
 #include <stdint.h>
 
 #include "../models/gpt2.h"
+#include "../models/gpt2_io.h"
 #include "comm.h"
 #include "memory.h"
 #include "optim.h"
 #include "util/cli.h"
-
-// Where initial parameters come from: an llm.c checkpoint, or the seeded
-// initializer. Either way a rank can read just the rows it holds.
-typedef struct {
-    const char *checkpoint_path;  // NULL: initialize from seed
-    uint64_t seed;
-} ParamSource;
-
-// Rows [row_begin, row_begin + row_count) of tensor t.
-void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin,
-                       int row_count, float *out);
 
 // What every strategy is given at init.
 typedef struct {

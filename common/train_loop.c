@@ -35,14 +35,6 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
 
-void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin,
-                       int row_count, float *out) {
-    if (src->checkpoint_path)
-        gpt2_checkpoint_read_rows(src->checkpoint_path, layout, t, row_begin, row_count, out);
-    else
-        gpt2_init_rows(layout, t, src->seed, row_begin, row_count, out);
-}
-
 // What rank 0 puts in the summary line for each rank.
 typedef struct {
     MemAccount mem;
@@ -249,8 +241,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s) {
     backward_pass(run);
     double t_optim = timer_now();
     double tr = trace_begin(&run->trace);
-    s->step(s->state, (AdamWConfig){.lr = run->opts.lr, .beta1 = 0.9f, .beta2 = 0.999f,
-                                    .eps = 1e-8f, .weight_decay = run->opts.weight_decay});
+    s->step(s->state, adamw_config(run->opts.lr, run->opts.weight_decay));
     trace_end(&run->trace, tr, "optim", "optimizer");
     double t1 = timer_now();
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);

@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    AdamWConfig adamw = adamw_default_config(1e-4f);
+    AdamWConfig adamw = adamw_config(1e-4f, 0.0f);
     float ms_total = 0;
     for (int step = 0; step <= steps; step++) {  // step 0 warms up
         CUDA_CHECK(cudaEventRecord(start, 0));

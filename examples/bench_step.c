@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
         double start = timer_now();
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
         for (int u = layout->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
-        adamw_update(params, grads, m, v, P, step + 1, adamw_default_config(1e-4f));
+        adamw_update(params, grads, m, v, P, step + 1, adamw_config(1e-4f, 0.0f));
         memset(grads, 0, P * sizeof(float));
         double elapsed = timer_now() - start;
         if (step > 0 && elapsed < best) best = elapsed;

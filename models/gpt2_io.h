@@ -8,6 +8,7 @@
 #ifndef SHARDLAB_GPT2_IO_H
 #define SHARDLAB_GPT2_IO_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "gpt2.h"
@@ -26,6 +27,17 @@ void gpt2_checkpoint_read_rows(const char *path, const GPT2Layout *layout, int t
 // Writes a whole checkpoint from one flat buffer in llm.c's layout.
 void gpt2_checkpoint_write(const char *path, const GPT2Config *config, const float *flat_params,
                            size_t num_params);
+
+// Where initial parameters come from: an llm.c checkpoint, or the seeded
+// initializer (gpt2_init_rows). Either way a rank can read just the rows it holds.
+typedef struct {
+    const char *checkpoint_path;  // NULL: initialize from seed
+    uint64_t seed;
+} ParamSource;
+
+// Rows [row_begin, row_begin + row_count) of tensor t.
+void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin, int row_count,
+                       float *out);
 
 typedef struct {
     int B, T;

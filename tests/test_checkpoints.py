@@ -199,6 +199,28 @@ check(saved_step > 0 and train("zero3", 2, "--steps", str(saved_step + 1), "--re
       "SIGTERM's checkpoint is complete")
 
 
+# A save that runs out of space fails naming the file, and the previous checkpoint
+# stays complete and resumable: a 16 MB tmpfs, in a mount namespace of the test's
+# own, holds two checkpoints of this model (6.7 MB each) but not a third.
+script = f"""
+D=$1
+mount -t tmpfs -o size=16m tmpfs "$D" || exit 90
+train() {{ "{BUILD}/train_single" {" ".join(COMMON)} "$@"; }}
+train --steps 2 --ckpt-dir "$D/ck" --save-every 1 || exit 91
+train --steps 4 --resume "$D/ck" --ckpt-dir "$D/ck" --save-every 1 && exit 92
+echo "latest: $(cat "$D/ck/latest")"
+train --steps 3 --resume "$D/ck" > /dev/null || exit 93
+echo resumed
+"""
+small_disk = f"{tmp}/small_disk"
+os.makedirs(small_disk)
+r = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", small_disk], capture_output=True, text=True,
+                   timeout=300)
+check(r.returncode == 0 and "ck/step_00000003.tmp/rank_00000.bin: write failed: No space left on device" in r.stderr,
+      f"a save that runs out of space fails naming the file ({r.returncode}: {r.stderr.strip()[-200:]!r})")
+check("latest: step_00000002" in r.stdout and "resumed" in r.stdout,
+      "after the failed save, latest is still step 2 and resumes")
+
 # A signal to mpirun itself: Open MPI's mpirun forwards SIGUSR1 to the ranks at
 # once and waits for them. SIGTERM it takes as an abort: after
 # odls_base_sigkill_timeout seconds it sends the ranks SIGTERM, as long again

@@ -26,7 +26,7 @@ START_TEST(test_fifty_steps_lower_the_loss) {
     for (int step = 1; step <= 50; step++) {
         for (int u = 0; u < l->num_units; u++) gpt2_forward_unit(&model, u);
         for (int u = l->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
-        adamw_update(params, grads, m, v, P, step, adamw_default_config(1e-2f));
+        adamw_update(params, grads, m, v, P, step, adamw_config(1e-2f, 0.0f));
         memset(grads, 0, P * sizeof(float));
         if (step == 1) first = model.mean_loss;
         last = model.mean_loss;
