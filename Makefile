@@ -10,8 +10,12 @@ CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -D_GNU_SOURCE -MMD -MP $(shell pkg-con
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 # mpirun as root needs --allow-run-as-root; more ranks than cores need --oversubscribe.
+# Several machines: HOSTFILE=hosts spreads the ranks over the hosts it lists, with
+# shared memory inside a host and TCP between hosts (MPI_EXTRA="--mca
+# btl_tcp_if_include eth0" picks the network interface).
 MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) \
-            --mca btl self,vader -x OPENBLAS_NUM_THREADS=1
+            --mca btl $(if $(HOSTFILE),self$(comma)vader$(comma)tcp --hostfile $(HOSTFILE),self$(comma)vader) \
+            $(MPI_EXTRA) -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
                libopenblas-dev gnuplot-nox python3 clang libclang-rt-14-dev procps

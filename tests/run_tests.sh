@@ -200,6 +200,9 @@ run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 echo "== ranks that disagree on options, model or data"
 run "test_agree" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 
+echo "== the network path: TCP gives the shared-memory run's results"
+run "test_tcp" python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"
+
 echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
 
