@@ -137,9 +137,41 @@ static void print_zero3(const GPT2Layout *layout, int world, size_t activations,
     free(owner);
 }
 
+// --layout: which elements of the flat model (llm.c's order) each rank keeps
+// between steps, for the sharding picture of the report. Lines:
+//   tensor NAME BEGIN END            a tensor's elements [BEGIN, END)
+//   hold STRATEGY RANK BEGIN END     the rank keeps elements [BEGIN, END)
+//   pad fsdp RANK AT COUNT           and COUNT zero padding elements of the tensor ending at AT
+static void print_layout(const GPT2Layout *layout, int world) {
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        printf("tensor\t%s\t%zu\t%zu\n", tensor->name, tensor->offset, tensor->offset + tensor->numel);
+    }
+    for (int r = 0; r < world; r++) printf("hold\tddp\t%d\t0\t%zu\n", r, layout->num_params);
+    int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    zero3_partition(layout, world, owner);
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        printf("hold\tzero3\t%d\t%zu\t%zu\n", owner[t], tensor->offset, tensor->offset + tensor->numel);
+    }
+    free(owner);
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        size_t k = (size_t)fsdp_slice_rows(tensor, world), rows = (size_t)tensor->rows, cols = (size_t)tensor->cols;
+        for (int r = 0; r < world; r++) {
+            size_t first = r * k, last = first + k;  // rows [first, last), some past the end
+            size_t real_end = last < rows ? last : rows;
+            if (first < rows)
+                printf("hold\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset + first * cols, tensor->offset + real_end * cols);
+            size_t padding_rows = last - (first > rows ? first : rows);
+            if (last > rows) printf("pad\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset + tensor->numel, padding_rows * cols);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
-    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0;
+    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, show_layout = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
@@ -150,9 +182,11 @@ int main(int argc, char **argv) {
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category and peak"},
+        {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
+         "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
-                                "[--reshard-after-forward 0|1] [--tsv]",
+                                "[--reshard-after-forward 0|1] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
@@ -167,6 +201,11 @@ int main(int argc, char **argv) {
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
+    if (show_layout) {
+        print_layout(&layout, world);
+        gpt2_layout_free(&layout);
+        return 0;
+    }
     size_t activations = gpt2_activation_bytes(&config, B / world, T);
     if (!tsv) {
         double psi = (double)layout.num_params;

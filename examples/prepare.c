@@ -12,6 +12,23 @@
 #include "../common/util/errors.h"
 #include "../common/tokenizer.h"
 
+// mkdir -p: the output directory and any missing parents.
+static void make_directories(const char *path) {
+    char partial[4096];
+    xsnprintf(partial, sizeof partial, "%s", path);
+    for (char *slash = partial + 1;; slash++) {
+        if (*slash != '/' && *slash != '\0') continue;
+        char saved = *slash;
+        *slash = '\0';
+        if (mkdir(partial, 0755) != 0 && errno != EEXIST) {
+            if (saved == '\0') fatal("%s: cannot create directory: %s", path, strerror(errno));
+            fatal("%s: cannot create its parent directory %s: %s", path, partial, strerror(errno));
+        }
+        if (saved == '\0') break;
+        *slash = saved;
+    }
+}
+
 int main(int argc, char **argv) {
     const char *text_path = NULL, *kind = NULL, *vocab = NULL, *out = NULL;
     const CliOption options[] = {
@@ -49,7 +66,7 @@ int main(int argc, char **argv) {
         if (ids[i] > UINT16_MAX) fatal("token id %d does not fit a uint16 shard", ids[i]);
         tokens[i] = (uint16_t)ids[i];
     }
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) fatal("%s: cannot create directory: %s", out, strerror(errno));
+    make_directories(out);
     size_t train = count - count / 10;
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);

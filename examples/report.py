@@ -97,6 +97,60 @@ set xtics rotate by -45 font ',8'
 plot {series}""", out_dir, name, 1000, 540)
 
 
+def plan_model_args(cfg):
+    """build/plan's flags for the run's model."""
+    if cfg.get("preset"):
+        return ["--config", cfg["preset"], "--vocab", str(cfg["vocab_size"])]
+    return ["--model", cfg["model"]]
+
+
+RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def plot_sharding(build, cfg, world, data, plots):
+    """Which rank keeps which elements of the flat model between steps, per strategy:
+    one row per rank, the model's elements in llm.c's order along x, tensor borders
+    as thin lines; FSDP's padding rows as grey boxes after each tensor's end."""
+    cmd = [f"{build}/plan", "--ranks", str(world), "--layout"] + plan_model_args(cfg)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    tensors, holds, pads = [], [], []
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "tensor":
+            tensors.append((f[1], int(f[2]), int(f[3])))
+        elif f[0] == "hold":
+            holds.append((f[1], int(f[2]), int(f[3]), int(f[4])))
+        elif f[0] == "pad":
+            pads.append((f[1], int(f[2]), int(f[3]), int(f[4])))
+    strategies = [s for s in STRATEGIES if any(h[0] == s for h in holds)]
+    row = {(s, rank): (len(strategies) - 1 - k) * (world + 1) + (world - 1 - rank)
+           for k, s in enumerate(strategies) for rank in range(world)}
+    scale = 1e6  # elements along x in millions
+    boxes = [[(b + e) / 2 / scale, row[(s, rank)], (e - b) / 2 / scale, 0.4,
+              int(RANK_COLORS[rank % len(RANK_COLORS)][1:], 16)] for s, rank, b, e in holds]
+    write_tsv(f"{data}/sharding.tsv", ["x", "y", "dx", "dy", "color"], boxes)
+    write_tsv(f"{data}/sharding_padding.tsv", ["x", "y", "dx", "dy"],
+              [[(at + n / 2) / scale, row[(s, rank)] - 0.2, n / 2 / scale, 0.2] for s, rank, at, n in pads]
+              or [[-1, -10, 0, 0]])
+    borders = "\n".join(f"set arrow from {b / scale},graph 0 to {b / scale},graph 1 nohead lc rgb '#cccccc' lw 0.5"
+                        for _, b, _ in tensors)
+    ytics = ", ".join(f"'{s} r{rank}' {row[(s, rank)]}" for s in strategies for rank in range(world))
+    total = max(e for _, _, e in tensors) / scale
+    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-3 whole tensors by owner, FSDP dim-0 slices (grey: padding rows)"
+set xlabel "parameter index in llm.c's order (millions; thin lines: tensor borders)"
+set xrange [0:{total}]
+set yrange [-1:{len(strategies) * (world + 1) - 1}]
+set ytics ({ytics}) font ',8'
+set style fill solid 0.85 noborder
+unset key
+{borders}
+plot '{data}/sharding.tsv' using 1:2:($1-$3):($1+$3):($2-$4):($2+$4):5 with boxxyerror lc rgb variable, \
+     '{data}/sharding_padding.tsv' using 1:2:($1-$3):($1+$3):($2-$4):($2+$4) with boxxyerror lc rgb '#888888'""",
+            plots, "sharding", 1100, 160 + 22 * len(strategies) * (world + 1))
+
+
 def write_tsv(path, header, rows):
     with open(path, "w") as f:
         f.write("# " + "\t".join(header) + "\n")
@@ -233,10 +287,7 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
 
     # ---- planner: memory per rank vs number of ranks ----
     rows_per_rank = cfg["batch"] // world
-    if cfg.get("preset"):
-        model_args = ["--config", cfg["preset"], "--vocab", str(cfg["vocab_size"])]
-    else:
-        model_args = ["--model", cfg["model"]]
+    model_args = plan_model_args(cfg)
     plan_rows = []
     n = 1
     while n <= 1024:
@@ -298,6 +349,7 @@ set grid xtics
 set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
+    plot_sharding(build, cfg, world, data, plots)
     write_report(run, logs, world, cfg, worst, tput)
 
 
@@ -346,6 +398,7 @@ def write_report(run, logs, world, cfg, worst, tput):
              ("peak_memory", "Accounted peak vs OS peak RSS"), ("throughput", "Throughput"),
              ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
+             ("sharding", "Who keeps which parameters"),
              ("timeline_ddp", "Step timeline: DDP"), ("timeline_zero3", "Step timeline: ZeRO-3"),
              ("timeline_fsdp", "Step timeline: FSDP")]
     header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step"]

@@ -59,6 +59,8 @@ echo "== command-line errors"
 printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
 for i in $(seq 6); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "$tmp/s2" "$tmp/small.txt"; done
 run "prepare byte" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/byte"
+run "prepare into a directory whose parents do not exist yet" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte \
+    --out "$tmp/new/nested"
 run "prepare gpt2" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer gpt2 --vocab models/gpt2_vocab --out "$tmp/gpt2"
 if [ "$(echo -n 'Hello world' | "$BUILD/tokenize" --tokenizer gpt2 --vocab models/gpt2_vocab)" = "15496 995" ]; then
     ok "tokenize prints ids"; else bad "tokenize prints ids"; fi
@@ -213,12 +215,12 @@ echo "== make compare on a tiny run: plots and report"
 cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
-for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
+for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks sharding \
             timeline_ddp timeline_zero3 timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "20 plots (PNG and SVG) and the report are written"; else bad "20 plots (PNG and SVG) and the report are written"; fi
+    ok "22 plots (PNG and SVG) and the report are written"; else bad "22 plots (PNG and SVG) and the report are written"; fi
 fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
 head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"
