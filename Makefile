@@ -6,8 +6,13 @@ CC       ?= gcc
 OPT      ?= -O2 -march=native
 RANKS    ?= 4
 PKGS      = ompi-c openblas
-CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -D_GNU_SOURCE -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+# OpenBLAS's OpenMP build: its threads and the layers' loops are one OpenMP pool
+# (common/threads.c), found first at run time too (rpath), whichever OpenBLAS
+# the system's alternatives point at.
+PKG_CONFIG = PKG_CONFIG_PATH=/usr/lib/$(shell $(CC) -print-multiarch)/openblas-openmp/pkgconfig pkg-config
+OPENBLAS_LIBDIR = $(shell $(PKG_CONFIG) --variable=libdir openblas 2>/dev/null)
+CFLAGS   += -std=c11 $(OPT) -fopenmp -Wall -Wextra -D_GNU_SOURCE -MMD -MP $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+LDLIBS   += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(OPENBLAS_LIBDIR) -fopenmp -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 # mpirun as root needs --allow-run-as-root; more ranks than cores need --oversubscribe.
 # Several machines: HOSTFILE=hosts spreads the ranks over the hosts it lists, with
@@ -18,7 +23,7 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
             $(MPI_EXTRA) -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
-               libopenblas-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
+               libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
 
 # Sources shared by the CPU and the CUDA build, and those of each build alone.
 CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c

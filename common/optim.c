@@ -11,6 +11,7 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
                   AdamWConfig cfg) {
     float beta1_correction = 1.0f - powf(cfg.beta1, (float)step);
     float beta2_correction = 1.0f - powf(cfg.beta2, (float)step);
+#pragma omp parallel for  // element i touches only element i: any split gives the same result
     for (size_t i = 0; i < count; i++) {
         float g = grads[i];
         m[i] = cfg.beta1 * m[i] + (1.0f - cfg.beta1) * g;

@@ -25,6 +25,7 @@
 #include "util/errors.h"
 #include "options.h"
 #include "util/timer.h"
+#include "threads.h"
 #include "trace.h"
 
 // Set by SIGINT, SIGTERM or SIGUSR1; the loop finishes the step, saves and stops.
@@ -50,6 +51,7 @@ typedef struct {
     const StrategyPlugin *plugin;
     CliOption flags[OPTIONS_MAX_FLAGS];  // (num_flags) the shared flags, then the strategy's
     int num_flags;
+    int threads, cores;                  // this rank's compute threads, and the cores it may use
     Comm comm;
     MemAccount mem;
     GPT2 model;
@@ -198,9 +200,11 @@ static void setup(Run *run) {
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
     if (run->comm.rank == 0 && !o->quiet)
-        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d; "
+               "%d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
                run->plugin->name, device_name(), world, config.num_layers, config.channels, config.num_heads,
-               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq, run->threads, run->cores,
+               run->comm.local_size);
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
@@ -346,6 +350,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     memset(&run, 0, sizeof run);
     run.plugin = plugin;
     comm_init(&run.comm, &argc, &argv);
+    run.threads = threads_configure(run.comm.local_size, &run.cores);
     run.num_flags = options_flags(&run.opts, plugin, run.flags);
     OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv,
                                          run.comm.rank == 0);

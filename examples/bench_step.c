@@ -1,7 +1,7 @@
 // bench_step: how close a whole training step on the CPU comes to the machine's
 // matrix-multiply rate. Prints the achieved GFLOP/s of forward + backward + AdamW
 // (model FLOPs: 6 * params * tokens + attention) next to cblas_sgemm's GFLOP/s
-// measured here, now, with the same threads (OPENBLAS_NUM_THREADS).
+// measured here, now, with the same threads (every core, or OMP_NUM_THREADS).
 //   build/bench_step [--config d4] [--batch 4] [--seq 64] [--steps 5]
 #include <cblas.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "../common/util/cli.h"
 #include "../common/util/errors.h"
 #include "../common/optim.h"
+#include "../common/threads.h"
 #include "../common/util/timer.h"
 #include "../models/gpt2.h"
 
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
                     .about = "a CPU training step's GFLOP/s next to this machine's sgemm rate",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
+    threads_configure(1, NULL);  // every core of this machine (or OMP_NUM_THREADS)
     GPT2Config config;
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};

@@ -1,8 +1,15 @@
 // gpt2_ops.c: GPT-2's layers on the CPU. Loops are written out for the cheap
 // element-wise layers; every matrix product goes through BLAS gemm.
+//
+// Threads (OpenMP, the same pool as OpenBLAS's: common/threads.c) split the
+// loops over rows or elements, whose results do not depend on which thread
+// computes them. Sums over rows (the bias and layernorm parameter gradients) are
+// split by columns instead: each column still adds its rows in order, so every
+// result is the same bit for bit whatever the number of threads.
 #include "gpt2_ops.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 #include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
 
@@ -14,8 +21,29 @@
 
 static const real_t LAYERNORM_EPS = 1e-5;
 
+// This thread's share [*begin, *end) of n columns, inside a parallel region.
+static void thread_columns(int n, int *begin, int *end) {
+    int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    *begin = (int)((long)n * me / threads);
+    *end = (int)((long)n * (me + 1) / threads);
+}
+
+// sums[c] += rows[r][c] over r = 0..R-1 in order, columns shared among threads.
+static void add_column_sums(real_t *sums, const real_t *rows, int R, int cols) {
+#pragma omp parallel
+    {
+        int begin, end;
+        thread_columns(cols, &begin, &end);
+        for (int r = 0; r < R; r++) {
+            const real_t *row = rows + (size_t)r * cols;
+            for (int c = begin; c < end; c++) sums[c] += row[c];
+        }
+    }
+}
+
 void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
                      int C) {
+#pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             real_t *out_bt = out + ((size_t)b * T + t) * C;
@@ -43,6 +71,7 @@ void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int 
 
 void layernorm_forward(real_t *out, real_t *mean, real_t *rstd, const real_t *inp,
                        const real_t *weight, const real_t *bias, int B, int T, int C) {
+#pragma omp parallel for
     for (int row = 0; row < B * T; row++) {
         const real_t *x = inp + (size_t)row * C;
         real_t m = 0;
@@ -62,7 +91,9 @@ void layernorm_forward(real_t *out, real_t *mean, real_t *rstd, const real_t *in
 void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
                         const real_t *inp, const real_t *weight, const real_t *mean,
                         const real_t *rstd, int B, int T, int C) {
-    for (int row = 0; row < B * T; row++) {
+    int rows = B * T;
+#pragma omp parallel for
+    for (int row = 0; row < rows; row++) {
         const real_t *dy = dout + (size_t)row * C;
         const real_t *x = inp + (size_t)row * C;
         real_t *dx = dinp + (size_t)row * C;
@@ -80,9 +111,20 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
         for (int i = 0; i < C; i++) {
             real_t norm = (x[i] - m) * s;
             real_t dnorm = weight[i] * dy[i];
-            dbias[i] += dy[i];
-            dweight[i] += norm * dy[i];
             dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    // the parameter gradients sum over rows: by columns, rows in order
+    add_column_sums(dbias, dout, rows, C);
+#pragma omp parallel
+    {
+        int begin, end;
+        thread_columns(C, &begin, &end);
+        for (int row = 0; row < rows; row++) {
+            const real_t *dy = dout + (size_t)row * C;
+            const real_t *x = inp + (size_t)row * C;
+            real_t m = mean[row], s = rstd[row];
+            for (int i = begin; i < end; i++) dweight[i] += (x[i] - m) * s * dy[i];
         }
     }
 }
@@ -94,6 +136,7 @@ void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const 
     cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1, inp, C, weight, C, 0, out,
                OC);
     if (!bias) return;
+#pragma omp parallel for
     for (int r = 0; r < rows; r++) {
         real_t *out_r = out + (size_t)r * OC;
         for (int o = 0; o < OC; o++) out_r[o] += bias[o];
@@ -109,11 +152,7 @@ void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t 
     // dweight (OC,C) += dout^T (OC,rows) @ inp (rows,C)
     cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1, dout, OC, inp, C, 1,
                dweight, C);
-    if (!dbias) return;
-    for (int r = 0; r < rows; r++) {
-        const real_t *dout_r = dout + (size_t)r * OC;
-        for (int o = 0; o < OC; o++) dbias[o] += dout_r[o];
-    }
+    if (dbias) add_column_sums(dbias, dout, rows, OC);
 }
 
 // Softmax of row t over columns 0..t, zero above the diagonal (the causal mask).
@@ -195,6 +234,7 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 #define GELU_SCALE 0.7978845608028654  // sqrt(2 / pi)
 
 void gelu_forward(real_t *out, const real_t *inp, int N) {
+#pragma omp parallel for
     for (int i = 0; i < N; i++) {
         real_t x = inp[i];
         real_t cube = (real_t)0.044715 * x * x * x;
@@ -203,6 +243,7 @@ void gelu_forward(real_t *out, const real_t *inp, int N) {
 }
 
 void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
+#pragma omp parallel for
     for (int i = 0; i < N; i++) {
         real_t x = inp[i];
         real_t cube = (real_t)0.044715 * x * x * x;
@@ -217,11 +258,13 @@ void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
 }
 
 void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
+#pragma omp parallel for
     for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
 }
 
 void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *logits,
                                   const int *targets, int B, int T, int V, int Vp) {
+#pragma omp parallel for
     for (int row = 0; row < B * T; row++) {
         const real_t *logit = logits + (size_t)row * Vp;
         real_t *p = probs + (size_t)row * Vp;
@@ -241,6 +284,7 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
 
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
                                    real_t dloss, int B, int T, int V, int Vp) {
+#pragma omp parallel for
     for (int row = 0; row < B * T; row++) {
         const real_t *p = probs + (size_t)row * Vp;
         real_t *dl = dlogits + (size_t)row * Vp;

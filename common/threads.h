@@ -1,0 +1,13 @@
+// threads.h: how many threads a rank computes with. OpenBLAS (its OpenMP build)
+// and the layers' loops (models/gpt2_ops.c) share one OpenMP pool, so one number
+// sets both. With R ranks on a node of C cores, each rank takes max(1, C / R)
+// threads, so that ranks sharing a machine do not oversubscribe its cores;
+// OMP_NUM_THREADS, when set, decides instead.
+#ifndef SHARDLAB_THREADS_H
+#define SHARDLAB_THREADS_H
+
+// Sets the thread count for this process and returns it. cores (may be NULL)
+// receives the cores this process may run on.
+int threads_configure(int ranks_on_node, int *cores);
+
+#endif
