@@ -63,8 +63,14 @@ static const OptionField OPTION_FIELDS[] = {
     OPTION("--keep", keep),
     OPTION("--resume", resume),
     OPTION("--test-nan-at", test_nan_at),
+    OPTION("--grad-clip", grad_clip),
+    OPTION("--lr-schedule", lr_schedule),
+    OPTION("--warmup", warmup),
+    OPTION("--min-lr", min_lr),
+    SWITCH("--recompute", recompute),
+    OPTION("--data-order", data_order),
 };
-_Static_assert(sizeof(TrainOptions) == 144,
+_Static_assert(sizeof(TrainOptions) == 176,
                "TrainOptions changed: add the new option to OPTION_FIELDS in agree.c, then update this size");
 
 #define NUM_OPTION_FIELDS (int)(sizeof OPTION_FIELDS / sizeof OPTION_FIELDS[0])

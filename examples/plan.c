@@ -3,7 +3,7 @@
 // the same accountant the trainers use, with the same partitioner, so its
 // numbers can be held against a real run's summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--tsv]
+//              [--reshard-after-forward 0|1] [--recompute] [--tsv]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order) and the peak. Ranks with the same numbers
@@ -139,7 +139,7 @@ static void print_zero3(const GPT2Layout *layout, int world, size_t activations,
 
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
-    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0;
+    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
@@ -148,11 +148,12 @@ int main(int argc, char **argv) {
         {"--batch", "B", CLI_INT, &B, 1, 1 << 30, "global sequences per step, divisible by N (default 4 per rank: 4N)"},
         {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
+        {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category and peak"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
-                                "[--reshard-after-forward 0|1] [--tsv]",
+                                "[--reshard-after-forward 0|1] [--recompute] [--tsv]",
                     .about = "predicts each strategy's memory per rank, without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
@@ -167,7 +168,7 @@ int main(int argc, char **argv) {
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
-    size_t activations = gpt2_activation_bytes(&config, B / world, T);
+    size_t activations = gpt2_activation_bytes(&config, B / world, T, recompute);
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)\n",

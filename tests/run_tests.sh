@@ -197,6 +197,9 @@ fi
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 
+echo "== training features: clipping, schedule, recompute, data order"
+run "test_training" python3 tests/test_training.py "$BUILD" "$MPIRUN"
+
 echo "== ranks that disagree on options, model or data"
 run "test_agree" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The training features, each held to what it means (docs/training.md):
+  - --grad-clip C: every step's grad_norm, on every strategy at N = 1..4, equals
+    train_single's within 1e-6 relative, every rank ends with the same norm
+    bitwise, and the clipped runs follow train_single (losses and final
+    parameters within 1e-5). The norm and the clip factor are checked against
+    AdamW's first moment after one step, read from --save-full's optimizer.bin:
+    m = (1 - beta1) * clipped gradient, so |m| / (1 - beta1) must be the logged
+    norm unclipped, and C * norm / (norm + 1e-6) clipped.
+  - --lr-schedule / --warmup / --min-lr: the logged lr is the formula's, and the
+    optimizer uses it: one step of warmup 2 at lr 2L is bitwise one step at L,
+    one step of a cosine ending at X is bitwise one step at X.
+  - --recompute: bitwise the same losses and final model, for every strategy.
+  - --data-order llmc: the batches a trainer reads are llm.c's shuffled order,
+    re-implemented here (MT19937 from its reference init_genrand); see
+    check_llmc_order.
+Usage: test_training.py BUILD_DIR "MPIRUN ..." """
+import array
+import json
+import math
+import os
+import random
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+
+from testlib import Checks
+
+BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
+L, NH, C, V, MAXT = 2, 2, 38, 101, 37
+BATCH, SEQ = 12, 16
+CHECKS = Checks("training")
+check = CHECKS.check
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
+    return r.returncode
+
+
+def read_log(path):
+    lines = [json.loads(l) for l in open(path)]
+    return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
+
+
+def read_floats(path, skip=1024):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read()[skip:])
+    return a
+
+
+def trainer(strategy, n):
+    launch = [] if strategy == "single" else [*MPIRUN, "-np", str(n)]
+    return [*launch, f"{BUILD}/train_{strategy}"]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def check_clip_equivalence(tmp, common):
+    clip = ["--grad-clip", "0.5"]
+    ref_log, ref_out = os.path.join(tmp, "clip_single.jsonl"), os.path.join(tmp, "clip_single.bin")
+    check(run([*trainer("single", 1), *common, *clip, "--log", ref_log, "--out-model", ref_out]) == 0,
+          "train_single --grad-clip runs")
+    ref, _ = read_log(ref_log)
+    ref_params = read_floats(ref_out)
+    clipped = sum(1 for s in ref if s["grad_norm"] > 0.5)
+    check(all(s["grad_norm"] > 0 for s in ref) and clipped >= len(ref) // 2,
+          f"train_single logs a grad_norm every step, and --grad-clip 0.5 clips ({clipped} of {len(ref)} steps)")
+    for strategy in ("ddp", "zero3", "fsdp"):
+        for n in (1, 2, 3, 4):
+            tag = f"{strategy} N={n} --grad-clip 0.5"
+            log, out = os.path.join(tmp, f"clip_{strategy}{n}.jsonl"), os.path.join(tmp, f"clip_{strategy}{n}.bin")
+            if run([*trainer(strategy, n), *common, *clip, "--log", log, "--out-model", out]) != 0:
+                check(False, f"{tag}: runs")
+                continue
+            steps, summary = read_log(log)
+            worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref))
+            check(len(steps) == len(ref) and worst <= 1e-6,
+                  f"{tag}: grad_norm matches train_single's every step (worst relative diff {worst:.1e})")
+            last = [r["last_grad_norm"] for r in summary["ranks"]]
+            check(len(last) == n and all(x == steps[-1]["grad_norm"] for x in last),
+                  f"{tag}: every rank has the same norm, bitwise ({last})")
+            worst = max(rel(a["loss"], b["loss"]) for a, b in zip(steps, ref))
+            pdiff = max(abs(a - b) for a, b in zip(read_floats(out), ref_params))
+            check(worst <= 1e-5 and pdiff <= 1e-5,
+                  f"{tag}: follows train_single (losses {worst:.1e} relative, parameters {pdiff:.1e})")
+
+
+def first_moment_norm(ckpt_dir):
+    """|m| / (1 - beta1) after one AdamW step: the norm of the gradient the step used."""
+    step_dir = os.path.join(ckpt_dir, open(os.path.join(ckpt_dir, "latest")).read().strip())
+    header = struct.unpack("<3i", open(os.path.join(step_dir, "optimizer.bin"), "rb").read(12))
+    m = read_floats(os.path.join(step_dir, "optimizer.bin"))[:header[2]]
+    one_minus_beta1 = struct.unpack("<f", struct.pack("<f", 1 - struct.unpack("<f", struct.pack("<f", 0.9))[0]))[0]
+    return math.sqrt(sum(x * x for x in m)) / one_minus_beta1
+
+
+def check_clip_against_optimizer(tmp, common):
+    for strategy, n in (("single", 1), ("ddp", 2), ("fsdp", 3)):
+        norms = {}
+        for clip in ("1e30", "quarter"):
+            ck, log = os.path.join(tmp, f"m_{strategy}_{clip}"), os.path.join(tmp, f"m_{strategy}_{clip}.jsonl")
+            value = clip if clip == "1e30" else repr(norms["1e30"][0] / 4)
+            rc = run([*trainer(strategy, n), *common[:-2], "--steps", "1", "--grad-clip", value, "--log", log,
+                      "--ckpt-dir", ck, "--save-full"])
+            if rc != 0:
+                check(False, f"{strategy} N={n} --grad-clip {value} --save-full runs")
+                return
+            steps, _ = read_log(log)
+            norms[clip] = (steps[0]["grad_norm"], first_moment_norm(ck), float(value))
+        logged, used, _ = norms["1e30"]
+        check(rel(logged, used) <= 1e-6,
+              f"{strategy} N={n}: the logged norm {logged:.7g} is the norm of the gradient AdamW used ({used:.7g})")
+        logged, used, c = norms["quarter"]
+        want = c * logged / (logged + 1e-6)
+        check(rel(used, want) <= 1e-6,
+              f"{strategy} N={n}: --grad-clip {c:.5g} scales that gradient to norm {used:.7g} "
+              f"(C * norm / (norm + 1e-6) = {want:.7g})")
+
+
+def check_schedule(tmp, common):
+    lr, W, S, min_lr = 2e-3, 3, 10, 2e-4
+    log = os.path.join(tmp, "cosine.jsonl")
+    rc = run([*trainer("fsdp", 2), *common[:-2], "--steps", str(S), "--lr", str(lr), "--warmup", str(W),
+              "--lr-schedule", "cosine", "--min-lr", str(min_lr), "--log", log])
+    check(rc == 0, "fsdp N=2 --lr-schedule cosine runs")
+    if rc == 0:
+        steps, _ = read_log(log)
+        want = [lr * s / W if s <= W else min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (s - W) / (S - W))) / 2
+                for s in range(1, S + 1)]
+        worst = max(rel(a["lr"], b) for a, b in zip(steps, want))
+        check(len(steps) == S and worst <= 1e-6, f"the logged lr is the cosine schedule's (worst relative diff {worst:.1e})")
+    pairs = [("warmup: step 1 of 2 at lr 2e-3 is a step at 1e-3", ["--lr", "2e-3", "--warmup", "2"], ["--lr", "1e-3"]),
+             ("cosine: the last step is at --min-lr", ["--lr", "5e-3", "--lr-schedule", "cosine", "--min-lr", "1e-3"],
+              ["--lr", "1e-3"]),
+             ("constant after warmup 0 is --lr", ["--lr", "1e-3", "--lr-schedule", "constant"], ["--lr", "1e-3"])]
+    plain = os.path.join(tmp, "sched_other.bin")
+    for what, flags, same in pairs:
+        outs = []
+        for k, f in enumerate((flags, same)):
+            out = os.path.join(tmp, f"sched{k}.bin")
+            check(run([*trainer("single", 1), *common[:-2], "--steps", "1", *f, "--out-model", out]) == 0, f"{what}: runs")
+            outs.append(open(out, "rb").read())
+        check(outs[0] == outs[1], f"{what} (bitwise the same model)")
+    run([*trainer("single", 1), *common[:-2], "--steps", "1", "--lr", "2e-3", "--out-model", plain])
+    check(open(plain, "rb").read() != outs[1], "and another lr gives another model (the comparison can fail)")
+
+
+def check_recompute(tmp, common):
+    for strategy, n in (("single", 1), ("ddp", 2), ("zero3", 3), ("fsdp", 4)):
+        runs = {}
+        for flag in ([], ["--recompute"]):
+            tag = f"{strategy}{n}{''.join(flag)}"
+            log, out = os.path.join(tmp, f"{tag}.jsonl"), os.path.join(tmp, f"{tag}.bin")
+            if run([*trainer(strategy, n), *common, "--grad-clip", "1e30", *flag, "--log", log, "--out-model", out]):
+                check(False, f"{strategy} N={n} {' '.join(flag)}: runs")
+                return
+            steps, summary = read_log(log)
+            runs[bool(flag)] = ([(s["loss"], s["grad_norm"]) for s in steps], open(out, "rb").read(),
+                                summary["ranks"][0]["mem"]["activations"]["peak"])
+        plain, recomputed = runs[False], runs[True]
+        check(plain[0] == recomputed[0] and plain[1] == recomputed[1],
+              f"{strategy} N={n} --recompute: bitwise the same losses, gradient norms and final model")
+        b, T = BATCH // n, SEQ
+        saved = 4 * (L - 1) * (17 * b * T * C + 4 * b * T + b * NH * T * T)
+        check(plain[2] - recomputed[2] == saved,
+              f"{strategy} N={n} --recompute: activations {plain[2]} -> {recomputed[2]} bytes, "
+              f"(L-1)(17bTC + 4bT + b NH T^2) floats less ({saved} bytes)")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_training_")
+    model = os.path.join(tmp, "model.bin")
+    assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
+                "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
+    rng = random.Random(5)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    with open(os.path.join(data, "train.bin"), "wb") as f:
+        count = 20000
+        f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+        ids = [rng.randrange(V)]
+        for _ in range(count - 1):  # a learnable rule, with some noise
+            ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
+        f.write(struct.pack(f"<{count}H", *ids))
+    common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ), "--lr", "1e-3",
+              "--quiet", "--steps", "10"]
+    check_schedule(tmp, common)
+    check_recompute(tmp, common)
+    check_clip_against_optimizer(tmp, common)
+    check_clip_equivalence(tmp, common)
+    CHECKS.finish()
+
+
+if __name__ == "__main__":
+    main()
