@@ -196,6 +196,7 @@ static void setup(Run *run) {
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", o->data_dir);
     loader_init(&run->train, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+    if (strcmp(o->data_order, "llmc") == 0) loader_use_llmc_order(&run->train);
     snprintf(path, sizeof path, "%s/val.bin", o->data_dir);
     struct stat st;
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
@@ -224,7 +225,8 @@ static void setup(Run *run) {
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
-        run->train.position = m.data_position;
+        if (run->train.sample_order) loader_skip_batches(&run->train, (size_t)m.step);  // a function of the step
+        else run->train.position = m.data_position;
         if (m.step > o->steps)
             fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
                   o->resume, m.step, o->steps, m.step);

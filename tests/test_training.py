@@ -174,6 +174,101 @@ def check_recompute(tmp, common):
               f"(L-1)(17bTC + 4bT + b NH T^2) floats less ({saved} bytes)")
 
 
+class InitGenrand:
+    """MT19937 seeded by the reference init_genrand(seed), drawing through CPython's own
+    MT19937 (random.Random), whose state is set to init_genrand's. Python's
+    random.Random(seed) would not do: its seed() runs init_by_array, another stream."""
+
+    def __init__(self, seed):
+        state = [seed & 0xFFFFFFFF]
+        for i in range(1, 624):
+            state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
+        self.rng = random.Random()
+        self.rng.setstate((3, tuple(state) + (624,), None))  # 624: twist before the first output
+
+    def next(self):
+        return self.rng.getrandbits(32)
+
+
+def llmc_samples(num_samples, count):
+    """The sample index of each of `count` batches of llm.c's training loader (one shard)."""
+    rng, out = InitGenrand(42), []
+    while len(out) < count:
+        order = list(range(num_samples))
+        for i in range(num_samples - 1, 0, -1):  # llm.c's random_permutation
+            j = rng.next() % (i + 1)
+            order[i], order[j] = order[j], order[i]
+        out += order
+    return out[:count]
+
+
+def check_mt19937():
+    check(InitGenrand(5489).next() == 3499211612, "init_genrand(5489)'s first output is std::mt19937's 3499211612")
+    check(InitGenrand(42).next() != random.Random(42).getrandbits(32),
+          "Python's random.Random(42) is another stream (init_by_array), not init_genrand(42)'s")
+
+
+def check_llmc_order(tmp, common):
+    check_mt19937()
+    ntok, B, T = 1000, 4, 8
+    shard = os.path.join(tmp, "positions.bin")
+    with open(shard, "wb") as f:  # token i is i: a batch names where it was read
+        f.write(struct.pack("<256i", 20240520, 1, ntok, *([0] * 253)) + struct.pack(f"<{ntok}H", *range(ntok)))
+    n = (ntok - 1) // (B * T)
+    count = 2 * n + 7  # into the third epoch
+    for order in ("llmc", "sequential"):
+        samples = llmc_samples(n, count) if order == "llmc" else [k % n for k in range(count)]
+        for world, rank, skip in ((1, 0, 0), (2, 1, 0), (4, 3, 0), (1, 0, n + 3), (2, 0, 2 * n)):
+            out = subprocess.run([f"{BUILD}/tests/loader_order", shard, str(B), str(T), str(rank), str(world), order,
+                                  str(skip), str(count - skip)], capture_output=True, text=True)
+            local = B // world * T
+            want = []
+            for idx in samples[skip:]:
+                start = idx * B * T + rank * local
+                want.append(list(range(start, start + local)) + list(range(start + 1, start + local + 1)))
+            got = [[int(x) for x in line.split()] for line in out.stdout.splitlines()]
+            check(out.returncode == 0 and got == want,
+                  f"--data-order {order}: rank {rank} of {world} reads the batches of the re-implementation "
+                  f"(batches {skip}..{count - 1}, {n} samples per epoch)")
+    # the trainers read through that loader: llm.c's first batch, as a shard of its own, trains the same model
+    data = common[common.index("--data") + 1]
+    tokens = array.array("H")
+    tokens.frombytes(open(os.path.join(data, "train.bin"), "rb").read()[1024:])
+    BT = BATCH * SEQ
+    first = llmc_samples((len(tokens) - 1) // BT, 1)[0]
+    os.makedirs(os.path.join(tmp, "first"), exist_ok=True)
+    with open(os.path.join(tmp, "first", "train.bin"), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, BT + 1, *([0] * 253)) + tokens[first * BT:(first + 1) * BT + 1].tobytes())
+    one = [*common[:-2], "--steps", "1"]
+    a, b = os.path.join(tmp, "llmc1.bin"), os.path.join(tmp, "first1.bin")
+    run([*trainer("single", 1), *one, "--data-order", "llmc", "--out-model", a])
+    args = list(one)
+    args[args.index("--data") + 1] = os.path.join(tmp, "first")
+    run([*trainer("single", 1), *args, "--out-model", b])
+    check(first != 0 and os.path.exists(a) and open(a, "rb").read() == open(b, "rb").read(),
+          f"train_single --data-order llmc trains its first step on sample {first} (bitwise the same model)")
+    ref = os.path.join(tmp, "llmc_single.jsonl")
+    run([*trainer("single", 1), *common, "--data-order", "llmc", "--log", ref])
+    ref_steps, _ = read_log(ref)
+    seq = os.path.join(tmp, "seq_single.jsonl")
+    run([*trainer("single", 1), *common, "--log", seq])
+    check([s["loss"] for s in read_log(seq)[0]] != [s["loss"] for s in ref_steps],
+          "--data-order llmc changes the losses")
+    for strategy, n_ranks in (("ddp", 2), ("zero3", 3), ("fsdp", 4)):
+        log = os.path.join(tmp, f"llmc_{strategy}.jsonl")
+        rc = run([*trainer(strategy, n_ranks), *common, "--data-order", "llmc", "--log", log])
+        worst = max(rel(x["loss"], y["loss"]) for x, y in zip(read_log(log)[0], ref_steps)) if rc == 0 else 1
+        check(worst <= 1e-5, f"{strategy} N={n_ranks} --data-order llmc: losses match train_single's ({worst:.1e})")
+    # resumed at step 4, the stream goes on where it was
+    ck, log = os.path.join(tmp, "llmc_ck"), os.path.join(tmp, "llmc_resumed.jsonl")
+    run([*trainer("single", 1), *common[:-2], "--steps", "4", "--data-order", "llmc", "--ckpt-dir", ck])
+    rc = run([*trainer("fsdp", 2), *common, "--data-order", "llmc", "--resume", ck, "--log", log])
+    resumed = read_log(log)[0] if rc == 0 else []
+    worst = max((rel(x["loss"], y["loss"]) for x, y in zip(resumed, ref_steps[4:])), default=1)
+    check(len(resumed) == len(ref_steps) - 4 and worst <= 1e-5,
+          f"--data-order llmc resumed at step 4 (fsdp N=2) continues the stream ({worst:.1e})")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_training_")
     model = os.path.join(tmp, "model.bin")
@@ -193,6 +288,7 @@ def main():
               "--quiet", "--steps", "10"]
     check_schedule(tmp, common)
     check_recompute(tmp, common)
+    check_llmc_order(tmp, common)
     check_clip_against_optimizer(tmp, common)
     check_clip_equivalence(tmp, common)
     CHECKS.finish()
