@@ -14,6 +14,9 @@
   - --data-order llmc: the batches a trainer reads are llm.c's shuffled order,
     re-implemented here (MT19937 from its reference init_genrand); see
     check_llmc_order.
+  - build/sample: a seed gives one text, another seed another, temperature 0 is
+    greedy; ids are below V, and the text is the prompt and the ids decoded
+    (GPT-2's from encoder.json, here); the context slides past maxT.
 Usage: test_training.py BUILD_DIR "MPIRUN ..." """
 import array
 import json
@@ -269,6 +272,57 @@ def check_llmc_order(tmp, common):
           f"--data-order llmc resumed at step 4 (fsdp N=2) continues the stream ({worst:.1e})")
 
 
+def gpt2_byte_decoder():
+    """GPT-2's printable stand-in for each byte (bytes_to_unicode of its encoder.py), inverted."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+def sample(*args):
+    r = subprocess.run([f"{BUILD}/sample", *args], capture_output=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr.decode(errors="replace")
+
+
+def check_sample(tmp):
+    byte_model, gpt2_model = os.path.join(tmp, "v256.bin"), os.path.join(tmp, "v50257.bin")
+    run([f"{BUILD}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256", "--max-seq", "8",
+         "--out", byte_model])
+    run([f"{BUILD}/init_model", "--layers", "1", "--heads", "1", "--channels", "8", "--vocab", "50257",
+         "--max-seq", "16", "--out", gpt2_model])
+    base = ["--model", byte_model, "--prompt", "abc", "--tokens", "20"]  # 3 + 20 tokens: slides past maxT = 8
+    outs = {}
+    for key, extra in (("s1", ["--seed", "1"]), ("s1 again", ["--seed", "1"]), ("s2", ["--seed", "2"]),
+                       ("greedy s1", ["--temperature", "0", "--seed", "1"]),
+                       ("greedy s2", ["--temperature", "0", "--seed", "2"]), ("ids", ["--seed", "1", "--ids"])):
+        rc, out, err = sample(*base, *extra)
+        check(rc == 0, f"sample {' '.join(extra)} runs {err[-200:]}")
+        outs[key] = out
+    check(outs["s1"] == outs["s1 again"], "sample: the same seed gives the same text")
+    check(outs["s1"] != outs["s2"], "sample: another seed gives another text")
+    check(outs["greedy s1"] == outs["greedy s2"] and outs["greedy s1"] != outs["s1"],
+          "sample --temperature 0: greedy, the same for every seed")
+    ids = [int(x) for x in outs["ids"].split()]
+    check(len(ids) == 20 and all(0 <= i < 256 for i in ids) and outs["s1"] == b"abc" + bytes(ids) + b"\n",
+          "sample --ids: 20 ids below V, and the text is the prompt and their bytes")
+    rc, out, err = sample("--model", gpt2_model, "--tokenizer", "gpt2", "--vocab", "models/gpt2_vocab",
+                          "--prompt", "Hello world", "--tokens", "12", "--seed", "5", "--ids")
+    ids = [int(x) for x in out.split()] if rc == 0 else []
+    check(len(ids) == 12 and all(0 <= i < 50257 for i in ids), f"sample gpt2: 12 ids below 50257 {err[-200:]}")
+    rc, text, err = sample("--model", gpt2_model, "--tokenizer", "gpt2", "--vocab", "models/gpt2_vocab",
+                           "--prompt", "Hello world", "--tokens", "12", "--seed", "5")
+    encoder = json.load(open("models/gpt2_vocab/encoder.json"))
+    decoder, to_byte = {i: t for t, i in encoder.items()}, gpt2_byte_decoder()
+    want = b"Hello world" + b"".join(bytes(to_byte[c] for c in decoder[i]) for i in ids) + b"\n"
+    check(rc == 0 and text == want, "sample gpt2: the text is the prompt and the ids decoded by encoder.json")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_training_")
     model = os.path.join(tmp, "model.bin")
@@ -289,6 +343,7 @@ def main():
     check_schedule(tmp, common)
     check_recompute(tmp, common)
     check_llmc_order(tmp, common)
+    check_sample(tmp)
     check_clip_against_optimizer(tmp, common)
     check_clip_equivalence(tmp, common)
     CHECKS.finish()
