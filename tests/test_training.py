@@ -17,7 +17,10 @@
   - build/sample: a seed gives one text, another seed another, temperature 0 is
     greedy; ids are below V, and the text is the prompt and the ids decoded
     (GPT-2's from encoder.json, here); the context slides past maxT.
-Usage: test_training.py BUILD_DIR "MPIRUN ..." """
+On a GPU (run_gpu_tests.sh) the trainers come from build/cuda, with CHANNELS = 36
+(see test_strategies.py), and the tools that have no CUDA build (init_model,
+sample, tests/loader_order) from TOOLS_DIR.
+Usage: test_training.py BUILD_DIR "MPIRUN ..." [CHANNELS [TOOLS_DIR]] """
 import array
 import json
 import math
@@ -32,7 +35,8 @@ import tempfile
 from testlib import Checks
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
-L, NH, C, V, MAXT = 2, 2, 38, 101, 37
+L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
+TOOLS = sys.argv[4] if len(sys.argv) > 4 else BUILD
 BATCH, SEQ = 12, 16
 CHECKS = Checks("training")
 check = CHECKS.check
@@ -222,7 +226,7 @@ def check_llmc_order(tmp, common):
     for order in ("llmc", "sequential"):
         samples = llmc_samples(n, count) if order == "llmc" else [k % n for k in range(count)]
         for world, rank, skip in ((1, 0, 0), (2, 1, 0), (4, 3, 0), (1, 0, n + 3), (2, 0, 2 * n)):
-            out = subprocess.run([f"{BUILD}/tests/loader_order", shard, str(B), str(T), str(rank), str(world), order,
+            out = subprocess.run([f"{TOOLS}/tests/loader_order", shard, str(B), str(T), str(rank), str(world), order,
                                   str(skip), str(count - skip)], capture_output=True, text=True)
             local = B // world * T
             want = []
@@ -286,15 +290,15 @@ def gpt2_byte_decoder():
 
 
 def sample(*args):
-    r = subprocess.run([f"{BUILD}/sample", *args], capture_output=True, timeout=120)
+    r = subprocess.run([f"{TOOLS}/sample", *args], capture_output=True, timeout=120)
     return r.returncode, r.stdout, r.stderr.decode(errors="replace")
 
 
 def check_sample(tmp):
     byte_model, gpt2_model = os.path.join(tmp, "v256.bin"), os.path.join(tmp, "v50257.bin")
-    run([f"{BUILD}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256", "--max-seq", "8",
+    run([f"{TOOLS}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256", "--max-seq", "8",
          "--out", byte_model])
-    run([f"{BUILD}/init_model", "--layers", "1", "--heads", "1", "--channels", "8", "--vocab", "50257",
+    run([f"{TOOLS}/init_model", "--layers", "1", "--heads", "1", "--channels", "8", "--vocab", "50257",
          "--max-seq", "16", "--out", gpt2_model])
     base = ["--model", byte_model, "--prompt", "abc", "--tokens", "20"]  # 3 + 20 tokens: slides past maxT = 8
     outs = {}
@@ -326,7 +330,7 @@ def check_sample(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_training_")
     model = os.path.join(tmp, "model.bin")
-    assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
+    assert run([f"{TOOLS}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
                 "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
     rng = random.Random(5)
     data = os.path.join(tmp, "data")
