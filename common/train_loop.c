@@ -408,6 +408,9 @@ int train_main(int argc, char **argv, const char *strategy_name,
         if (!isfinite(loss))
             fatal("step %d: loss is %g; stopping without saving%s%s", step, loss,
                   o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
+        if (o->grad_clip > 0 && !isfinite(norm))  // every rank has the same norm: all stop
+            fatal("step %d: the gradient norm is %g; stopping without saving%s%s", step, norm,
+                  o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
         int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
         if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
             double t0 = timer_now();

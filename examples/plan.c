@@ -171,9 +171,9 @@ int main(int argc, char **argv) {
     size_t activations = gpt2_activation_bytes(&config, B / world, T, recompute);
     if (!tsv) {
         double psi = (double)layout.num_params;
-        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)\n",
+        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)%s\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
-               B, T, B / world);
+               B, T, B / world, recompute ? ", activations recomputed in backward" : "");
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (fp32 here: 16P resident for DDP)\n%-6s %5s", "", "rank");
