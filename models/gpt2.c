@@ -194,7 +194,7 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
         {&a->att, L * B * NH * T * T}, {&a->attproj, L * BT * C},    {&a->residual2, L * BT * C},
         {&a->ln2, L * BT * C},        {&a->ln2_mean, L * BT},        {&a->ln2_rstd, L * BT},
         {&a->fch, L * BT * 4 * C},    {&a->fch_gelu, L * BT * 4 * C}, {&a->fcproj, L * BT * C},
-        {&a->residual3, all_layers * BT * C},  {&a->lnf, BT * C},             {&a->lnf_mean, BT},
+        {&a->residual3, all_layers * BT * C}, {&a->lnf, BT * C},     {&a->lnf_mean, BT},
         {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, BT * Vp},
         {&a->losses, BT},             {&a->dresidual, BT * C},       {&a->dln, BT * C},
         {&a->dqkv, BT * 3 * C},       {&a->datty, BT * C},           {&a->dfch_gelu, BT * 4 * C},

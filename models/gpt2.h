@@ -69,6 +69,8 @@ typedef struct {
 
 // Forward activations of one rank's (B, T) batch, plus the backward scratch that
 // every block reuses. All of it lives in one buffer counted as MEM_ACTIVATIONS.
+// With recompute (gpt2_init), the per-layer arrays other than residual3 hold
+// one layer (L = 1 below), shared by the blocks.
 typedef struct {
     float *encoded;     // (B,T,C)
     float *ln1;         // (L,B,T,C)
