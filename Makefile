@@ -32,11 +32,12 @@ CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c common/util/*.c)) mod
 CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
-PROGRAMS = prepare tokenize init_model plan llmc_check train_single train_ddp train_zero3 train_fsdp \
+PROGRAMS = prepare tokenize init_model plan llmc_check sample train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c tests/test_comm_gpu.c,$(wildcard tests/test_*.c))
-TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse
+TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse \
+            $(BUILD)/tests/loader_order
 
 # The CUDA build (build/cuda/): built whenever nvcc is found (CUDA_HOME, by
 # default /usr/local/cuda; NCCL from NCCL_HOME, by default the same). It compiles
@@ -140,7 +141,7 @@ FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c common/ckpt_manifest.c common/util/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
-	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/util/errors.c -o $(BUILD)/fuzz/fuzz_shard
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/util/mt19937.c common/util/errors.c -o $(BUILD)/fuzz/fuzz_shard
 	for target in manifest shard; do \
 	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target && \
 	    $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \

@@ -282,6 +282,15 @@ void comm_barrier(Comm *comm) {
     comm->stats.ops[COMM_BARRIER].seconds += timer_now() - start;
 }
 
+double comm_all_reduce_double(Comm *comm, double value) {
+    check_arguments(comm, COMM_ALL_REDUCE, 2, 0, 1);
+    count_call(comm, COMM_ALL_REDUCE, 2, 0);  // 8 bytes: counted as two floats
+    double start = timer_now(), sum;
+    MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    comm->stats.ops[COMM_ALL_REDUCE].seconds += timer_now() - start;
+    return sum;
+}
+
 double comm_metric_average(Comm *comm, double value) {
     double sum;
     MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));

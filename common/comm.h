@@ -112,6 +112,10 @@ void comm_wait(Comm *comm, CommHandle *handle);
 // the CPU (NCCL runs on its own and needs no help).
 void comm_progress(Comm *comm, CommHandle *handle);
 
+// The sum over ranks of one double, on every rank (on the host, through MPI,
+// whatever the backend). Counted as an all_reduce of 2 elements: 8 bytes.
+double comm_all_reduce_double(Comm *comm, double value);
+
 // Averages a value over ranks for logging; not counted as training traffic.
 double comm_metric_average(Comm *comm, double value);
 // Maximum over ranks, for logging; not counted.

@@ -91,6 +91,7 @@ void loader_init(DataLoader *loader, const char *path, int vocab_size, int B, in
 }
 
 void loader_free(DataLoader *loader) {
+    free(loader->sample_order);
     free(loader->tokens);
     free(loader->inputs);
     free(loader->targets);
@@ -99,9 +100,42 @@ void loader_free(DataLoader *loader) {
 
 void loader_reset(DataLoader *loader) { loader->position = 0; }
 
+void loader_use_llmc_order(DataLoader *loader) {
+    size_t global = (size_t)loader->B * loader->T;
+    loader->num_samples = (loader->num_tokens - 1) / global;
+    if (loader->num_samples > INT32_MAX)
+        fatal("%zu samples of %zu tokens: more than llm.c's int permutation holds", loader->num_samples, global);
+    loader->sample_order = xmalloc(loader->num_samples * sizeof(int));
+    mt19937_seed(&loader->rng, 42);
+    loader->next_sample = loader->num_samples;  // the first batch starts the first epoch
+}
+
+// The sample of the next batch in llm.c's order, shuffling at an epoch's start.
+static size_t next_llmc_sample(DataLoader *loader) {
+    if (loader->next_sample == loader->num_samples) {
+        for (size_t i = 0; i < loader->num_samples; i++) loader->sample_order[i] = (int)i;
+        mt19937_shuffle(&loader->rng, loader->sample_order, (int)loader->num_samples);
+        loader->next_sample = 0;
+    }
+    return (size_t)loader->sample_order[loader->next_sample++];
+}
+
+void loader_skip_batches(DataLoader *loader, size_t count) {
+    size_t global = (size_t)loader->B * loader->T;
+    for (size_t k = 0; k < count; k++) {
+        if (loader->sample_order) {
+            next_llmc_sample(loader);
+            continue;
+        }
+        if (loader->position + global + 1 > loader->num_tokens) loader->position = 0;
+        loader->position += global;
+    }
+}
+
 void loader_next_batch(DataLoader *loader) {
     size_t global = (size_t)loader->B * loader->T;
-    if (loader->position + global + 1 > loader->num_tokens) loader->position = 0;
+    if (loader->sample_order) loader->position = next_llmc_sample(loader) * global;
+    else if (loader->position + global + 1 > loader->num_tokens) loader->position = 0;
     size_t local = global / (size_t)loader->world;
     const uint16_t *start = loader->tokens + loader->position + (size_t)loader->rank * local;
     for (size_t i = 0; i < local; i++) {

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt19937.h"
+
 #define TOKEN_SHARD_MAGIC 20240520
 #define TOKEN_SHARD_VERSION 1
 
@@ -34,14 +36,32 @@ typedef struct {
     size_t position;    // start of the next global batch in tokens
     int *inputs;        // (B/world, T)
     int *targets;       // (B/world, T)
+    // llm.c's order (loader_use_llmc_order); sequential when sample_order is NULL
+    Mt19937 rng;
+    int *sample_order;  // (num_samples) this epoch's order of the shard's samples
+    size_t num_samples; // samples of B*T+1 tokens at multiples of B*T: (num_tokens - 1) / (B*T)
+    size_t next_sample; // index into sample_order; num_samples: start a new epoch
 } DataLoader;
 
 void loader_init(DataLoader *loader, const char *path, int vocab_size, int B, int T, int rank,
                  int world);
 void loader_free(DataLoader *loader);
-// Fills inputs/targets with this rank's rows of the next global batch, wrapping
-// to the start of the shard when the batch would run past its end.
+// Fills inputs/targets with this rank's rows of the next global batch. In the
+// sequential order (the default) the batches follow one another through the
+// shard, wrapping to its start when the next one would run past its end.
 void loader_next_batch(DataLoader *loader);
+// Back to the shard's start (sequential order; the validation loader).
 void loader_reset(DataLoader *loader);
+
+// Switches to the order of llm.c's training loader (dataloader.h): sample i is
+// the B*T+1 tokens at i*B*T; each epoch, starting from the first batch, takes
+// the samples in the order of a fresh llm.c random_permutation of 0..n-1 on an
+// MT19937 seeded once with 42 (llm.c's single-process stream; with one shard,
+// its shard permutation draws nothing). Every rank draws the same stream and
+// takes its rows of the global batch, as in the sequential order.
+void loader_use_llmc_order(DataLoader *loader);
+// Advances past `count` batches without reading them: the state after
+// `count` steps, for resuming (llm.c's order is a function of the batch count).
+void loader_skip_batches(DataLoader *loader, size_t count);
 
 #endif

@@ -36,6 +36,10 @@ void device_zero(float *ptr, size_t count);
 void device_add(float *dst, const float *src, size_t count);    // dst += src
 void device_to_host(float *host, const float *src, size_t count);
 void device_from_host(float *dst, const float *host, size_t count);
+// The sum of x[i]^2, accumulated in double in a fixed order (the same result
+// every time for the same buffer).
+double device_sum_squares(const float *x, size_t count);
+void device_scale(float *x, size_t count, float factor);  // x *= factor
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
 // Host memory for staging device buffers through MPI (pinned in the CUDA build).

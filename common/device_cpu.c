@@ -38,6 +38,16 @@ void device_add(float *dst, const float *src, size_t count) {
     for (size_t i = 0; i < count; i++) dst[i] += src[i];
 }
 
+double device_sum_squares(const float *x, size_t count) {
+    double sum = 0;
+    for (size_t i = 0; i < count; i++) sum += (double)x[i] * x[i];
+    return sum;
+}
+
+void device_scale(float *x, size_t count, float factor) {
+    for (size_t i = 0; i < count; i++) x[i] *= factor;
+}
+
 void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
 void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }

@@ -96,6 +96,50 @@ extern "C" void device_add(float *dst, const float *src, size_t count) {
     CUDA_CHECK_LAUNCH();
 }
 
+// Sum of squares in two fixed stages: block b adds up elements b, b + grid, ...
+// (each thread its own stride, then a tree in shared memory, all in double) into
+// partial[b]; the host adds the partials in order. No atomics: the same buffer
+// gives the same sum every time.
+#define SUM_SQUARES_BLOCKS 256
+#define SUM_SQUARES_THREADS 256
+__global__ static void sum_squares_kernel(double *partial, const float *x, size_t count) {
+    __shared__ double sums[SUM_SQUARES_THREADS];
+    double sum = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        sum += (double)x[i] * x[i];
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+extern "C" double device_sum_squares(const float *x, size_t count) {
+    if (count == 0) return 0;
+    double *partial = NULL, host[SUM_SQUARES_BLOCKS];
+    CUDA_CHECK(cudaMallocAsync((void **)&partial, sizeof host, 0));
+    sum_squares_kernel<<<SUM_SQUARES_BLOCKS, SUM_SQUARES_THREADS>>>(partial, x, count);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpy(host, partial, sizeof host, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFreeAsync(partial, 0));
+    double sum = 0;
+    for (int b = 0; b < SUM_SQUARES_BLOCKS; b++) sum += host[b];
+    return sum;
+}
+
+__global__ static void scale_kernel(float *x, size_t count, float factor) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) x[i] *= factor;
+}
+
+extern "C" void device_scale(float *x, size_t count, float factor) {
+    if (count == 0) return;
+    scale_kernel<<<device_blocks(count, 256), 256>>>(x, count, factor);
+    CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void device_to_host(float *host, const float *src, size_t count) {
     CUDA_CHECK(cudaMemcpy(host, src, count * sizeof(float), cudaMemcpyDeviceToHost));
 }

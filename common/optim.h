@@ -38,6 +38,20 @@ typedef struct {
 // Counts the step and applies it.
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);
 
+// The learning rate over a run of `steps` steps.
+typedef enum { LR_CONSTANT, LR_COSINE } LrScheduleKind;
+
+typedef struct {
+    LrScheduleKind kind;
+    float lr;      // the peak: reached at the end of the warmup
+    float min_lr;  // cosine: the rate at the last step
+    int warmup;    // steps of linear warmup from 0
+    int steps;     // the last step
+} LrSchedule;
+
+// The rate of step `step` (1-based, as logged); see optim.c for the formula.
+float lr_schedule_at(const LrSchedule *schedule, int step);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,8 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     o->seed = 1337;
     o->eval_batches = 4;
     o->keep = 2;
+    o->lr_schedule = "constant";
+    o->data_order = "sequential";
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &o->config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &o->vocab_size, 1, 65536, "vocab of a --config model (default 50257)"},
@@ -41,6 +43,16 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
         {"--resume", "PATH", CLI_STRING, &o->resume, 0, 0,
          "continue from a checkpoint (or a --ckpt-dir's latest), any strategy and N"},
         {"--test-nan-at", "S", CLI_INT, &o->test_nan_at, 1, 1 << 30, "for tests: treat step S's loss as NaN"},
+        {"--grad-clip", "C", CLI_FLOAT, &o->grad_clip, 0, FLT_MAX,
+         "scale gradients by min(1, C / (norm + 1e-6)) of their global L2 norm (default 0: off)"},
+        {"--lr-schedule", "constant|cosine", CLI_STRING, &o->lr_schedule, 0, 0,
+         "--lr after the warmup, or a cosine down to --min-lr at the last step (default constant)"},
+        {"--warmup", "W", CLI_INT, &o->warmup, 0, 1 << 30, "steps of linear warmup from 0 to --lr (default 0)"},
+        {"--min-lr", "X", CLI_FLOAT, &o->min_lr, 0, FLT_MAX, "the cosine schedule's rate at the last step (default 0)"},
+        {"--recompute", NULL, CLI_SWITCH, &o->recompute, 0, 0,
+         "keep only each block's input; recompute its activations in backward"},
+        {"--data-order", "sequential|llmc", CLI_STRING, &o->data_order, 0, 0,
+         "batches in shard order, or llm.c's shuffled order (default sequential)"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
     int n = (int)(sizeof options / sizeof options[0]);
@@ -66,6 +78,13 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     else if (o->model_path && o->vocab_size) problem = "--vocab goes with --config; a --model file has its own vocab";
     else if (!o->data_dir) problem = "--data DIR is required (make one with build/prepare)";
     else if ((o->save_every || o->save_full) && !o->ckpt_dir) problem = "--save-every and --save-full need --ckpt-dir DIR";
+    else if (strcmp(o->lr_schedule, "constant") != 0 && strcmp(o->lr_schedule, "cosine") != 0)
+        problem = "--lr-schedule: give constant or cosine";
+    else if (o->min_lr > 0 && strcmp(o->lr_schedule, "cosine") != 0)
+        problem = "--min-lr goes with --lr-schedule cosine";
+    else if (o->min_lr > o->lr) problem = "--min-lr is above --lr: the cosine decays from --lr down to --min-lr";
+    else if (strcmp(o->data_order, "sequential") != 0 && strcmp(o->data_order, "llmc") != 0)
+        problem = "--data-order: give sequential or llmc";
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

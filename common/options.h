@@ -32,6 +32,12 @@ typedef struct {
     int keep;                 // --keep K: complete checkpoints kept (default 2)
     const char *resume;       // --resume DIR: a checkpoint, or a --ckpt-dir
     int test_nan_at;          // --test-nan-at S: tests only, pretend step S's loss is NaN
+    float grad_clip;          // --grad-clip C: clip the global gradient norm to C (0: off)
+    const char *lr_schedule;  // --lr-schedule constant|cosine
+    int warmup;               // --warmup W: steps of linear warmup from 0
+    float min_lr;             // --min-lr X: the cosine's last rate
+    int recompute;            // --recompute: keep block inputs only, recompute in backward
+    const char *data_order;   // --data-order sequential|llmc
 } TrainOptions;
 
 typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;

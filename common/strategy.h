@@ -46,13 +46,16 @@ typedef enum {
 // printf on rank 0, unless the run is quiet: what a strategy has to say at init.
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// The rows of one tensor that a rank keeps between steps, for checkpoints:
-// pointers to its parameters and AdamW moments, and the tensor's step count.
+// The rows of one tensor that a rank keeps between steps, for checkpoints and
+// gradient clipping: pointers to its parameters, gradients and AdamW moments,
+// and the tensor's step count.
 typedef struct {
     int row_begin, row_count;
     float *params, *m, *v;  // (row_count, cols) each
     int *adam_step;
-    int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only)
+    int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only);
+                            // across ranks, the writers hold every row of the model once
+    float *grads;           // (row_count, cols) after finish_grads: the averaged gradient
 } LocalRows;
 
 typedef struct {

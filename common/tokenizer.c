@@ -159,6 +159,35 @@ void tokenizer_init(Tokenizer *tok, const char *kind, const char *vocab_dir) {
     xsnprintf(path, sizeof path, "%s/vocab.bpe", vocab_dir);
     load_merges(tok, path);
     init_byte_to_char(tok);
+    tok->id_to_token = xcalloc((size_t)tok->vocab_size, sizeof(const char *));
+    tok->id_to_token_len = xcalloc((size_t)tok->vocab_size, sizeof(size_t));
+    for (size_t slot = 0; slot < tok->encoder.capacity; slot++) {
+        if (!tok->encoder.keys[slot]) continue;
+        tok->id_to_token[tok->encoder.values[slot]] = tok->encoder.keys[slot];
+        tok->id_to_token_len[tok->encoder.values[slot]] = tok->encoder.lens[slot];
+    }
+}
+
+int tokenizer_decode(const Tokenizer *tok, int id, char *out, size_t capacity) {
+    if (id < 0 || id >= tok->vocab_size || capacity == 0) return -1;
+    if (tok->kind == TOKENIZER_BYTE) {
+        out[0] = (char)id;
+        return 1;
+    }
+    const char *text = tok->id_to_token[id];
+    size_t len = tok->id_to_token_len[id], n = 0;
+    if (!text) return -1;
+    // each character of the token's string stands for one byte (init_byte_to_char)
+    for (size_t at = 0; at < len;) {
+        int b = 0;
+        while (b < 256 && (at + (size_t)tok->byte_to_char_len[b] > len ||
+                           memcmp(text + at, tok->byte_to_char[b], (size_t)tok->byte_to_char_len[b]) != 0))
+            b++;
+        if (b == 256 || n == capacity) return -1;
+        out[n++] = (char)b;
+        at += (size_t)tok->byte_to_char_len[b];
+    }
+    return (int)n;
 }
 
 void tokenizer_free(Tokenizer *tok) {
@@ -166,6 +195,8 @@ void tokenizer_free(Tokenizer *tok) {
         strmap_free(&tok->encoder);
         strmap_free(&tok->merge_ranks);
         free(tok->encoder_path);
+        free(tok->id_to_token);
+        free(tok->id_to_token_len);
     }
     memset(tok, 0, sizeof *tok);
 }

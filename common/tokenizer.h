@@ -20,6 +20,8 @@ typedef struct {
     char byte_to_char[256][3];  // gpt2: each byte as its printable stand-in, in UTF-8
     int byte_to_char_len[256];
     char *encoder_path;    // gpt2: DIR/encoder.json, for messages
+    const char **id_to_token;   // gpt2: (vocab_size) each id's string in the encoder (NULL: no such id)
+    size_t *id_to_token_len;    // gpt2: (vocab_size)
 } Tokenizer;
 
 // Exits with a message naming the file on any problem. vocab_dir holds
@@ -30,6 +32,10 @@ void tokenizer_free(Tokenizer *tok);
 // Appends the ids of text[0..len) to *ids (grown with realloc).
 void tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int **ids,
                       size_t *count, size_t *capacity);
+
+// The bytes of token `id` into out (room for `capacity`); returns how many, or
+// -1 when the vocabulary has no such id (or its bytes do not fit).
+int tokenizer_decode(const Tokenizer *tok, int id, char *out, size_t capacity);
 
 // Where to end a chunk of text that starts at `start` and holds at least
 // `bytes` bytes (or runs to the end), so that encoding the text chunk by chunk

@@ -44,6 +44,7 @@ typedef struct {
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
     double compute_s, comm_wait_s, optim_s;
+    double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
 } RankSummary;
 
 typedef struct {
@@ -62,6 +63,7 @@ typedef struct {
     FILE *log;
     RankSummary summary;
     int first_step;             // 1, or the step after the checkpoint resumed from
+    LrSchedule schedule;
 } Run;
 
 static double comm_seconds(const CommStats *s) {
@@ -189,6 +191,7 @@ static void setup(Run *run) {
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", o->data_dir);
     loader_init(&run->train, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
+    if (strcmp(o->data_order, "llmc") == 0) loader_use_llmc_order(&run->train);
     snprintf(path, sizeof path, "%s/val.bin", o->data_dir);
     struct stat st;
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
@@ -198,7 +201,7 @@ static void setup(Run *run) {
                   run->have_val ? &run->val : NULL);
     check_outputs(run);
 
-    gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
+    gpt2_init(&run->model, config, o->batch / world, o->seq, o->recompute, &run->mem);
     if (run->comm.rank == 0 && !o->quiet)
         printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d; "
                "%d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
@@ -220,7 +223,8 @@ static void setup(Run *run) {
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
-        run->train.position = m.data_position;
+        if (run->train.sample_order) loader_skip_batches(&run->train, (size_t)m.step);  // a function of the step
+        else run->train.position = m.data_position;
         if (m.step > o->steps)
             fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
                   o->resume, m.step, o->steps, m.step);
@@ -234,7 +238,37 @@ static void setup(Run *run) {
     }
 }
 
-static void train_step(Run *run, int step, double *loss, double *step_s) {
+// The L2 norm of the whole model's averaged gradient, from the shards: each
+// rank adds up the squares of the rows it writes (every element of the model is
+// written by exactly one rank: DDP's rank 0, ZeRO-3's owner, FSDP's slice
+// holder, less its zero padding rows), then one all-reduce of that double gives
+// every rank the same sum.
+static double grad_norm(Run *run) {
+    Strategy *s = &run->strategy;
+    const GPT2Layout *layout = &run->model.layout;
+    double sum = 0;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        LocalRows rows;
+        if (s->local_rows(s->state, t, &rows) && rows.writes)
+            sum += device_sum_squares(rows.grads, (size_t)rows.row_count * layout->tensors[t].cols);
+    }
+    return sqrt(comm_all_reduce_double(&run->comm, sum));
+}
+
+// Every rank scales every gradient row it holds, DDP's replicas that do not
+// write included, so the replicas stay equal.
+static void scale_grads(Run *run, float factor) {
+    Strategy *s = &run->strategy;
+    const GPT2Layout *layout = &run->model.layout;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        LocalRows rows;
+        if (s->local_rows(s->state, t, &rows))
+            device_scale(rows.grads, (size_t)rows.row_count * layout->tensors[t].cols, factor);
+    }
+}
+
+// *norm: the gradient's global norm before clipping (NAN without --grad-clip).
+static void train_step(Run *run, int step, double *loss, double *step_s, double *norm) {
     Strategy *s = &run->strategy;
     CommStats before = run->comm.stats;
     run->trace.step = step;
@@ -245,7 +279,13 @@ static void train_step(Run *run, int step, double *loss, double *step_s) {
     backward_pass(run);
     double t_optim = timer_now();
     double tr = trace_begin(&run->trace);
-    s->step(s->state, adamw_config(run->opts.lr, run->opts.weight_decay));
+    *norm = NAN;
+    if (run->opts.grad_clip > 0) {
+        *norm = grad_norm(run);
+        double factor = run->opts.grad_clip / (*norm + 1e-6);
+        if (factor < 1) scale_grads(run, (float)factor);
+    }
+    s->step(s->state, adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay));
     trace_end(&run->trace, tr, "optim", "optimizer");
     double t1 = timer_now();
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
@@ -308,12 +348,15 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"device\": \"%s\", \"world_size\": %d, \"config\": "
                "{\"max_seq_len\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, \"num_layers\": %d, "
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
-               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\"}, "
-               "\"strategy_options\": {",
+               "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
+               "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
+               "\"data_order\": \"%s\"}, \"strategy_options\": {",
             run->plugin->name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
-            run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "");
+            run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
+            run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
+            run->opts.data_order);
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"tokens_per_s\": %.1f, \"ranks\": [", tokens_per_s);
     for (int r = 0; r < run->comm.world; r++) {
@@ -327,8 +370,10 @@ static void write_summary(Run *run, double tokens_per_s) {
         write_counter(f, &s->comm_total);
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);
-        fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}}",
-                s->compute_s, s->comm_wait_s, s->optim_s);
+        fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
+                   "\"last_grad_norm\": ", s->compute_s, s->comm_wait_s, s->optim_s);
+        if (isnan(s->last_grad_norm)) fprintf(f, "null}");
+        else fprintf(f, "%.17g}", s->last_grad_norm);
     }
     fprintf(f, "]}\n");
     free(all);
@@ -367,19 +412,26 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     signal(SIGUSR1, on_stop_signal);
     setup(&run);
     const TrainOptions *o = &run.opts;
+    run.schedule = (LrSchedule){.kind = strcmp(o->lr_schedule, "cosine") == 0 ? LR_COSINE : LR_CONSTANT,
+                                .lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup, .steps = o->steps};
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
     CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep};
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
+    run.summary.last_grad_norm = NAN;
     for (int step = run.first_step; step <= o->steps; step++) {
-        double loss, step_s;
-        train_step(&run, step, &loss, &step_s);
+        double loss, step_s, norm;
+        train_step(&run, step, &loss, &step_s, &norm);
+        run.summary.last_grad_norm = norm;
         total_s += step_s;
         steps_run++;
         if (step == o->test_nan_at) loss = NAN;
         if (!isfinite(loss))
             fatal("step %d: loss is %g; stopping without saving%s%s", step, loss,
+                  o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
+        if (o->grad_clip > 0 && !isfinite(norm))  // every rank has the same norm: all stop
+            fatal("step %d: the gradient norm is %g; stopping without saving%s%s", step, norm,
                   o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
         int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
         if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
@@ -401,8 +453,10 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             fprintf(run.log, "{\"step\": %d, \"loss\": %.7g, \"val_loss\": ", step, loss);
             if (eval) fprintf(run.log, "%.7g", val_loss);
             else fprintf(run.log, "null");
-            fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %g}\n",
-                    tokens_per_step / step_s, 1e3 * step_s, o->lr);
+            fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %.7g, \"grad_norm\": ",
+                    tokens_per_step / step_s, 1e3 * step_s, lr_schedule_at(&run.schedule, step));
+            if (isnan(norm)) fprintf(run.log, "null}\n");
+            else fprintf(run.log, "%.17g}\n", norm);
             check_log_written(&run);
         }
         if (!o->quiet) {

@@ -45,11 +45,13 @@ mkdir -p "$RUN"
 common=(--config "$CONFIG" --vocab 256 --data "$DATA" --steps "$STEPS" --batch "$BATCH" --seq "$SEQ"
         --eval-every 10 --eval-batches 2)
 echo "== single rank (the reference)"
-"$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace"
+"$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace" --out-model "$RUN/single.bin"
 for strategy in ddp zero3 fsdp; do
     echo "== $strategy on $RANKS ranks"
     $MPIRUN -np "$RANKS" "$BUILD/train_$strategy" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
+echo "== text sampled from the reference model"
+"$BUILD/sample" --model "$RUN/single.bin" --prompt "The " --tokens 200 --temperature 0.8 --seed 1 | tee "$RUN/sample.txt"
 echo "== plots and report"
 python3 examples/report.py "$RUN" --build "$BUILD"
 echo "report: $RUN/report.md (open $RUN/report.html in a browser)"

@@ -3,7 +3,7 @@
 // the same accountant the trainers use, with the same partitioner, so its
 // numbers can be held against a real run's summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--tsv]
+//              [--reshard-after-forward 0|1] [--recompute] [--tsv]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order) and the peak. Ranks with the same numbers
@@ -171,7 +171,7 @@ static void print_layout(const GPT2Layout *layout, int world) {
 
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
-    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, show_layout = 0;
+    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
@@ -180,13 +180,14 @@ int main(int argc, char **argv) {
         {"--batch", "B", CLI_INT, &B, 1, 1 << 30, "global sequences per step, divisible by N (default 4 per rank: 4N)"},
         {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
+        {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category and peak"},
         {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
-                                "[--reshard-after-forward 0|1] [--tsv | --layout]",
+                                "[--reshard-after-forward 0|1] [--recompute] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
@@ -206,12 +207,12 @@ int main(int argc, char **argv) {
         gpt2_layout_free(&layout);
         return 0;
     }
-    size_t activations = gpt2_activation_bytes(&config, B / world, T);
+    size_t activations = gpt2_activation_bytes(&config, B / world, T, recompute);
     if (!tsv) {
         double psi = (double)layout.num_params;
-        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)\n",
+        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)%s\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
-               B, T, B / world);
+               B, T, B / world, recompute ? ", activations recomputed in backward" : "");
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (fp32 here: 16P resident for DDP)\n%-6s %5s", "", "rank");

@@ -404,6 +404,11 @@ def write_report(run, logs, world, cfg, worst, tput):
     header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step"]
     cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
               f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}"] for t in table]
+    # compare.sh samples the reference model's continuation of a prompt (build/sample)
+    sample_path, sampled = os.path.join(run, "sample.txt"), None
+    sample_title = "Text sampled from the trained model (train_single's, build/sample)"
+    if os.path.exists(sample_path):
+        sampled = open(sample_path, encoding="utf-8", errors="replace").read().rstrip("\n")
     with open(os.path.join(run, "report.md"), "w") as f:
         f.write(f"# shardlab comparison: {os.path.basename(os.path.normpath(run))}\n\n")
         f.write(f"Settings: {settings}.  \nMachine: {machine}.\n\n")
@@ -415,6 +420,8 @@ def write_report(run, logs, world, cfg, worst, tput):
                 "(docs/communication.md).\n\n")
         for name, title in plots:
             f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
+        if sampled is not None:  # indented: a code block, whatever the text holds
+            f.write(f"## {sample_title}\n\n" + "".join(f"    {line}\n" for line in sampled.split("\n")))
     with open(os.path.join(run, "report.html"), "w") as f:
         f.write("<!doctype html><html><head><meta charset='utf-8'><title>shardlab comparison</title>"
                 "<style>body{font-family:sans-serif;max-width:1050px;margin:auto}table{border-collapse:collapse}"
@@ -428,6 +435,8 @@ def write_report(run, logs, world, cfg, worst, tput):
         f.write("</table>\n")
         for name, title in plots:
             f.write(f"<h2>{html.escape(title)}</h2><img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
+        if sampled is not None:
+            f.write(f"<h2>{html.escape(sample_title)}</h2><pre>{html.escape(sampled)}</pre>\n")
         f.write("</body></html>\n")
 
 

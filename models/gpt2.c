@@ -178,9 +178,12 @@ void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begi
 }
 
 // Lays the activation tensors out in one buffer; with memory == NULL it only counts.
+// With recompute, the blocks' inputs (encoded and every residual3) are kept, and
+// one set of the other per-layer activations serves the block that runs.
 static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Config *c, int B,
-                                 int T) {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+                                 int T, int recompute) {
+    size_t L = recompute ? 1 : (size_t)c->num_layers, C = c->channels, NH = c->num_heads;
+    size_t Vp = c->padded_vocab_size, all_layers = c->num_layers;
     size_t BT = (size_t)B * T;
     // the GPU's attention backward needs one layer's (B,NH,T,T) gradient whole,
     // the CPU's two (T,T) matrices, which is more when B * NH = 1
@@ -191,7 +194,7 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
         {&a->att, L * B * NH * T * T}, {&a->attproj, L * BT * C},    {&a->residual2, L * BT * C},
         {&a->ln2, L * BT * C},        {&a->ln2_mean, L * BT},        {&a->ln2_rstd, L * BT},
         {&a->fch, L * BT * 4 * C},    {&a->fch_gelu, L * BT * 4 * C}, {&a->fcproj, L * BT * C},
-        {&a->residual3, L * BT * C},  {&a->lnf, BT * C},             {&a->lnf_mean, BT},
+        {&a->residual3, all_layers * BT * C}, {&a->lnf, BT * C},     {&a->lnf_mean, BT},
         {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, BT * Vp},
         {&a->losses, BT},             {&a->dresidual, BT * C},       {&a->dln, BT * C},
         {&a->dqkv, BT * 3 * C},       {&a->datty, BT * C},           {&a->dfch_gelu, BT * 4 * C},
@@ -205,16 +208,17 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
     return total;
 }
 
-size_t gpt2_num_activations(const GPT2Config *config, int B, int T) {
+size_t gpt2_num_activations(const GPT2Config *config, int B, int T, int recompute) {
     GPT2Activations unused;
-    return layout_activations(&unused, NULL, config, B, T);
+    return layout_activations(&unused, NULL, config, B, T, recompute);
 }
 
-size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T) {
-    return gpt2_num_activations(config, B, T) * sizeof(float) + GPT2_BATCH_ARRAYS * (size_t)B * T * sizeof(int);
+size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T, int recompute) {
+    return gpt2_num_activations(config, B, T, recompute) * sizeof(float) +
+           GPT2_BATCH_ARRAYS * (size_t)B * T * sizeof(int);
 }
 
-void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
+void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemAccount *acct) {
     memset(model, 0, sizeof *model);
     gpt2_config_validate(&config, "model");
     if (B <= 0 || T <= 0) fatal("batch rows (%d) and sequence length (%d) must be positive", B, T);
@@ -223,12 +227,13 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct) {
     gpt2_layout_init(&model->layout, config);
     model->B = B;
     model->T = T;
+    model->recompute = recompute;
     model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
-    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T);
+    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
     model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, GPT2_BATCH_ARRAYS * (size_t)B * T);
-    layout_activations(&model->acts, model->acts_memory, &config, B, T);
+    layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute);
 }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {
@@ -268,18 +273,19 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     model->positions_by_token = model->batch + 2 * n;
 }
 
-GPT2BlockActs gpt2_block_acts(const GPT2 *model, int l) {
+GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer) {
     const GPT2Activations *a = &model->acts;
     size_t BT = (size_t)model->B * model->T, BTC = BT * model->layout.config.channels;
     size_t att = BT * model->layout.config.num_heads * model->T;
+    size_t l = model->recompute ? 0 : (size_t)layer;  // recompute: one set, shared by every block
     return (GPT2BlockActs){
-        .residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTC,
+        .residual = layer == 0 ? a->encoded : a->residual3 + (layer - 1) * BTC,
         .ln1 = a->ln1 + l * BTC, .ln1_mean = a->ln1_mean + l * BT, .ln1_rstd = a->ln1_rstd + l * BT,
         .qkv = a->qkv + l * 3 * BTC, .atty = a->atty + l * BTC, .att = a->att + l * att,
         .attproj = a->attproj + l * BTC, .residual2 = a->residual2 + l * BTC,
         .ln2 = a->ln2 + l * BTC, .ln2_mean = a->ln2_mean + l * BT, .ln2_rstd = a->ln2_rstd + l * BT,
         .fch = a->fch + l * 4 * BTC, .fch_gelu = a->fch_gelu + l * 4 * BTC,
-        .fcproj = a->fcproj + l * BTC, .residual3 = a->residual3 + l * BTC,
+        .fcproj = a->fcproj + l * BTC, .residual3 = a->residual3 + layer * BTC,
     };
 }
 

@@ -69,6 +69,8 @@ typedef struct {
 
 // Forward activations of one rank's (B, T) batch, plus the backward scratch that
 // every block reuses. All of it lives in one buffer counted as MEM_ACTIVATIONS.
+// With recompute (gpt2_init), the per-layer arrays other than residual3 hold
+// one layer (L = 1 below), shared by the blocks.
 typedef struct {
     float *encoded;     // (B,T,C)
     float *ln1;         // (L,B,T,C)
@@ -123,6 +125,7 @@ typedef struct {
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // this rank's batch rows and sequence length
+    int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
     float **params;            // (num_tensors) where each tensor's values are
     float **grads;             // (num_tensors) where each tensor's gradient accumulates
     GPT2Activations acts;
@@ -160,12 +163,15 @@ void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, float **table);
 void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begin, int row_count,
                     float *out);
 
-// Floats of activations (and backward scratch) for a (B, T) batch.
-size_t gpt2_num_activations(const GPT2Config *config, int B, int T);
+// Floats of activations (and backward scratch) for a (B, T) batch; with
+// recompute, the per-layer activations other than the blocks' outputs (residual3)
+// are held for one layer, not L.
+size_t gpt2_num_activations(const GPT2Config *config, int B, int T, int recompute);
 // Bytes of the activations category for a (B, T) batch: the floats above plus the batch arrays.
-size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T);
+size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T, int recompute);
 // Allocates activations for a (B, T) batch; the pointer tables start as NULL.
-void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, MemAccount *acct);
+// recompute: each block's backward first runs its forward again (--recompute).
+void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);
 
 // order: (n) the positions 0..n-1 sorted by their token id (< V), positions of
@@ -179,7 +185,9 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);
 
-GPT2BlockActs gpt2_block_acts(const GPT2 *model, int l);
+// Block `layer`'s activations: its own slices, or with recompute the one shared
+// set (its input and output, residual3, are always its own).
+GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer);
 
 // Model FLOPs of one forward + backward over B*T tokens: 6 * matmul params *
 // tokens plus the attention products (used for GFLOP/s and MFU).

@@ -113,11 +113,13 @@ extern "C" void gpt2_forward_unit(GPT2 *model, int unit) {
 
 extern "C" void gpt2_backward_unit(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
-    if (unit == 0)
+    if (unit == 0) {
         encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
                               model->positions_by_token, model->B, model->T, c->channels);
-    else if (unit <= c->num_layers)
+    } else if (unit <= c->num_layers) {
+        if (model->recompute) block_forward(model, unit - 1);  // the same arithmetic: bitwise the same values
         block_backward(model, unit - 1);
-    else
+    } else {
         head_backward(model);
+    }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests (make test-gpu), on a machine with a GPU: every CUDA layer
-# against the CPU, llmc_check on the GPU, and the strategy and checkpoint tests
-# with GPU ranks (NCCL with one rank; ranks sharing the GPU through staged MPI).
+# against the CPU, llmc_check on the GPU, and the strategy, checkpoint and
+# training-feature tests with GPU ranks (NCCL with one rank; ranks sharing the GPU through staged MPI).
 # Ends with "N passed, M failed".
 cd "$(dirname "$0")/.."
 RUN_TIMEOUT=1200
@@ -21,4 +21,5 @@ for i in $(seq 10); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "
 "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/byte" > /dev/null
 run "strategies on GPU ranks" python3 tests/test_strategies.py "$cuda" "$MPIRUN" 36
 run "checkpoints on GPU ranks" python3 tests/test_checkpoints.py "$cuda" "$tmp/byte" "$MPIRUN"
+run "training features on GPU ranks" python3 tests/test_training.py "$cuda" "$MPIRUN" 36 "$BUILD"
 finish

@@ -152,6 +152,12 @@ fails "trainer: --lr that rounds to 0 in a float" "--lr: 1e-50 is too small for 
 fails "trainer: --lr that rounds to 0 in a double" "--lr: 1e-400 is too small for single precision" "${train[@]}" --lr 1e-400
 fails "trainer: negative --lr" "--lr: -1 is outside \[0," "${train[@]}" --lr -1
 run "trainer: a tiny but representable --lr" "${train[@]}" --lr 1e-40
+fails "trainer: unknown --lr-schedule" "--lr-schedule: give constant or cosine" "${train[@]}" --lr-schedule linear
+fails "trainer: --min-lr without the cosine" "--min-lr goes with --lr-schedule cosine" "${train[@]}" --min-lr 1e-5
+fails "trainer: --min-lr above --lr" "--min-lr is above --lr" "${train[@]}" --lr-schedule cosine --lr 1e-4 --min-lr 1e-3
+fails "trainer: negative --warmup" "--warmup: '-2' is not an integer" "${train[@]}" --warmup -2
+fails "trainer: negative --grad-clip" "--grad-clip: -1 is outside" "${train[@]}" --grad-clip -1
+fails "trainer: unknown --data-order" "--data-order: give sequential or llmc" "${train[@]}" --data-order random
 fails "prepare: unknown flag" "unknown flag '--bogus'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/x" --bogus
 fails "prepare: --vocab with the byte tokenizer" "--vocab models/gpt2_vocab goes with --tokenizer gpt2" \
     "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --vocab models/gpt2_vocab --out "$tmp/x"
@@ -168,8 +174,23 @@ printf '#version: 0.2\na b\n' > "$tmp/tinyvocab/vocab.bpe"
 fails "tokenize: a merge whose symbol encoder.json lacks" "tinyvocab/encoder.json: has no id for the symbol \"ab\"" \
     sh -c "printf ab | '$BUILD/tokenize' --tokenizer gpt2 --vocab '$tmp/tinyvocab'"
 
+"$BUILD/init_model" --layers 1 --heads 2 --channels 8 --vocab 256 --max-seq 8 --out "$tmp/maxt8.bin" > /dev/null
+sample=("$BUILD/sample" --model "$tmp/maxt8.bin" --tokens 3)
+run "sample: a prompt of maxT tokens" "${sample[@]}" --prompt 12345678
+fails "sample: a prompt longer than maxT" "--prompt is 9 tokens, more than the model's maximum sequence length 8" \
+    "${sample[@]}" --prompt 123456789
+fails "sample: an empty prompt" "--prompt is empty" "${sample[@]}" --prompt ""
+fails "sample: no prompt" "--model FILE.bin and --prompt TEXT are required" "${sample[@]}"
+fails "sample: not a model" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/sample" --model "$tmp/notmodel.bin" --prompt a
+fails "sample: a truncated model" "truncated.bin: header/size mismatch" "$BUILD/sample" --model "$tmp/truncated.bin" --prompt a
+fails "sample: a vocab the tokenizer does not have" "its vocabulary has V=101 tokens, the byte tokenizer 256" \
+    "$BUILD/sample" --model tests/data/torch_nh3_c48_v101/model.bin --prompt a
+fails "sample: negative temperature" "--temperature: -1 is outside" "${sample[@]}" --prompt a --temperature -1
+fails "sample: --tokens not a number" "--tokens: 'many' is not an integer" "${sample[@]}" --prompt a --tokens many
+fails "sample: unknown tokenizer" "unknown tokenizer 'words'" "${sample[@]}" --prompt a --tokenizer words
+
 echo "== every tool answers --help (usage on stdout, exit 0) and refuses unknown flags"
-for tool in prepare tokenize init_model plan llmc_check bench_step train_single; do
+for tool in prepare tokenize init_model plan llmc_check sample bench_step train_single; do
     help_ok "$tool --help" "$BUILD/$tool" --help
     help_ok "$tool -h" "$BUILD/$tool" -h
     fails "$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/$tool" --bogus
@@ -199,6 +220,9 @@ fi
 echo "== strategies: equivalence, memory and traffic formulas"
 run "test_strategies" python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 
+echo "== training features: clipping, schedule, recompute, data order"
+run "test_training" python3 tests/test_training.py "$BUILD" "$MPIRUN"
+
 echo "== ranks that disagree on options, model or data"
 run "test_agree" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 
@@ -221,6 +245,9 @@ for plot in loss memory_by_category peak_memory throughput comm_per_step step_ti
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
     ok "22 plots (PNG and SVG) and the report are written"; else bad "22 plots (PNG and SVG) and the report are written"; fi
+if grep -q "^## Text sampled from the trained model" "$tmp/runs/tiny/report.md" && [ "$(head -c 4 "$tmp/runs/tiny/sample.txt")" = "The " ] \
+    && grep -q "<pre>The " "$tmp/runs/tiny/report.html"; then
+    ok "the report ends with text sampled from the trained model"; else bad "the report ends with text sampled from the trained model"; fi
 fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
 head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"

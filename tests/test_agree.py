@@ -72,6 +72,12 @@ CASES = {
     "--keep": ({}, {"--keep": "3"}),
     "--resume": ({"--resume": f"{tmp}/ck_a"}, {"--resume": f"{tmp}/ck_b"}),
     "--test-nan-at": ({}, {"--test-nan-at": "1"}),
+    "--grad-clip": ({}, {"--grad-clip": "1.0"}),
+    "--lr-schedule": ({}, {"--lr-schedule": "cosine"}),
+    "--warmup": ({}, {"--warmup": "1"}),
+    "--min-lr": ({"--lr-schedule": "cosine"}, {"--lr-schedule": "cosine", "--min-lr": "1e-5"}),
+    "--recompute": ({}, {"--recompute": True}),
+    "--data-order": ({}, {"--data-order": "llmc"}),
 }
 
 

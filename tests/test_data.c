@@ -119,12 +119,40 @@ START_TEST(test_missing_file_is_rejected) {
 }
 END_TEST
 
+START_TEST(test_mt19937_reference_outputs) {
+    // init_genrand(5489) is C++'s default std::mt19937: its first output and its
+    // 10000th (which the C++ standard fixes) pin the recurrence and the tempering
+    Mt19937 mt;
+    mt19937_seed(&mt, 5489);
+    ck_assert_uint_eq(mt19937_next(&mt), 3499211612u);
+    for (int i = 2; i < 10000; i++) mt19937_next(&mt);
+    ck_assert_uint_eq(mt19937_next(&mt), 4123659995u);
+}
+END_TEST
+
+START_TEST(test_llmc_shuffle_is_a_permutation) {
+    Mt19937 mt;
+    mt19937_seed(&mt, 42);
+    int data[37], seen[37] = {0}, moved = 0;
+    for (int i = 0; i < 37; i++) data[i] = i;
+    mt19937_shuffle(&mt, data, 37);
+    for (int i = 0; i < 37; i++) {
+        seen[data[i]]++;
+        moved += data[i] != i;
+    }
+    for (int i = 0; i < 37; i++) ck_assert_int_eq(seen[i], 1);
+    ck_assert_int_gt(moved, 20);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("shards and loader");
     tcase_add_test(tc, test_shard_round_trip);
     tcase_add_test(tc, test_ranks_split_the_global_batch);
     tcase_add_test(tc, test_loader_wraps_only_when_the_batch_does_not_fit);
+    tcase_add_test(tc, test_mt19937_reference_outputs);
+    tcase_add_test(tc, test_llmc_shuffle_is_a_permutation);
     tcase_add_exit_test(tc, test_token_id_not_below_vocab_is_rejected, 1);
     tcase_add_exit_test(tc, test_truncated_shard_is_rejected, 1);
     tcase_add_exit_test(tc, test_wrong_magic_is_rejected, 1);

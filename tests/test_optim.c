@@ -64,6 +64,48 @@ START_TEST(test_sharded_update_equals_whole) {
 }
 END_TEST
 
+// The schedule's formula written out again, independently of optim.c.
+static double expected_lr(int kind_cosine, double lr, double min_lr, int W, int S, int s) {
+    if (s <= W) return lr * s / W;
+    if (!kind_cosine) return lr;
+    return min_lr + (lr - min_lr) * (1 + cos(M_PI * (s - W) / (double)(S - W))) / 2;
+}
+
+START_TEST(test_lr_schedule_points_by_hand) {
+    LrSchedule cosine = {.kind = LR_COSINE, .lr = 1e-3f, .min_lr = 1e-4f, .warmup = 4, .steps = 12};
+    ck_assert_float_eq_tol(lr_schedule_at(&cosine, 1), 2.5e-4f, 1e-10f);  // a quarter of the warmup
+    ck_assert_float_eq(lr_schedule_at(&cosine, 4), 1e-3f);                // the warmup's end is the peak
+    ck_assert_float_eq_tol(lr_schedule_at(&cosine, 8), 5.5e-4f, 1e-10f);   // halfway down: (lr + min_lr) / 2
+    ck_assert_float_eq_tol(lr_schedule_at(&cosine, 6), 8.6819805e-4f, 1e-10f);  // cos(pi/4)
+    ck_assert_float_eq(lr_schedule_at(&cosine, 12), 1e-4f);               // the last step: min_lr
+    LrSchedule constant = {.kind = LR_CONSTANT, .lr = 1e-3f, .warmup = 2, .steps = 12};
+    ck_assert_float_eq(lr_schedule_at(&constant, 1), 5e-4f);
+    for (int s = 2; s <= 12; s++) ck_assert_float_eq(lr_schedule_at(&constant, s), 1e-3f);
+    LrSchedule no_warmup = {.kind = LR_COSINE, .lr = 3e-4f, .min_lr = 0, .warmup = 0, .steps = 1};
+    ck_assert_float_eq(lr_schedule_at(&no_warmup, 1), 0.0f);  // one step: it is the last
+}
+END_TEST
+
+START_TEST(test_lr_schedule_against_the_formula) {
+    int shapes[][2] = {{0, 1}, {0, 7}, {3, 3}, {5, 100}, {10, 11}, {7, 50}};  // (W, S)
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int cosine = 0; cosine < 2; cosine++) {
+            LrSchedule sched = {.kind = cosine ? LR_COSINE : LR_CONSTANT, .lr = 6e-4f, .min_lr = cosine ? 6e-5f : 0,
+                                .warmup = shapes[k][0], .steps = shapes[k][1]};
+            float previous = 0;
+            for (int s = 1; s <= sched.steps; s++) {
+                double want = expected_lr(cosine, 6e-4f, cosine ? 6e-5f : 0, sched.warmup, sched.steps, s);
+                float got = lr_schedule_at(&sched, s);
+                ck_assert_msg(fabs(got - want) <= 1e-7 * want + 1e-12, "W=%d S=%d cosine=%d step %d: %g, not %g",
+                              sched.warmup, sched.steps, cosine, s, got, want);
+                if (s <= sched.warmup) ck_assert_float_gt(got, previous);  // rising during warmup
+                else if (cosine && s > sched.warmup + 1) ck_assert_float_lt(got, previous);  // then falling
+                previous = got;
+            }
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("adamw");
@@ -71,6 +113,8 @@ int main(void) {
     tcase_add_test(tc, test_adamw_second_step_by_hand);
     tcase_add_test(tc, test_span_counts_its_own_steps);
     tcase_add_test(tc, test_sharded_update_equals_whole);
+    tcase_add_test(tc, test_lr_schedule_points_by_hand);
+    tcase_add_test(tc, test_lr_schedule_against_the_formula);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

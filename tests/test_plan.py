@@ -61,6 +61,29 @@ for n in (1, 2, 3, 4):
             got = rank["peak_bytes"]
             check(abs(got - want[-1]) <= 0.05 * want[-1], f"{strategy} N={n} rank {rank['rank']} peak: measured {got}, planned {want[-1]}")
 
+# --recompute: the planner's activations equal a real run's, and are the plain
+# ones less (L-1)(17bTC + 4bT + b NH T^2) floats (d2: L = 2, C = 128, NH = 2).
+for n in (1, 3):
+    base = ["--config", "d2", "--vocab", "256", "--ranks", str(n), "--batch", "12", "--seq", "16"]
+    plain = {s: numbers for s, first, last, numbers in plan_rows(base)}
+    recomputed = {s: numbers for s, first, last, numbers in plan_rows([*base, "--recompute"])}
+    b, T, C, NH = 12 // n, 16, 128, 2
+    saved = 4 * (17 * b * T * C + 4 * b * T + b * NH * T * T)
+    act = CATS.index("activations")
+    check(plain["fsdp"][act] - recomputed["fsdp"][act] == saved,
+          f"plan --recompute N={n}: activations {plain['fsdp'][act]} -> {recomputed['fsdp'][act]} (saves {saved})")
+    log = os.path.join(tmp, f"recompute{n}.jsonl")
+    r = subprocess.run([*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", "--config", "d2", "--vocab", "256", "--data", DATA,
+                        "--batch", "12", "--seq", "16", "--steps", "1", "--quiet", "--recompute", "--log", log],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"fsdp N={n} --recompute runs: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        summary = json.loads(open(log).read().splitlines()[-1])
+        for rank in summary["ranks"]:
+            got = rank["mem"]["activations"]["peak"]
+            check(got == recomputed["fsdp"][act],
+                  f"fsdp N={n} --recompute rank {rank['rank']} activations: measured {got}, planned {recomputed['fsdp'][act]}")
+
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once, so even 2^24 ranks answer at once (a time limit
 # here only turns a hang into a failure).

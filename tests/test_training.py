@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""The training features, each held to what it means (docs/training.md):
+  - --grad-clip C: every step's grad_norm, on every strategy at N = 1..4, equals
+    train_single's within 1e-6 relative, every rank ends with the same norm
+    bitwise, and the clipped runs follow train_single (losses and final
+    parameters within 1e-5). The norm and the clip factor are checked against
+    AdamW's first moment after one step, read from --save-full's optimizer.bin:
+    m = (1 - beta1) * clipped gradient, so |m| / (1 - beta1) must be the logged
+    norm unclipped, and C * norm / (norm + 1e-6) clipped.
+  - --lr-schedule / --warmup / --min-lr: the logged lr is the formula's, and the
+    optimizer uses it: one step of warmup 2 at lr 2L is bitwise one step at L,
+    one step of a cosine ending at X is bitwise one step at X.
+  - --recompute: bitwise the same losses and final model, for every strategy.
+  - --data-order llmc: the batches a trainer reads are llm.c's shuffled order,
+    re-implemented here (MT19937 from its reference init_genrand); see
+    check_llmc_order.
+  - build/sample: a seed gives one text, another seed another, temperature 0 is
+    greedy; ids are below V, and the text is the prompt and the ids decoded
+    (GPT-2's from encoder.json, here); the context slides past maxT.
+On a GPU (run_gpu_tests.sh) the trainers come from build/cuda, with CHANNELS = 36
+(see test_strategies.py), and the tools that have no CUDA build (init_model,
+sample, tests/loader_order) from TOOLS_DIR.
+Usage: test_training.py BUILD_DIR "MPIRUN ..." [CHANNELS [TOOLS_DIR]] """
+import array
+import json
+import math
+import os
+import random
+import shlex
+import struct
+import subprocess
+import sys
+import tempfile
+
+from testlib import Checks
+
+BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
+L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
+TOOLS = sys.argv[4] if len(sys.argv) > 4 else BUILD
+BATCH, SEQ = 12, 16
+CHECKS = Checks("training")
+check = CHECKS.check
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
+    return r.returncode
+
+
+def read_log(path):
+    lines = [json.loads(l) for l in open(path)]
+    return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
+
+
+def read_floats(path, skip=1024):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read()[skip:])
+    return a
+
+
+def trainer(strategy, n):
+    launch = [] if strategy == "single" else [*MPIRUN, "-np", str(n)]
+    return [*launch, f"{BUILD}/train_{strategy}"]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def check_clip_equivalence(tmp, common):
+    clip = ["--grad-clip", "0.5"]
+    ref_log, ref_out = os.path.join(tmp, "clip_single.jsonl"), os.path.join(tmp, "clip_single.bin")
+    check(run([*trainer("single", 1), *common, *clip, "--log", ref_log, "--out-model", ref_out]) == 0,
+          "train_single --grad-clip runs")
+    ref, _ = read_log(ref_log)
+    ref_params = read_floats(ref_out)
+    clipped = sum(1 for s in ref if s["grad_norm"] > 0.5)
+    check(all(s["grad_norm"] > 0 for s in ref) and clipped >= len(ref) // 2,
+          f"train_single logs a grad_norm every step, and --grad-clip 0.5 clips ({clipped} of {len(ref)} steps)")
+    for strategy in ("ddp", "zero3", "fsdp"):
+        for n in (1, 2, 3, 4):
+            tag = f"{strategy} N={n} --grad-clip 0.5"
+            log, out = os.path.join(tmp, f"clip_{strategy}{n}.jsonl"), os.path.join(tmp, f"clip_{strategy}{n}.bin")
+            if run([*trainer(strategy, n), *common, *clip, "--log", log, "--out-model", out]) != 0:
+                check(False, f"{tag}: runs")
+                continue
+            steps, summary = read_log(log)
+            worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref))
+            check(len(steps) == len(ref) and worst <= 1e-6,
+                  f"{tag}: grad_norm matches train_single's every step (worst relative diff {worst:.1e})")
+            last = [r["last_grad_norm"] for r in summary["ranks"]]
+            check(len(last) == n and all(x == steps[-1]["grad_norm"] for x in last),
+                  f"{tag}: every rank has the same norm, bitwise ({last})")
+            worst = max(rel(a["loss"], b["loss"]) for a, b in zip(steps, ref))
+            pdiff = max(abs(a - b) for a, b in zip(read_floats(out), ref_params))
+            check(worst <= 1e-5 and pdiff <= 1e-5,
+                  f"{tag}: follows train_single (losses {worst:.1e} relative, parameters {pdiff:.1e})")
+
+
+def first_moment_norm(ckpt_dir):
+    """|m| / (1 - beta1) after one AdamW step: the norm of the gradient the step used."""
+    step_dir = os.path.join(ckpt_dir, open(os.path.join(ckpt_dir, "latest")).read().strip())
+    header = struct.unpack("<3i", open(os.path.join(step_dir, "optimizer.bin"), "rb").read(12))
+    m = read_floats(os.path.join(step_dir, "optimizer.bin"))[:header[2]]
+    one_minus_beta1 = struct.unpack("<f", struct.pack("<f", 1 - struct.unpack("<f", struct.pack("<f", 0.9))[0]))[0]
+    return math.sqrt(sum(x * x for x in m)) / one_minus_beta1
+
+
+def check_clip_against_optimizer(tmp, common):
+    for strategy, n in (("single", 1), ("ddp", 2), ("fsdp", 3)):
+        norms = {}
+        for clip in ("1e30", "quarter"):
+            ck, log = os.path.join(tmp, f"m_{strategy}_{clip}"), os.path.join(tmp, f"m_{strategy}_{clip}.jsonl")
+            value = clip if clip == "1e30" else repr(norms["1e30"][0] / 4)
+            rc = run([*trainer(strategy, n), *common[:-2], "--steps", "1", "--grad-clip", value, "--log", log,
+                      "--ckpt-dir", ck, "--save-full"])
+            if rc != 0:
+                check(False, f"{strategy} N={n} --grad-clip {value} --save-full runs")
+                return
+            steps, _ = read_log(log)
+            norms[clip] = (steps[0]["grad_norm"], first_moment_norm(ck), float(value))
+        logged, used, _ = norms["1e30"]
+        check(rel(logged, used) <= 1e-6,
+              f"{strategy} N={n}: the logged norm {logged:.7g} is the norm of the gradient AdamW used ({used:.7g})")
+        logged, used, c = norms["quarter"]
+        want = c * logged / (logged + 1e-6)
+        check(rel(used, want) <= 1e-6,
+              f"{strategy} N={n}: --grad-clip {c:.5g} scales that gradient to norm {used:.7g} "
+              f"(C * norm / (norm + 1e-6) = {want:.7g})")
+
+
+def check_schedule(tmp, common):
+    lr, W, S, min_lr = 2e-3, 3, 10, 2e-4
+    log = os.path.join(tmp, "cosine.jsonl")
+    rc = run([*trainer("fsdp", 2), *common[:-2], "--steps", str(S), "--lr", str(lr), "--warmup", str(W),
+              "--lr-schedule", "cosine", "--min-lr", str(min_lr), "--log", log])
+    check(rc == 0, "fsdp N=2 --lr-schedule cosine runs")
+    if rc == 0:
+        steps, _ = read_log(log)
+        want = [lr * s / W if s <= W else min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (s - W) / (S - W))) / 2
+                for s in range(1, S + 1)]
+        worst = max(rel(a["lr"], b) for a, b in zip(steps, want))
+        check(len(steps) == S and worst <= 1e-6, f"the logged lr is the cosine schedule's (worst relative diff {worst:.1e})")
+    pairs = [("warmup: step 1 of 2 at lr 2e-3 is a step at 1e-3", ["--lr", "2e-3", "--warmup", "2"], ["--lr", "1e-3"]),
+             ("cosine: the last step is at --min-lr", ["--lr", "5e-3", "--lr-schedule", "cosine", "--min-lr", "1e-3"],
+              ["--lr", "1e-3"]),
+             ("constant after warmup 0 is --lr", ["--lr", "1e-3", "--lr-schedule", "constant"], ["--lr", "1e-3"])]
+    plain = os.path.join(tmp, "sched_other.bin")
+    for what, flags, same in pairs:
+        outs = []
+        for k, f in enumerate((flags, same)):
+            out = os.path.join(tmp, f"sched{k}.bin")
+            check(run([*trainer("single", 1), *common[:-2], "--steps", "1", *f, "--out-model", out]) == 0, f"{what}: runs")
+            outs.append(open(out, "rb").read())
+        check(outs[0] == outs[1], f"{what} (bitwise the same model)")
+    run([*trainer("single", 1), *common[:-2], "--steps", "1", "--lr", "2e-3", "--out-model", plain])
+    check(open(plain, "rb").read() != outs[1], "and another lr gives another model (the comparison can fail)")
+
+
+def check_recompute(tmp, common):
+    for strategy, n in (("single", 1), ("ddp", 2), ("zero3", 3), ("fsdp", 4)):
+        runs = {}
+        for flag in ([], ["--recompute"]):
+            tag = f"{strategy}{n}{''.join(flag)}"
+            log, out = os.path.join(tmp, f"{tag}.jsonl"), os.path.join(tmp, f"{tag}.bin")
+            if run([*trainer(strategy, n), *common, "--grad-clip", "1e30", *flag, "--log", log, "--out-model", out]):
+                check(False, f"{strategy} N={n} {' '.join(flag)}: runs")
+                return
+            steps, summary = read_log(log)
+            runs[bool(flag)] = ([(s["loss"], s["grad_norm"]) for s in steps], open(out, "rb").read(),
+                                summary["ranks"][0]["mem"]["activations"]["peak"])
+        plain, recomputed = runs[False], runs[True]
+        check(plain[0] == recomputed[0] and plain[1] == recomputed[1],
+              f"{strategy} N={n} --recompute: bitwise the same losses, gradient norms and final model")
+        b, T = BATCH // n, SEQ
+        saved = 4 * (L - 1) * (17 * b * T * C + 4 * b * T + b * NH * T * T)
+        check(plain[2] - recomputed[2] == saved,
+              f"{strategy} N={n} --recompute: activations {plain[2]} -> {recomputed[2]} bytes, "
+              f"(L-1)(17bTC + 4bT + b NH T^2) floats less ({saved} bytes)")
+
+
+class InitGenrand:
+    """MT19937 seeded by the reference init_genrand(seed), drawing through CPython's own
+    MT19937 (random.Random), whose state is set to init_genrand's. Python's
+    random.Random(seed) would not do: its seed() runs init_by_array, another stream."""
+
+    def __init__(self, seed):
+        state = [seed & 0xFFFFFFFF]
+        for i in range(1, 624):
+            state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
+        self.rng = random.Random()
+        self.rng.setstate((3, tuple(state) + (624,), None))  # 624: twist before the first output
+
+    def next(self):
+        return self.rng.getrandbits(32)
+
+
+def llmc_samples(num_samples, count):
+    """The sample index of each of `count` batches of llm.c's training loader (one shard)."""
+    rng, out = InitGenrand(42), []
+    while len(out) < count:
+        order = list(range(num_samples))
+        for i in range(num_samples - 1, 0, -1):  # llm.c's random_permutation
+            j = rng.next() % (i + 1)
+            order[i], order[j] = order[j], order[i]
+        out += order
+    return out[:count]
+
+
+def check_mt19937():
+    check(InitGenrand(5489).next() == 3499211612, "init_genrand(5489)'s first output is std::mt19937's 3499211612")
+    check(InitGenrand(42).next() != random.Random(42).getrandbits(32),
+          "Python's random.Random(42) is another stream (init_by_array), not init_genrand(42)'s")
+
+
+def check_llmc_order(tmp, common):
+    check_mt19937()
+    ntok, B, T = 1000, 4, 8
+    shard = os.path.join(tmp, "positions.bin")
+    with open(shard, "wb") as f:  # token i is i: a batch names where it was read
+        f.write(struct.pack("<256i", 20240520, 1, ntok, *([0] * 253)) + struct.pack(f"<{ntok}H", *range(ntok)))
+    n = (ntok - 1) // (B * T)
+    count = 2 * n + 7  # into the third epoch
+    for order in ("llmc", "sequential"):
+        samples = llmc_samples(n, count) if order == "llmc" else [k % n for k in range(count)]
+        for world, rank, skip in ((1, 0, 0), (2, 1, 0), (4, 3, 0), (1, 0, n + 3), (2, 0, 2 * n)):
+            out = subprocess.run([f"{TOOLS}/tests/loader_order", shard, str(B), str(T), str(rank), str(world), order,
+                                  str(skip), str(count - skip)], capture_output=True, text=True)
+            local = B // world * T
+            want = []
+            for idx in samples[skip:]:
+                start = idx * B * T + rank * local
+                want.append(list(range(start, start + local)) + list(range(start + 1, start + local + 1)))
+            got = [[int(x) for x in line.split()] for line in out.stdout.splitlines()]
+            check(out.returncode == 0 and got == want,
+                  f"--data-order {order}: rank {rank} of {world} reads the batches of the re-implementation "
+                  f"(batches {skip}..{count - 1}, {n} samples per epoch)")
+    # the trainers read through that loader: llm.c's first batch, as a shard of its own, trains the same model
+    data = common[common.index("--data") + 1]
+    tokens = array.array("H")
+    tokens.frombytes(open(os.path.join(data, "train.bin"), "rb").read()[1024:])
+    BT = BATCH * SEQ
+    first = llmc_samples((len(tokens) - 1) // BT, 1)[0]
+    os.makedirs(os.path.join(tmp, "first"), exist_ok=True)
+    with open(os.path.join(tmp, "first", "train.bin"), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, BT + 1, *([0] * 253)) + tokens[first * BT:(first + 1) * BT + 1].tobytes())
+    one = [*common[:-2], "--steps", "1"]
+    a, b = os.path.join(tmp, "llmc1.bin"), os.path.join(tmp, "first1.bin")
+    run([*trainer("single", 1), *one, "--data-order", "llmc", "--out-model", a])
+    args = list(one)
+    args[args.index("--data") + 1] = os.path.join(tmp, "first")
+    run([*trainer("single", 1), *args, "--out-model", b])
+    check(first != 0 and os.path.exists(a) and open(a, "rb").read() == open(b, "rb").read(),
+          f"train_single --data-order llmc trains its first step on sample {first} (bitwise the same model)")
+    ref = os.path.join(tmp, "llmc_single.jsonl")
+    run([*trainer("single", 1), *common, "--data-order", "llmc", "--log", ref])
+    ref_steps, _ = read_log(ref)
+    seq = os.path.join(tmp, "seq_single.jsonl")
+    run([*trainer("single", 1), *common, "--log", seq])
+    check([s["loss"] for s in read_log(seq)[0]] != [s["loss"] for s in ref_steps],
+          "--data-order llmc changes the losses")
+    for strategy, n_ranks in (("ddp", 2), ("zero3", 3), ("fsdp", 4)):
+        log = os.path.join(tmp, f"llmc_{strategy}.jsonl")
+        rc = run([*trainer(strategy, n_ranks), *common, "--data-order", "llmc", "--log", log])
+        worst = max(rel(x["loss"], y["loss"]) for x, y in zip(read_log(log)[0], ref_steps)) if rc == 0 else 1
+        check(worst <= 1e-5, f"{strategy} N={n_ranks} --data-order llmc: losses match train_single's ({worst:.1e})")
+    # resumed at step 4, the stream goes on where it was
+    ck, log = os.path.join(tmp, "llmc_ck"), os.path.join(tmp, "llmc_resumed.jsonl")
+    run([*trainer("single", 1), *common[:-2], "--steps", "4", "--data-order", "llmc", "--ckpt-dir", ck])
+    rc = run([*trainer("fsdp", 2), *common, "--data-order", "llmc", "--resume", ck, "--log", log])
+    resumed = read_log(log)[0] if rc == 0 else []
+    worst = max((rel(x["loss"], y["loss"]) for x, y in zip(resumed, ref_steps[4:])), default=1)
+    check(len(resumed) == len(ref_steps) - 4 and worst <= 1e-5,
+          f"--data-order llmc resumed at step 4 (fsdp N=2) continues the stream ({worst:.1e})")
+
+
+def gpt2_byte_decoder():
+    """GPT-2's printable stand-in for each byte (bytes_to_unicode of its encoder.py), inverted."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+def sample(*args):
+    r = subprocess.run([f"{TOOLS}/sample", *args], capture_output=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr.decode(errors="replace")
+
+
+def check_sample(tmp):
+    byte_model, gpt2_model = os.path.join(tmp, "v256.bin"), os.path.join(tmp, "v50257.bin")
+    run([f"{TOOLS}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256", "--max-seq", "8",
+         "--out", byte_model])
+    run([f"{TOOLS}/init_model", "--layers", "1", "--heads", "1", "--channels", "8", "--vocab", "50257",
+         "--max-seq", "16", "--out", gpt2_model])
+    base = ["--model", byte_model, "--prompt", "abc", "--tokens", "20"]  # 3 + 20 tokens: slides past maxT = 8
+    outs = {}
+    for key, extra in (("s1", ["--seed", "1"]), ("s1 again", ["--seed", "1"]), ("s2", ["--seed", "2"]),
+                       ("greedy s1", ["--temperature", "0", "--seed", "1"]),
+                       ("greedy s2", ["--temperature", "0", "--seed", "2"]), ("ids", ["--seed", "1", "--ids"])):
+        rc, out, err = sample(*base, *extra)
+        check(rc == 0, f"sample {' '.join(extra)} runs {err[-200:]}")
+        outs[key] = out
+    check(outs["s1"] == outs["s1 again"], "sample: the same seed gives the same text")
+    check(outs["s1"] != outs["s2"], "sample: another seed gives another text")
+    check(outs["greedy s1"] == outs["greedy s2"] and outs["greedy s1"] != outs["s1"],
+          "sample --temperature 0: greedy, the same for every seed")
+    ids = [int(x) for x in outs["ids"].split()]
+    check(len(ids) == 20 and all(0 <= i < 256 for i in ids) and outs["s1"] == b"abc" + bytes(ids) + b"\n",
+          "sample --ids: 20 ids below V, and the text is the prompt and their bytes")
+    rc, out, err = sample("--model", gpt2_model, "--tokenizer", "gpt2", "--vocab", "models/gpt2_vocab",
+                          "--prompt", "Hello world", "--tokens", "12", "--seed", "5", "--ids")
+    ids = [int(x) for x in out.split()] if rc == 0 else []
+    check(len(ids) == 12 and all(0 <= i < 50257 for i in ids), f"sample gpt2: 12 ids below 50257 {err[-200:]}")
+    rc, text, err = sample("--model", gpt2_model, "--tokenizer", "gpt2", "--vocab", "models/gpt2_vocab",
+                           "--prompt", "Hello world", "--tokens", "12", "--seed", "5")
+    encoder = json.load(open("models/gpt2_vocab/encoder.json"))
+    decoder, to_byte = {i: t for t, i in encoder.items()}, gpt2_byte_decoder()
+    want = b"Hello world" + b"".join(bytes(to_byte[c] for c in decoder[i]) for i in ids) + b"\n"
+    check(rc == 0 and text == want, "sample gpt2: the text is the prompt and the ids decoded by encoder.json")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_training_")
+    model = os.path.join(tmp, "model.bin")
+    assert run([f"{TOOLS}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
+                "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
+    rng = random.Random(5)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    with open(os.path.join(data, "train.bin"), "wb") as f:
+        count = 20000
+        f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+        ids = [rng.randrange(V)]
+        for _ in range(count - 1):  # a learnable rule, with some noise
+            ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
+        f.write(struct.pack(f"<{count}H", *ids))
+    common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ), "--lr", "1e-3",
+              "--quiet", "--steps", "10"]
+    check_schedule(tmp, common)
+    check_recompute(tmp, common)
+    check_llmc_order(tmp, common)
+    check_sample(tmp)
+    check_clip_against_optimizer(tmp, common)
+    check_clip_equivalence(tmp, common)
+    CHECKS.finish()
+
+
+if __name__ == "__main__":
+    main()
