@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mt19937.h"
+#include "util/mt19937.h"
 
 #define TOKEN_SHARD_MAGIC 20240520
 #define TOKEN_SHARD_VERSION 1

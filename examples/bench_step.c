@@ -75,9 +75,9 @@ int main(int argc, char **argv) {
     double step_gflops = gpt2_flops_per_step(&config, B, T) / best / 1e9;
     double peak = sgemm_gflops(1024);
     printf("%s B=%d T=%d: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; "
-           "sgemm 1024^3 %.2f GFLOP/s (%d threads); step/sgemm = %.0f%%\n",
+           "sgemm 1024^3 %.2f GFLOP/s (%d threads, OpenBLAS kernels for %s); step/sgemm = %.0f%%\n",
            config_name, B, T, P, 1e3 * best, steps, step_gflops, peak, openblas_get_num_threads(),
-           100.0 * step_gflops / peak);
+           openblas_get_corename(), 100.0 * step_gflops / peak);
     free(tokens);
     mem_free_floats(&mem, MEM_PARAMS, params, P);
     mem_free_floats(&mem, MEM_GRADS, grads, P);

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cli.h"
+#include "../common/util/cli.h"
 #include "../common/device.h"
-#include "../common/errors.h"
-#include "../common/random.h"
+#include "../common/util/errors.h"
+#include "../common/util/random.h"
 #include "../common/tokenizer.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"

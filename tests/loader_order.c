@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common/data.h"
-#include "../common/errors.h"
+#include "../common/util/errors.h"
 
 int main(int argc, char **argv) {
     if (argc != 9) fatal("usage: %s SHARD B T RANK WORLD sequential|llmc SKIP COUNT", argv[0]);
