@@ -154,14 +154,19 @@ static void check_log_written(const Run *run) {
         fatal("--log %s: cannot write: %s", run->opts.log_path, strerror(errno));
 }
 
-// Rank 0 opens the log and writes its first line now: a full disk or an
-// unwritable path fails before training, not after.
+// Rank 0 opens the log now, so that an unwritable path fails before the model
+// is built; its first line follows once the strategy has its name (--zero-stage
+// makes the ddp trainer's run zero1 or zero2), still before training.
 static void open_log(Run *run) {
     const TrainOptions *o = &run->opts;
     run->log = fopen(o->log_path, o->resume ? "a" : "w");
     if (!run->log) fatal("--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+}
+
+static void write_log_start(Run *run) {
+    const TrainOptions *o = &run->opts;
     fprintf(run->log, "{\"start\": true, \"strategy\": \"%s\", \"world_size\": %d, \"steps\": %d, \"resume\": %s}\n",
-            run->plugin->name, run->comm.world, o->steps, o->resume ? "true" : "false");
+            run->strategy.name, run->comm.world, o->steps, o->resume ? "true" : "false");
     check_log_written(run);
 }
 
@@ -205,10 +210,6 @@ static void setup(Run *run) {
     check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, &run->mem);
-    if (run->comm.rank == 0 && !o->quiet)
-        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
-               run->plugin->name, device_name(), world, config.num_layers, config.channels, config.num_heads,
-               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
@@ -217,6 +218,11 @@ static void setup(Run *run) {
         .quiet = o->quiet,
     };
     run->strategy = run->plugin->init(&ctx);
+    if (run->comm.rank == 0 && !o->quiet)
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d\n",
+               run->strategy.name, device_name(), world, config.num_layers, config.channels, config.num_heads,
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq);
+    if (run->log) write_log_start(run);
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
@@ -315,7 +321,7 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\"}, "
                "\"strategy_options\": {",
-            run->plugin->name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+            run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "");
