@@ -101,6 +101,14 @@ fails "trainer: outputs checked, then no checkpoint to resume" "no checkpoint he
 if [ ! -e "$tmp/m.bin" ] && [ ! -e "$tmp/tr.json" ] && [ ! -e "$tmp/tr.tsv" ] && [ -z "$(ls -A "$tmp/ck")" ]; then
     ok "the output checks leave no files behind"; else bad "the output checks leave no files behind: $(ls -A "$tmp" "$tmp/ck")"; fi
 fails "trainer: FSDP's flag on another trainer" "unknown flag '--reshard-after-forward'" "${train[@]}" --reshard-after-forward 0
+for trainer in train_single train_zero3 train_fsdp; do
+    fails "$trainer: the ddp trainer's --zero-stage is unknown" "unknown flag '--zero-stage'" \
+        "$BUILD/$trainer" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage 1
+done
+for stage in 3 -1 1.5 two; do
+    fails "train_ddp: --zero-stage $stage" "--zero-stage: '$stage' is not an integer in \[0, 2\]" \
+        "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage "$stage"
+done
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
@@ -192,6 +200,8 @@ if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
         help_ok "cuda/$tool --help without a GPU" "$BUILD/cuda/$tool" --help
         fails "cuda/$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/cuda/$tool" --bogus
     done
+    fails "cuda/train_ddp: --zero-stage 3" "--zero-stage: '3' is not an integer in \[0, 2\]" "$BUILD/cuda/train_ddp" --zero-stage 3
+    fails "cuda/train_fsdp: --zero-stage is unknown" "unknown flag '--zero-stage'" "$BUILD/cuda/train_fsdp" --zero-stage 1
 fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
