@@ -52,7 +52,6 @@ typedef struct {
     float *params;                   // (pad(P)) the full replica, llm.c's order
     float *grads;                    // (P) ZeRO-1: full; (S) ZeRO-2: this rank's range
     float *m, *v;                    // (S) AdamW moments of this rank's range
-    float *send;                     // (S) the all-gather's input while it runs
     AdamWSpan *spans;                // (num_tensors) tensor t's part of the range; count 0 if none
     int *piece_start;                // (num_tensors + 1) tensor t's pieces are pending[piece_start[t] ..]
     CommHandle *pending;             // one reduce per piece: a tensor's part inside one range
@@ -69,6 +68,11 @@ static float *grad_slot(const State *s, size_t first) {
     return s->stage == 1 ? s->grads + first : s->grads + (first - s->lo);
 }
 
+// Where this rank's part of tensor t starts, counted from the tensor's start.
+static size_t span_start_in_tensor(const State *s, int t) {
+    return (size_t)(s->spans[t].m - s->m) + s->lo - s->model->layout.tensors[t].offset;
+}
+
 // A checkpoint is done with the staged tensor: take this rank's range back.
 static void unstage_moments(State *s) {
     int t = s->staged_tensor;
@@ -76,7 +80,7 @@ static void unstage_moments(State *s) {
     const GPT2Tensor *tensor = &s->model->layout.tensors[t];
     const AdamWSpan *span = &s->spans[t];
     if (span->count > 0) {
-        size_t at = (size_t)(span->m - s->m) + s->lo - tensor->offset;  // the span's first element in t
+        size_t at = span_start_in_tensor(s, t);
         device_copy(span->m, s->staged + at, span->count);
         device_copy(span->v, s->staged + tensor->numel + at, span->count);
     }
@@ -94,7 +98,7 @@ static void stage_moments(State *s, int t) {
     s->staged = device_alloc(&s->scratch, MEM_COMM_BUFFERS, 2 * tensor->numel);
     s->staged_tensor = t;
     if (span->count > 0) {
-        size_t at = (size_t)(span->m - s->m) + s->lo - tensor->offset;
+        size_t at = span_start_in_tensor(s, t);
         device_copy(s->staged + at, span->m, span->count);
         device_copy(s->staged + tensor->numel + at, span->v, span->count);
     }
@@ -107,7 +111,8 @@ static void alloc_unit_grads(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!s->model->grads[t]) s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+        if (!s->model->grads[t])
+            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
     }
 }
 
@@ -190,11 +195,10 @@ static void step(void *state, AdamWConfig config) {
     }
     device_zero(s->grads, grads_numel(s));
     size_t S = range_numel(s);
-    s->send = device_alloc(s->mem, MEM_COMM_BUFFERS, S);
-    device_copy(s->send, s->params + s->lo, S);
-    comm_all_gather(s->comm, s->send, s->params, S * (size_t)s->comm->world);
-    device_free(s->mem, MEM_COMM_BUFFERS, s->send, S);
-    s->send = NULL;
+    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, S);  // MPI's input may not overlap its output
+    device_copy(send, s->params + s->lo, S);
+    comm_all_gather(s->comm, send, s->params, S * (size_t)s->comm->world);
+    device_free(s->mem, MEM_COMM_BUFFERS, send, S);
 }
 
 static void gather_full_model(void *state, float *flat) {
@@ -216,16 +220,11 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 
 static void destroy(void *state) {
     State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
     unstage_moments(s);
     device_free(s->mem, MEM_PARAMS, s->params, range_numel(s) * (size_t)s->comm->world);
     device_free(s->mem, MEM_GRADS, s->grads, grads_numel(s));
     device_free(s->mem, MEM_OPTIM, s->m, range_numel(s));
     device_free(s->mem, MEM_OPTIM, s->v, range_numel(s));
-    for (int t = 0; t < layout->num_tensors; t++) {
-        if (s->stage == 2 && s->model->grads[t]) device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], layout->tensors[t].numel);
-        s->model->grads[t] = NULL;
-    }
     free(s->spans);
     free(s->piece_start);
     free(s->pending);
@@ -257,8 +256,9 @@ Strategy zero12_init(const StrategyContext *ctx) {
         if (count > 0)
             s->spans[t] = (AdamWSpan){s->params + begin, grad_slot(s, begin), s->m + (begin - s->lo),
                                       s->v + (begin - s->lo), count, 0};
-        int owners = zero12_owner(P, world, tensor->offset + tensor->numel - 1) - zero12_owner(P, world, tensor->offset) + 1;
-        s->piece_start[t + 1] = s->piece_start[t] + owners;
+        int first_owner = zero12_owner(P, world, tensor->offset);
+        int last_owner = zero12_owner(P, world, tensor->offset + tensor->numel - 1);
+        s->piece_start[t + 1] = s->piece_start[t] + last_owner - first_owner + 1;
         model->params[t] = s->params + tensor->offset;  // the model reads the replica directly, for good
         model->grads[t] = s->stage == 1 ? s->grads + tensor->offset : NULL;
     }

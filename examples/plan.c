@@ -224,7 +224,9 @@ int main(int argc, char **argv) {
     memset(&acct, 0, sizeof acct);
     plan_fsdp(&layout, world, reshard, &acct, activations);
     print_row("fsdp", "0", &acct, tsv);
-    if (!tsv) printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n", world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
+    if (!tsv)
+        printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n",
+               world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
     gpt2_layout_free(&layout);
     return 0;
 }
