@@ -221,11 +221,26 @@ cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
 for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
-            timeline_ddp timeline_zero3 timeline_fsdp; do
+            model_state_vs_ranks timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "20 plots (PNG and SVG) and the report are written"; else bad "20 plots (PNG and SVG) and the report are written"; fi
+    ok "26 plots (PNG and SVG) and the report are written"; else bad "26 plots (PNG and SVG) and the report are written"; fi
+if grep -q '^| zero1 | 2 |' "$tmp/runs/tiny/report.md" && grep -q '^| zero2 | 2 |' "$tmp/runs/tiny/report.md" &&
+   grep -q '"strategy": "zero2"' "$tmp/runs/tiny/zero2.jsonl"; then
+    ok "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; else bad "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; fi
+run "compare.sh STRATEGIES=\"zero2 fsdp\"" "${cmp_env[@]}" NAME=subset STRATEGIES="zero2 fsdp" bash examples/compare.sh
+if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subset/ddp.jsonl" ] &&
+   [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&
+   ! grep -q '^| zero3 ' "$tmp/runs/subset/report.md"; then
+    ok "compare: STRATEGIES runs and reports those alone"; else bad "compare: STRATEGIES runs and reports those alone"; fi
+fails "compare: an unknown strategy" "STRATEGIES: unknown strategy 'zero4'" "${cmp_env[@]}" NAME=bad STRATEGIES="ddp zero4" \
+    bash examples/compare.sh
+fails "compare: a strategy twice" "'fsdp' is listed twice" "${cmp_env[@]}" NAME=bad STRATEGIES="fsdp fsdp" bash examples/compare.sh
+fails "report: an unknown strategy" "--strategies: unknown strategy 'zero4'" python3 examples/report.py "$tmp/runs/tiny" \
+    --build "$BUILD" --strategies ddp,zero4
+fails "report: a strategy's log missing" "subset/ddp.jsonl: missing" python3 examples/report.py "$tmp/runs/subset" \
+    --build "$BUILD" --strategies ddp,zero2
 fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
 head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"
