@@ -54,6 +54,11 @@ run "train_single: one row of one head" "$BUILD/train_single" --model "$tmp/one_
     --batch 1 --seq 2 --steps 2 --quiet
 run "train_fsdp -np 2: one row of one head per rank" $MPIRUN -np 2 "$BUILD/train_fsdp" --model "$tmp/one_head.bin" \
     --data "$tmp/ids5" --batch 2 --seq 2 --steps 2 --quiet
+# P = 772: ZeRO's flat ranges (193 elements at N = 4, 258 at N = 3) cut rows of 16 anywhere
+run "train_ddp --zero-stage 2 -np 4: ranges that cut rows, saved" $MPIRUN -np 4 "$BUILD/train_ddp" --zero-stage 2 \
+    --model "$tmp/one_head.bin" --data "$tmp/ids5" --batch 4 --seq 2 --steps 2 --quiet --ckpt-dir "$tmp/one_head_ck"
+run "train_ddp --zero-stage 1 -np 3: resumes them" $MPIRUN -np 3 "$BUILD/train_ddp" --zero-stage 1 \
+    --model "$tmp/one_head.bin" --data "$tmp/ids5" --batch 3 --seq 2 --steps 4 --quiet --resume "$tmp/one_head_ck"
 
 echo "== command-line errors"
 printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
