@@ -219,14 +219,16 @@ def check_seed(tmp, data):
         check(run([f"{BUILD}/init_model", *shape, "--seed", str(seed), "--out", path]) == 0, f"init_model --seed {seed}")
         inits[seed] = open(path, "rb").read()
     check(inits[7] != inits[8], "init_model: another seed gives another model")
-    trainers = [("train_single", []), ("train_ddp", [*MPIRUN, "-np", "2"]), ("train_zero3", [*MPIRUN, "-np", "3"]),
-                ("train_fsdp", [*MPIRUN, "-np", "3"])]
-    for trainer, launch in trainers:
-        out = os.path.join(tmp, f"{trainer}_seed.bin")
-        rc = run([*launch, f"{BUILD}/{trainer}", "--config", "d2", "--vocab", str(V), "--data", data, "--batch", "6",
-                  "--seq", "16", "--steps", "0", "--seed", "8", "--quiet", "--out-model", out])
+    trainers = [("train_single", [], []), ("train_ddp", [*MPIRUN, "-np", "2"], []),
+                ("train_ddp", [*MPIRUN, "-np", "3"], ["--zero-stage", "2"]), ("train_zero3", [*MPIRUN, "-np", "3"], []),
+                ("train_fsdp", [*MPIRUN, "-np", "3"], [])]
+    for trainer, launch, extra in trainers:
+        name = " ".join([trainer, *extra])
+        out = os.path.join(tmp, f"{trainer}{len(extra)}_seed.bin")
+        rc = run([*launch, f"{BUILD}/{trainer}", *extra, "--config", "d2", "--vocab", str(V), "--data", data,
+                  "--batch", "6", "--seq", "16", "--steps", "0", "--seed", "8", "--quiet", "--out-model", out])
         check(rc == 0 and open(out, "rb").read() == inits[8],
-              f"{trainer}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
+              f"{name}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
 
 
 def main():
