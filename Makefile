@@ -28,7 +28,7 @@ DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsu
 # Sources shared by the CPU and the CUDA build, and those of each build alone.
 CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
 CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c models/gpt2_ops.c \
-            models/gpt2_io.c ddp/ddp.c zero3/zero3.c fsdp/fsdp.c
+            models/gpt2_io.c ddp/ddp.c ddp/zero12.c zero3/zero3.c fsdp/fsdp.c
 CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)

@@ -59,7 +59,8 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     CHECK(n + plugin->num_flags <= OPTIONS_MAX_FLAGS, "options.c: raise OPTIONS_MAX_FLAGS to %d",
           n + plugin->num_flags);
     memcpy(flags, options, sizeof options);
-    if (plugin->num_flags > 0) memcpy(flags + n, plugin->flags, (size_t)plugin->num_flags * sizeof *flags);
+    if (plugin->num_flags > 0)  // a trainer without flags of its own has no table (memcpy wants one anyway)
+        memcpy(flags + n, plugin->flags, (size_t)plugin->num_flags * sizeof *flags);
     return n + plugin->num_flags;
 }
 

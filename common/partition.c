@@ -98,3 +98,25 @@ size_t fsdp_padded_params(const GPT2Layout *layout, int world) {
     for (int t = 0; t < layout->num_tensors; t++) total += fsdp_padded_numel(&layout->tensors[t], world);
     return total;
 }
+
+size_t zero12_range_numel(size_t num_params, int world) { return (num_params + (size_t)world - 1) / (size_t)world; }
+
+void zero12_range(size_t num_params, int world, int rank, size_t *begin, size_t *end) {
+    size_t S = zero12_range_numel(num_params, world);
+    *begin = (size_t)rank * S;
+    *end = *begin + S;
+}
+
+int zero12_owner(size_t num_params, int world, size_t element) {
+    return (int)(element / zero12_range_numel(num_params, world));
+}
+
+size_t zero12_overlap(size_t num_params, int world, int rank, size_t first, size_t count, size_t *begin,
+                      size_t *end) {
+    size_t lo, hi;
+    zero12_range(num_params, world, rank, &lo, &hi);
+    *begin = first > lo ? first : lo;
+    *end = first + count < hi ? first + count : hi;
+    if (*end <= *begin) *end = *begin = first > lo ? first : lo;
+    return *end - *begin;
+}

@@ -6,6 +6,10 @@
 //                  each onto the rank that holds the fewest bytes so far.
 //   FSDP         - each tensor is cut along dim 0 into N equal slices; dim 0 is
 //                  padded up to a multiple of N with rows that stay zero.
+//   ZeRO-1/2     - all P parameters, concatenated in llm.c's order, are cut into
+//                  N equal contiguous ranges of ceil(P/N) elements; the last
+//                  range ends in padding past P. A range may cut a tensor, even
+//                  a row, anywhere.
 #ifndef SHARDLAB_PARTITION_H
 #define SHARDLAB_PARTITION_H
 
@@ -37,5 +41,16 @@ size_t fsdp_slice_numel(const GPT2Tensor *tensor, int world);
 size_t fsdp_padded_numel(const GPT2Tensor *tensor, int world);
 // Sum of fsdp_padded_numel over all tensors: pad(P).
 size_t fsdp_padded_params(const GPT2Layout *layout, int world);
+
+// ZeRO-1/2: elements in each rank's range, ceil(P / world); world times it is pad(P).
+size_t zero12_range_numel(size_t num_params, int world);
+// Rank `rank`'s range [*begin, *end) of the padded flat model (end may pass P).
+void zero12_range(size_t num_params, int world, int rank, size_t *begin, size_t *end);
+// The rank whose range holds flat element `element`.
+int zero12_owner(size_t num_params, int world, size_t element);
+// The part of [first, first + count) inside rank `rank`'s range, as
+// [*begin, *end); returns its length (0: none, and *begin == *end).
+size_t zero12_overlap(size_t num_params, int world, int rank, size_t first, size_t count, size_t *begin,
+                      size_t *end);
 
 #endif

@@ -1,7 +1,7 @@
-// strategy.h: what a data-parallel strategy must provide. ddp/, zero3/ and
-// fsdp/ each implement these functions, with the same names and in the same
-// order, and the training loop (common/train_loop.c) calls them around the
-// model's units:
+// strategy.h: what a data-parallel strategy must provide. ddp/ddp.c,
+// ddp/zero12.c, zero3/ and fsdp/ each implement these functions, with the same
+// names and in the same order, and the training loop (common/train_loop.c)
+// calls them around the model's units:
 //
 //   for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
 //   for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u)
@@ -71,6 +71,8 @@ typedef struct {
     // ranks pass NULL). Used for checkpoints and tests.
     void (*gather_full_model)(void *state, float *flat);
     // Fills *rows and returns 1 if this rank keeps rows of tensor t, else 0.
+    // Checkpoints call it on every rank for every tensor, in tensor order, so it
+    // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there).
     int (*local_rows)(void *state, int t, LocalRows *rows);
     void (*destroy)(void *state);
 } Strategy;

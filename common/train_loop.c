@@ -150,14 +150,19 @@ static void check_log_written(const Run *run) {
         fatal("--log %s: cannot write: %s", run->opts.log_path, strerror(errno));
 }
 
-// Rank 0 opens the log and writes its first line now: a full disk or an
-// unwritable path fails before training, not after.
+// Rank 0 opens the log now, so that an unwritable path fails before the model
+// is built; its first line follows once the strategy has its name (--zero-stage
+// makes the ddp trainer's run zero1 or zero2), still before training.
 static void open_log(Run *run) {
     const TrainOptions *o = &run->opts;
     run->log = fopen(o->log_path, o->resume ? "a" : "w");
     if (!run->log) fatal("--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
+}
+
+static void write_log_start(Run *run) {
+    const TrainOptions *o = &run->opts;
     fprintf(run->log, "{\"start\": true, \"strategy\": \"%s\", \"world_size\": %d, \"steps\": %d, \"resume\": %s}\n",
-            run->plugin->name, run->comm.world, o->steps, o->resume ? "true" : "false");
+            run->strategy.name, run->comm.world, o->steps, o->resume ? "true" : "false");
     check_log_written(run);
 }
 
@@ -202,12 +207,6 @@ static void setup(Run *run) {
     check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / world, o->seq, o->recompute, &run->mem);
-    if (run->comm.rank == 0 && !o->quiet)
-        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d; "
-               "%d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
-               run->plugin->name, device_name(), world, config.num_layers, config.channels, config.num_heads,
-               config.vocab_size, run->model.layout.num_params, o->batch, o->seq, run->threads, run->cores,
-               run->comm.local_size);
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
@@ -216,6 +215,20 @@ static void setup(Run *run) {
         .quiet = o->quiet,
     };
     run->strategy = run->plugin->init(&ctx);
+    if (o->grad_clip > 0) {  // clipping reads and scales the gradient rows each rank holds
+        LocalRows rows = {0};
+        run->strategy.local_rows(run->strategy.state, 0, &rows);  // every rank: it may run a collective
+        if (!rows.grads)
+            fatal("--grad-clip is not available with %s yet: its gradient is sharded in flat ranges that cut "
+                  "rows, and the clipping reads gradient rows", run->strategy.name);
+    }
+    if (run->comm.rank == 0 && !o->quiet)
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d; "
+               "%d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
+               run->strategy.name, device_name(), world, config.num_layers, config.channels, config.num_heads,
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq, run->threads, run->cores,
+               run->comm.local_size);
+    if (run->log) write_log_start(run);
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
@@ -351,7 +364,7 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
                "\"data_order\": \"%s\"}, \"strategy_options\": {",
-            run->plugin->name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+            run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",

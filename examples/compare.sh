@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # compare.sh: the main job behind `make compare`. Trains the same GPT-2 with
-# train_single and with DDP, ZeRO-3 and FSDP at RANKS ranks, then writes plots
-# and a report under runs/<name>/.
-# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS.
+# train_single and with DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP (or the STRATEGIES
+# given) at RANKS ranks, then writes plots and a report under runs/<name>/.
+# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS STRATEGIES.
 set -euo pipefail
-usage="usage: [RANKS=4] [CONFIG=d4] [STEPS=20] [BATCH=8] [SEQ=64] [NAME=...] [TEXT=FILE|DIR] [RUNS=runs] bash examples/compare.sh
-  trains train_single, DDP, ZeRO-3 and FSDP side by side and writes RUNS/NAME/report.md (docs/plots.md);
+usage="usage: [RANKS=4] [CONFIG=d4] [STEPS=20] [BATCH=8] [SEQ=64] [NAME=...] [TEXT=FILE|DIR] [RUNS=runs]
+       [STRATEGIES=\"ddp zero1 zero2 zero3 fsdp\"] bash examples/compare.sh
+  trains train_single and the strategies side by side and writes RUNS/NAME/report.md (docs/plots.md);
   settings come from the environment (also BUILD and MPIRUN), not from flags"
 case "${1:-}" in
     --help|-h) echo "$usage"; exit 0 ;;
@@ -23,6 +24,24 @@ MPIRUN=${MPIRUN:-mpirun}
 # The default corpus ships with every Debian system: the license texts of base-files.
 TEXT=${TEXT:-/usr/share/common-licenses}
 RUNS=${RUNS:-runs}
+STRATEGIES=${STRATEGIES:-ddp zero1 zero2 zero3 fsdp}
+read -r -a strategies <<< "$STRATEGIES"
+if (( ${#strategies[@]} == 0 )); then
+    echo "compare: STRATEGIES is empty (choose from ddp zero1 zero2 zero3 fsdp)" >&2
+    exit 1
+fi
+seen=" "
+for strategy in "${strategies[@]}"; do
+    case "$strategy" in
+        ddp|zero1|zero2|zero3|fsdp) ;;
+        *) echo "compare: STRATEGIES: unknown strategy '$strategy' (choose from ddp zero1 zero2 zero3 fsdp)" >&2; exit 1 ;;
+    esac
+    if [[ "$seen" == *" $strategy "* ]]; then
+        echo "compare: STRATEGIES: '$strategy' is listed twice" >&2
+        exit 1
+    fi
+    seen+="$strategy "
+done
 NAME=${NAME:-$CONFIG-n$RANKS-$(date +%Y%m%d-%H%M%S)}
 RUN=$RUNS/$NAME
 DATA=$RUNS/data-$(basename "$TEXT")
@@ -46,12 +65,16 @@ common=(--config "$CONFIG" --vocab 256 --data "$DATA" --steps "$STEPS" --batch "
         --eval-every 10 --eval-batches 2)
 echo "== single rank (the reference)"
 "$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace" --out-model "$RUN/single.bin"
-for strategy in ddp zero3 fsdp; do
+for strategy in "${strategies[@]}"; do
     echo "== $strategy on $RANKS ranks"
-    $MPIRUN -np "$RANKS" "$BUILD/train_$strategy" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
+    case "$strategy" in
+        zero1|zero2) trainer=("$BUILD/train_ddp" --zero-stage "${strategy#zero}") ;;  # the ddp trainer's ZeRO stages
+        *) trainer=("$BUILD/train_$strategy") ;;
+    esac
+    $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
 echo "== text sampled from the reference model"
 "$BUILD/sample" --model "$RUN/single.bin" --prompt "The " --tokens 200 --temperature 0.8 --seed 1 | tee "$RUN/sample.txt"
 echo "== plots and report"
-python3 examples/report.py "$RUN" --build "$BUILD"
+python3 examples/report.py "$RUN" --build "$BUILD" --strategies "$(IFS=,; echo "${strategies[*]}")"
 echo "report: $RUN/report.md (open $RUN/report.html in a browser)"

@@ -1,7 +1,8 @@
-// plan: predicts each strategy's memory per rank from formulas, without
-// training. It replays one training step's allocations (what is alive when) on
-// the same accountant the trainers use, with the same partitioner, so its
-// numbers can be held against a real run's summary.
+// plan: predicts each strategy's memory per rank (ddp, zero1, zero2, zero3,
+// fsdp) from formulas, without training. It replays one training step's
+// allocations (what is alive when) on the same accountant the trainers use,
+// with the same partitioner, so its numbers can be held against a real run's
+// summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--tsv]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
@@ -32,6 +33,38 @@ static void add_resident(MemAccount *acct, size_t resident_floats, size_t activa
 
 static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, size_t activations) {
     add_resident(acct, layout->num_params, activations);  // nothing else: buckets are reduced in place
+}
+
+// ZeRO-1/2, as ddp/zero12.c runs a step: the whole parameter replica (padded to
+// N ranges of S), AdamW moments of this rank's range, and gradients whole
+// (ZeRO-1) or of the range alone (ZeRO-2). ZeRO-2's full-size gradients live
+// from the first backward that writes them until their bucket's reduce is
+// waited for, after the next unit's backward (the head's wte until unit 0's);
+// the all-gather after AdamW sends from a copy of the range.
+static void plan_zero12(const GPT2Layout *layout, int world, int stage, MemAccount *acct, size_t activations) {
+    size_t S = zero12_range_numel(layout->num_params, world);
+    mem_account_add(acct, MEM_ACTIVATIONS, activations);
+    mem_account_add(acct, MEM_PARAMS, BYTES(S * (size_t)world));
+    mem_account_add(acct, MEM_GRADS, BYTES(stage == 1 ? layout->num_params : S));
+    mem_account_add(acct, MEM_OPTIM, BYTES(2 * S));
+    if (stage == 2) {
+        int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
+        for (int u = layout->num_units - 1; u >= -1; u--) {
+            for (int i = 0; u >= 0 && i < layout->unit_num_tensors[u]; i++) {
+                int t = layout->unit_tensors[u][i];
+                if (!held[t]) mem_account_add(acct, MEM_GRADS_GATHERED, BYTES(layout->tensors[t].numel));
+                held[t] = 1;
+            }
+            for (int t = 0; t < layout->num_tensors; t++)  // after unit u: unit u+1's bucket is freed
+                if (layout->tensors[t].home_unit == u + 1 && held[t]) {
+                    mem_account_sub(acct, MEM_GRADS_GATHERED, BYTES(layout->tensors[t].numel));
+                    held[t] = 0;
+                }
+        }
+        free(held);
+    }
+    mem_account_add(acct, MEM_COMM_BUFFERS, BYTES(S));
+    mem_account_sub(acct, MEM_COMM_BUFFERS, BYTES(S));
 }
 
 // ZeRO-3, as zero3/zero3.c runs a step: per unit, non-owned tensors are
@@ -140,14 +173,25 @@ static void print_zero3(const GPT2Layout *layout, int world, size_t activations,
 // --layout: which elements of the flat model (llm.c's order) each rank keeps
 // between steps, for the sharding picture of the report. Lines:
 //   tensor NAME BEGIN END            a tensor's elements [BEGIN, END)
-//   hold STRATEGY RANK BEGIN END     the rank keeps elements [BEGIN, END)
-//   pad fsdp RANK AT COUNT           and COUNT zero padding elements of the tensor ending at AT
+//   hold STRATEGY RANK BEGIN END     the rank keeps elements [BEGIN, END) (ZeRO-1/2: of
+//                                    the state they shard; their parameters are everywhere)
+//   pad STRATEGY RANK AT COUNT       and COUNT zero padding elements after element AT
+//                                    (FSDP: of the tensor ending there; ZeRO-1/2: of the model)
 static void print_layout(const GPT2Layout *layout, int world) {
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         printf("tensor\t%s\t%zu\t%zu\n", tensor->name, tensor->offset, tensor->offset + tensor->numel);
     }
     for (int r = 0; r < world; r++) printf("hold\tddp\t%d\t0\t%zu\n", r, layout->num_params);
+    for (int r = 0; r < world; r++) {  // ZeRO-1/2: the range whose optimizer state (and ZeRO-2 gradient) r owns
+        size_t begin, end;
+        zero12_range(layout->num_params, world, r, &begin, &end);
+        size_t P = layout->num_params, real_end = end < P ? end : P;
+        for (int stage = 1; stage <= 2; stage++) {
+            if (begin < real_end) printf("hold\tzero%d\t%d\t%zu\t%zu\n", stage, r, begin, real_end);
+            if (end > P) printf("pad\tzero%d\t%d\t%zu\t%zu\n", stage, r, P, end - (begin > P ? begin : P));
+        }
+    }
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, world, owner);
     for (int t = 0; t < layout->num_tensors; t++) {
@@ -222,11 +266,18 @@ int main(int argc, char **argv) {
     MemAccount acct = {0};
     plan_ddp(&layout, &acct, activations);
     print_row("ddp", "0", &acct, tsv);
+    for (int stage = 1; stage <= 2; stage++) {
+        memset(&acct, 0, sizeof acct);
+        plan_zero12(&layout, world, stage, &acct, activations);
+        print_row(stage == 1 ? "zero1" : "zero2", "0", &acct, tsv);
+    }
     print_zero3(&layout, world, activations, tsv);
     memset(&acct, 0, sizeof acct);
     plan_fsdp(&layout, world, reshard, &acct, activations);
     print_row("fsdp", "0", &acct, tsv);
-    if (!tsv) printf("(DDP and FSDP: every rank alike; ZeRO-3: %s)\n", world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
+    if (!tsv)
+        printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n",
+               world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
     gpt2_layout_free(&layout);
     return 0;
 }

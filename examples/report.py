@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Turns a comparison run directory into plots (gnuplot, PNG and SVG) and a report.
 
-    python3 examples/report.py RUN_DIR [--build build]
+    python3 examples/report.py RUN_DIR [--build build] [--strategies ddp,zero1,zero2,zero3,fsdp]
 
-RUN_DIR holds single.jsonl, ddp.jsonl, zero3.jsonl, fsdp.jsonl (trainer logs) and
-<strategy>.trace.tsv (step timelines). Writes RUN_DIR/plots/*.png|svg, RUN_DIR/data/*.tsv,
+RUN_DIR holds single.jsonl and <strategy>.jsonl for each strategy compared (trainer logs),
+and <strategy>.trace.tsv (step timelines). Writes RUN_DIR/plots/*.png|svg, RUN_DIR/data/*.tsv,
 RUN_DIR/report.md and RUN_DIR/report.html. The numbers come from the logs alone; the
 memory-vs-ranks curves come from build/plan. Exits 1 with a message naming the file when a
 log is missing or truncated."""
@@ -15,12 +15,14 @@ import platform
 import subprocess
 import sys
 
-STRATEGIES = ["ddp", "zero3", "fsdp"]
-RUNS = ["single"] + STRATEGIES
+ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp"]  # the ZeRO ladder, in order
 CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
-COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero3": "#d62728", "fsdp": "#2ca02c"}
+COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2", "zero3": "#d62728",
+          "fsdp": "#2ca02c"}
 MB = 1e6
+MODEL_STATE = ["params", "grads", "optim"]  # what the ZeRO stages shard, one after another
+NAMES = {"single": "single", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 
 
 def fail(msg):
@@ -108,9 +110,11 @@ RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 
 
 def plot_sharding(build, cfg, world, data, plots):
-    """Which rank keeps which elements of the flat model between steps, per strategy:
-    one row per rank, the model's elements in llm.c's order along x, tensor borders
-    as thin lines; FSDP's padding rows as grey boxes after each tensor's end."""
+    """Which rank keeps which elements of the flat model between steps, per strategy
+    (ZeRO-1/2: the range of optimizer state, and for ZeRO-2 gradients, a rank owns;
+    their parameters are everywhere, as DDP's): one row per rank, the model's
+    elements in llm.c's order along x, tensor borders as thin lines; FSDP's padding
+    rows as grey boxes after each tensor's end."""
     cmd = [f"{build}/plan", "--ranks", str(world), "--layout"] + plan_model_args(cfg)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -124,7 +128,7 @@ def plot_sharding(build, cfg, world, data, plots):
             holds.append((f[1], int(f[2]), int(f[3]), int(f[4])))
         elif f[0] == "pad":
             pads.append((f[1], int(f[2]), int(f[3]), int(f[4])))
-    strategies = [s for s in STRATEGIES if any(h[0] == s for h in holds)]
+    strategies = [s for s in ALL_STRATEGIES if any(h[0] == s for h in holds)]
     row = {(s, rank): (len(strategies) - 1 - k) * (world + 1) + (world - 1 - rank)
            for k, s in enumerate(strategies) for rank in range(world)}
     scale = 1e6  # elements along x in millions
@@ -138,7 +142,7 @@ def plot_sharding(build, cfg, world, data, plots):
                         for _, b, _ in tensors)
     ytics = ", ".join(f"'{s} r{rank}' {row[(s, rank)]}" for s in strategies for rank in range(world))
     total = max(e for _, _, e in tensors) / scale
-    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-3 whole tensors by owner, FSDP dim-0 slices (grey: padding rows)"
+    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices (grey: padding)"
 set xlabel "parameter index in llm.c's order (millions; thin lines: tensor borders)"
 set xrange [0:{total}]
 set yrange [-1:{len(strategies) * (world + 1) - 1}]
@@ -158,23 +162,38 @@ def write_tsv(path, header, rows):
             f.write("\t".join(str(x) for x in row) + "\n")
 
 
-USAGE = """usage: report.py RUN_DIR [--build DIR]
+USAGE = """usage: report.py RUN_DIR [--build DIR] [--strategies LIST]
   plots (PNG and SVG) and a report (report.md, report.html) from a make compare run
-  --build DIR  where build/plan is (default build)
-  --help       print this and exit"""
+  --build DIR        where build/plan is (default build)
+  --strategies LIST  the strategies compared, comma-separated (default ddp,zero1,zero2,zero3,fsdp)
+  --help             print this and exit"""
+
+
+def parse_strategies(text):
+    names = text.split(",")
+    for name in names:
+        if name not in ALL_STRATEGIES:
+            fail(f"--strategies: unknown strategy '{name}' (choose from {','.join(ALL_STRATEGIES)})")
+    if len(set(names)) != len(names):
+        fail(f"--strategies: a strategy is listed twice in '{text}'")
+    return [s for s in ALL_STRATEGIES if s in names]  # ladder order
 
 
 def parse_args(argv):
-    """(run_dir, build_dir); --help prints the usage and exits 0, anything else unknown exits 1."""
+    """(run_dir, build_dir, strategies); --help prints the usage and exits 0, anything else unknown exits 1."""
     if "--help" in argv or "-h" in argv:
         print(USAGE)
         sys.exit(0)
-    build, positional, i = "build", [], 0
+    build, strategies, positional, i = "build", ALL_STRATEGIES, [], 0
     while i < len(argv):
-        if argv[i] == "--build":
+        if argv[i] in ("--build", "--strategies"):
             if i + 1 >= len(argv):
-                fail("--build needs a value (DIR) (report.py --help)")
-            build, i = argv[i + 1], i + 2
+                fail(f"{argv[i]} needs a value (report.py --help)")
+            if argv[i] == "--build":
+                build = argv[i + 1]
+            else:
+                strategies = parse_strategies(argv[i + 1])
+            i += 2
         elif argv[i].startswith("-"):
             fail(f"unknown flag '{argv[i]}' (report.py --help)")
         else:
@@ -182,44 +201,45 @@ def parse_args(argv):
             i += 1
     if len(positional) != 1:
         fail("give one RUN_DIR (report.py --help)")
-    return positional[0], build
+    return positional[0], build, strategies
 
 
 def main():
-    run, build = parse_args(sys.argv[1:])
+    run, build, strategies = parse_args(sys.argv[1:])
+    runs = ["single"] + strategies
     if not os.path.isdir(run):
         fail(f"{run}: not a directory")
-    logs = {s: read_log(os.path.join(run, f"{s}.jsonl")) for s in RUNS}
-    traces = {s: read_trace(os.path.join(run, f"{s}.trace.tsv")) for s in STRATEGIES}
+    logs = {s: read_log(os.path.join(run, f"{s}.jsonl")) for s in runs}
+    traces = {s: read_trace(os.path.join(run, f"{s}.trace.tsv")) for s in strategies}
     data, plots = os.path.join(run, "data"), os.path.join(run, "plots")
     os.makedirs(data, exist_ok=True)
     os.makedirs(plots, exist_ok=True)
     cfg = logs["single"][1]["config"]
-    world = logs["ddp"][1]["world_size"]
-    for s in RUNS:
+    world = logs[strategies[0]][1]["world_size"]
+    for s in runs:
         c = logs[s][1]["config"]
         for key in ("num_params", "batch", "seq", "steps", "seed"):
             if c[key] != cfg[key]:
                 fail(f"{run}/{s}.jsonl: {key} = {c[key]} but single.jsonl has {cfg[key]}: not one comparison")
 
     # ---- loss ----
-    nsteps = min(len(logs[s][0]) for s in RUNS)
-    rows = [[logs["single"][0][i]["step"]] + [logs[s][0][i]["loss"] for s in RUNS] for i in range(nsteps)]
-    write_tsv(f"{data}/loss.tsv", ["step"] + RUNS, rows)
-    worst = max(abs(r[1 + k] - r[1]) / abs(r[1]) for r in rows for k in range(1, 4))
+    nsteps = min(len(logs[s][0]) for s in runs)
+    rows = [[logs["single"][0][i]["step"]] + [logs[s][0][i]["loss"] for s in runs] for i in range(nsteps)]
+    write_tsv(f"{data}/loss.tsv", ["step"] + runs, rows)
+    worst = max(abs(r[1 + k] - r[1]) / abs(r[1]) for r in rows for k in range(1, len(runs)))
     lines = ", ".join(f"'{data}/loss.tsv' using 1:{k + 2} with linespoints lw 2 pt {k + 5} ps 0.6 "
-                      f"lc rgb '{COLORS[s]}' title '{s}'" for k, s in enumerate(RUNS))
-    gnuplot(f"""set title "Training loss: single rank and three strategies at N = {world}"
+                      f"lc rgb '{COLORS[s]}' title '{s}'" for k, s in enumerate(runs))
+    gnuplot(f"""set title "Training loss: single rank and {len(strategies)} strategies at N = {world}"
 set xlabel "step"
 set ylabel "loss (nats per token)"
 set grid
 set key top right box opaque
-set label 1 "the four curves coincide: largest relative difference {worst:.1e}" at graph 0.02, graph 0.06
+set label 1 "the {len(runs)} curves coincide: largest relative difference {worst:.1e}" at graph 0.02, graph 0.06
 plot {lines}""", plots, "loss")
 
     # ---- memory per rank, stacked by category ----
     rows, labels = [], []
-    for s in RUNS:
+    for s in runs:
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in CATEGORIES])
         rows.append([""] + [0] * len(CATEGORIES))
@@ -231,7 +251,7 @@ plot {lines}""", plots, "loss")
 
     # ---- accounted peak vs OS peak RSS ----
     rows = []
-    for s in RUNS:
+    for s in runs:
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}", r["peak_bytes"] / MB, r["rss_peak_bytes"] / MB])
     write_tsv(f"{data}/peak.tsv", ["run", "accounted_peak_mb", "rss_peak_mb"], rows)
@@ -249,9 +269,9 @@ plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (t
      '' using 3 lc rgb '#ff7f0e' title 'OS peak RSS (adds program, MPI, allocator)'""", plots, "peak_memory", 1000, 520)
 
     # ---- throughput ----
-    tput = {s: logs[s][1]["tokens_per_s"] for s in RUNS}
+    tput = {s: logs[s][1]["tokens_per_s"] for s in runs}
     write_tsv(f"{data}/throughput.tsv", ["run", "tokens_per_s", "color"],
-              [[s, tput[s], int(COLORS[s][1:], 16)] for s in RUNS])
+              [[s, tput[s], int(COLORS[s][1:], 16)] for s in runs])
     gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"
 set ylabel "tokens / s"
 set style fill solid 0.9 border -1
@@ -259,14 +279,14 @@ set boxwidth 0.6
 set grid ytics
 set key top left box opaque
 set yrange [0:{1.25 * max(tput.values())}]
-set xrange [-0.6:3.6]
+set xrange [-0.6:{len(runs) - 0.4}]
 plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable notitle, \\
      '' using 0:2:(sprintf('%.0f', $2)) with labels offset 0,0.8 notitle, \\
      {tput['single']} with lines dt 2 lw 2 lc rgb '#555555' title 'single-rank reference'""", plots, "throughput")
 
     # ---- communication per step per rank ----
     rows = []
-    for s in STRATEGIES:
+    for s in strategies:
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}"] + [r["comm_last_step"][c]["bytes_sent"] / MB for c in COLLECTIVES])
     write_tsv(f"{data}/comm.tsv", ["run"] + COLLECTIVES, rows)
@@ -275,7 +295,7 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
 
     # ---- step time split ----
     rows = []
-    for s in RUNS:
+    for s in runs:
         steps = logs[s][1]["config"]["steps"]
         for r in logs[s][1]["ranks"]:
             t = r["time"]
@@ -288,7 +308,7 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
     # ---- planner: memory per rank vs number of ranks ----
     rows_per_rank = cfg["batch"] // world
     model_args = plan_model_args(cfg)
-    plan_rows = []
+    plan_rows, state_rows = [], []
     n = 1
     while n <= 1024:
         cmd = [f"{build}/plan", "--ranks", str(n), "--batch", str(rows_per_rank * n), "--seq", str(cfg["seq"]), "--tsv"]
@@ -296,19 +316,21 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
-        peak = {}
+        peak, state = {}, {}
         for line in r.stdout.splitlines():
-            f = line.split("\t")
+            f = line.split("\t")  # strategy, ranks, then CATEGORIES' bytes and the peak
             peak[f[0]] = max(peak.get(f[0], 0), int(f[-1]))
-        plan_rows.append([n] + [peak[s] / MB for s in STRATEGIES])
+            state[f[0]] = max(state.get(f[0], 0), sum(int(f[2 + CATEGORIES.index(c)]) for c in MODEL_STATE))
+        plan_rows.append([n] + [peak[s] / MB for s in strategies])
+        state_rows.append([n] + [state[s] / MB for s in strategies])
         n *= 2
-    write_tsv(f"{data}/plan.tsv", ["ranks"] + STRATEGIES, plan_rows)
-    measured = [[world] + [max(r["peak_bytes"] for r in logs[s][1]["ranks"]) / MB for s in STRATEGIES]]
-    write_tsv(f"{data}/measured_peak.tsv", ["ranks"] + STRATEGIES, measured)
+    write_tsv(f"{data}/plan.tsv", ["ranks"] + strategies, plan_rows)
+    measured = [[world] + [max(r["peak_bytes"] for r in logs[s][1]["ranks"]) / MB for s in strategies]]
+    write_tsv(f"{data}/measured_peak.tsv", ["ranks"] + strategies, measured)
     lines = ", ".join(f"'{data}/plan.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' title '{s} (planner)'"
-                      for k, s in enumerate(STRATEGIES))
+                      for k, s in enumerate(strategies))
     points = ", ".join(f"'{data}/measured_peak.tsv' using 1:{k + 2} with points pt 7 ps 1.5 lc rgb '{COLORS[s]}' "
-                       f"title '{s} measured'" for k, s in enumerate(STRATEGIES))
+                       f"title '{s} measured'" for k, s in enumerate(strategies))
     gnuplot(f"""set title "Peak memory per rank vs number of ranks ({rows_per_rank} sequence(s) per rank; ZeRO-3: largest rank)"
 set xlabel "ranks N"
 set ylabel "MB per rank (million bytes)"
@@ -318,8 +340,26 @@ set grid
 set key top right box opaque
 plot {lines}, {points}""", plots, "memory_vs_ranks")
 
+    # ---- resident model state per rank vs number of ranks: the ZeRO ladder ----
+    write_tsv(f"{data}/plan_model_state.tsv", ["ranks"] + strategies, state_rows)
+    measured = [[world] + [max(sum(r["mem"][c]["peak"] for c in MODEL_STATE) for r in logs[s][1]["ranks"]) / MB
+                           for s in strategies]]
+    write_tsv(f"{data}/measured_model_state.tsv", ["ranks"] + strategies, measured)
+    lines = ", ".join(f"'{data}/plan_model_state.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' "
+                      f"title '{s} (planner)'" for k, s in enumerate(strategies))
+    points = ", ".join(f"'{data}/measured_model_state.tsv' using 1:{k + 2} with points pt 7 ps 1.5 "
+                       f"lc rgb '{COLORS[s]}' title '{s} measured'" for k, s in enumerate(strategies))
+    gnuplot(f"""set title "Resident model state per rank (params + grads + AdamW) vs ranks; ZeRO-3: fullest rank"
+set xlabel "ranks N"
+set ylabel "MB per rank (million bytes)"
+set logscale xy 2
+set xrange [1:1024]
+set grid
+set key bottom left box opaque
+plot {lines}, {points}""", plots, "model_state_vs_ranks")
+
     # ---- one step as a timeline per rank ----
-    for s in STRATEGIES:
+    for s in strategies:
         events = traces[s]
         step = max(e[1] for e in events)
         chosen = [e for e in events if e[1] == step]
@@ -350,38 +390,46 @@ set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, data, plots)
-    write_report(run, logs, world, cfg, worst, tput)
+    write_report(run, logs, world, cfg, worst, tput, strategies)
 
 
-def write_report(run, logs, world, cfg, worst, tput):
+def write_report(run, logs, world, cfg, worst, tput, strategies):
+    runs = ["single"] + strategies
     table = []
-    for s in RUNS:
+    for s in runs:
         summ = logs[s][1]
         ranks = summ["ranks"]
         table.append({
             "run": s, "ranks": summ["world_size"], "tokens_per_s": tput[s],
             "final_loss": logs[s][0][-1]["loss"],
-            "resident": max((r["mem"]["params"]["peak"] + r["mem"]["grads"]["peak"] + r["mem"]["optim"]["peak"]) for r in ranks) / MB,
+            "resident": max(sum(r["mem"][c]["peak"] for c in MODEL_STATE) for r in ranks) / MB,
             "peak": max(r["peak_bytes"] for r in ranks) / MB,
             "rss": max(r["rss_peak_bytes"] for r in ranks) / MB,
             "sent": max(sum(c["bytes_sent"] for c in r["comm_last_step"].values()) for r in ranks) / MB,
         })
     row = {t["run"]: t for t in table}
-    z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
-    imbalance = max(z3) / (sum(z3) / len(z3)) if z3 else 1.0
-    least = min(STRATEGIES, key=lambda s: row[s]["peak"])
+    base = "ddp" if "ddp" in row else "single"  # what the others are measured against
+    least = min(strategies, key=lambda s: row[s]["peak"])
     sentences = [
-        f"All four runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
-        f"{least.upper() if least != 'zero3' else 'ZeRO-3'} holds the least per rank: {row[least]['peak']:.1f} MB at peak "
-        f"against DDP's {row['ddp']['peak']:.1f} MB ({row['ddp']['peak'] / row[least]['peak']:.1f}x less); the resident "
-        f"params + grads + AdamW state fall from {row['ddp']['resident']:.1f} MB (DDP) to {row['fsdp']['resident']:.1f} MB (FSDP).",
-        f"The price is traffic: per step FSDP sends {row['fsdp']['sent'] / row['ddp']['sent']:.2f}x and ZeRO-3 "
-        f"{row['zero3']['sent'] / row['ddp']['sent']:.2f}x the bytes of DDP's all-reduce "
-        f"({row['fsdp']['sent']:.1f} and {row['zero3']['sent']:.1f} MB vs {row['ddp']['sent']:.1f} MB per rank)."
-        if row["ddp"]["sent"] > 0 else "With one rank nothing moves between ranks.",
-        f"ZeRO-3's whole-tensor ownership is uneven: its fullest rank holds {100 * (imbalance - 1):.0f}% more "
-        f"parameters than the average rank.",
+        f"All {len(runs)} runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
+        f"{NAMES[least]} holds the least per rank: {row[least]['peak']:.1f} MB at peak against "
+        f"{NAMES[base]}'s {row[base]['peak']:.1f} MB ({row[base]['peak'] / row[least]['peak']:.1f}x less).",
+        "Resident params + grads + AdamW state per rank (the largest rank's): "
+        + ", ".join(f"{NAMES[s]} {row[s]['resident']:.1f} MB" for s in runs) + ".",
     ]
+    if row[base]["sent"] > 0:
+        sentences.append(f"The price is traffic: per step each rank sends "
+                         + ", ".join(f"{row[s]['sent']:.1f} MB ({NAMES[s]}, {row[s]['sent'] / row[base]['sent']:.2f}x)"
+                                     for s in strategies if s != base)
+                         + f" against {row[base]['sent']:.1f} MB for {NAMES[base]}." if len(strategies) > 1 else "")
+    elif all(row[s]["sent"] == 0 for s in strategies):
+        sentences.append("With one rank nothing moves between ranks.")
+    if "zero3" in row:
+        z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
+        imbalance = max(z3) / (sum(z3) / len(z3)) if sum(z3) else 1.0
+        sentences.append(f"ZeRO-3's whole-tensor ownership is uneven: its fullest rank holds "
+                         f"{100 * (imbalance - 1):.0f}% more parameters than the average rank.")
+    sentences = [x for x in sentences if x]
     machine = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
@@ -398,9 +446,9 @@ def write_report(run, logs, world, cfg, worst, tput):
              ("peak_memory", "Accounted peak vs OS peak RSS"), ("throughput", "Throughput"),
              ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
-             ("sharding", "Who keeps which parameters"),
-             ("timeline_ddp", "Step timeline: DDP"), ("timeline_zero3", "Step timeline: ZeRO-3"),
-             ("timeline_fsdp", "Step timeline: FSDP")]
+             ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
+             ("sharding", "Who keeps which parameters")]
+    plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
     header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step"]
     cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
               f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}"] for t in table]

@@ -1,8 +1,22 @@
-// train_ddp: trains GPT-2 with the ddp strategy; launch with mpirun -np N.
+// train_ddp: trains GPT-2 with the ddp strategy, or with ZeRO stage 1 or 2
+// (--zero-stage); launch with mpirun -np N.
 //   mpirun -np 4 build/train_ddp --config d2 --vocab 256 --data runs/data --steps 20
+//   mpirun -np 4 build/train_ddp --zero-stage 2 --config d2 --vocab 256 --data runs/data --steps 20
 #include "../common/train_loop.h"
+#include "../ddp/ddp.h"
+
+// Stage 0 is plain DDP; stages 1 and 2 shard what DDP replicates.
+static Strategy init_by_stage(const StrategyContext *ctx) {
+    const DdpOptions *ddp = ctx->options;
+    return ddp->zero_stage == 0 ? ddp_init(ctx) : zero12_init(ctx);
+}
 
 int main(int argc, char **argv) {
-    StrategyPlugin plugin = {.name = "ddp", .init = ddp_init};
+    DdpOptions ddp = {.zero_stage = 0};
+    const CliOption flags[] = {
+        {"--zero-stage", "0|1|2", CLI_INT, &ddp.zero_stage, 0, 2,
+         "0: DDP (default); 1: ZeRO-1, AdamW state sharded; 2: ZeRO-2, gradients sharded too"},
+    };
+    StrategyPlugin plugin = {.name = "ddp", .init = init_by_stage, .flags = flags, .num_flags = 1, .options = &ddp};
     return train_main(argc, argv, &plugin);
 }

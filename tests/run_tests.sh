@@ -54,7 +54,15 @@ run "train_single: one row of one head" "$BUILD/train_single" --model "$tmp/one_
     --batch 1 --seq 2 --steps 2 --quiet
 run "train_fsdp -np 2: one row of one head per rank" $MPIRUN -np 2 "$BUILD/train_fsdp" --model "$tmp/one_head.bin" \
     --data "$tmp/ids5" --batch 2 --seq 2 --steps 2 --quiet
+# P = 772: ZeRO's flat ranges (193 elements at N = 4, 258 at N = 3) cut rows of 16 anywhere
+run "train_ddp --zero-stage 2 -np 4: ranges that cut rows, saved" $MPIRUN -np 4 "$BUILD/train_ddp" --zero-stage 2 \
+    --model "$tmp/one_head.bin" --data "$tmp/ids5" --batch 4 --seq 2 --steps 2 --quiet --ckpt-dir "$tmp/one_head_ck"
+run "train_ddp --zero-stage 1 -np 3: resumes them" $MPIRUN -np 3 "$BUILD/train_ddp" --zero-stage 1 \
+    --model "$tmp/one_head.bin" --data "$tmp/ids5" --batch 3 --seq 2 --steps 4 --quiet --resume "$tmp/one_head_ck"
 
+fails "trainer: --grad-clip with ZeRO-1" "--grad-clip is not available with zero1 yet" \
+    $MPIRUN -np 2 "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/ids5" --batch 2 --seq 16 --steps 1 \
+    --zero-stage 1 --grad-clip 1
 echo "== command-line errors"
 printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
 for i in $(seq 6); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "$tmp/s2" "$tmp/small.txt"; done
@@ -103,6 +111,14 @@ fails "trainer: outputs checked, then no checkpoint to resume" "no checkpoint he
 if [ ! -e "$tmp/m.bin" ] && [ ! -e "$tmp/tr.json" ] && [ ! -e "$tmp/tr.tsv" ] && [ -z "$(ls -A "$tmp/ck")" ]; then
     ok "the output checks leave no files behind"; else bad "the output checks leave no files behind: $(ls -A "$tmp" "$tmp/ck")"; fi
 fails "trainer: FSDP's flag on another trainer" "unknown flag '--reshard-after-forward'" "${train[@]}" --reshard-after-forward 0
+for trainer in train_single train_zero3 train_fsdp; do
+    fails "$trainer: the ddp trainer's --zero-stage is unknown" "unknown flag '--zero-stage'" \
+        "$BUILD/$trainer" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage 1
+done
+for stage in 3 -1 1.5 two; do
+    fails "train_ddp: --zero-stage $stage" "--zero-stage: '$stage' is not an integer in \[0, 2\]" \
+        "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage "$stage"
+done
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
 fails "trainer: truncated model" "truncated.bin: header/size mismatch" "$BUILD/train_single" --model "$tmp/truncated.bin" --data "$tmp/byte"
 cp "$tmp/byte/train.bin" "$tmp/notmodel.bin"
@@ -215,6 +231,8 @@ if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
         help_ok "cuda/$tool --help without a GPU" "$BUILD/cuda/$tool" --help
         fails "cuda/$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/cuda/$tool" --bogus
     done
+    fails "cuda/train_ddp: --zero-stage 3" "--zero-stage: '3' is not an integer in \[0, 2\]" "$BUILD/cuda/train_ddp" --zero-stage 3
+    fails "cuda/train_fsdp: --zero-stage is unknown" "unknown flag '--zero-stage'" "$BUILD/cuda/train_fsdp" --zero-stage 1
 fi
 
 echo "== strategies: equivalence, memory and traffic formulas"
@@ -239,15 +257,30 @@ echo "== make compare on a tiny run: plots and report"
 cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
-for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks sharding \
-            timeline_ddp timeline_zero3 timeline_fsdp; do
+for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
+            model_state_vs_ranks sharding timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "22 plots (PNG and SVG) and the report are written"; else bad "22 plots (PNG and SVG) and the report are written"; fi
+    ok "28 plots (PNG and SVG) and the report are written"; else bad "28 plots (PNG and SVG) and the report are written"; fi
 if grep -q "^## Text sampled from the trained model" "$tmp/runs/tiny/report.md" && [ "$(head -c 4 "$tmp/runs/tiny/sample.txt")" = "The " ] \
     && grep -q "<pre>The " "$tmp/runs/tiny/report.html"; then
     ok "the report ends with text sampled from the trained model"; else bad "the report ends with text sampled from the trained model"; fi
+if grep -q '^| zero1 | 2 |' "$tmp/runs/tiny/report.md" && grep -q '^| zero2 | 2 |' "$tmp/runs/tiny/report.md" &&
+   grep -q '"strategy": "zero2"' "$tmp/runs/tiny/zero2.jsonl"; then
+    ok "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; else bad "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; fi
+run "compare.sh STRATEGIES=\"zero2 fsdp\"" "${cmp_env[@]}" NAME=subset STRATEGIES="zero2 fsdp" bash examples/compare.sh
+if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subset/ddp.jsonl" ] &&
+   [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&
+   ! grep -q '^| zero3 ' "$tmp/runs/subset/report.md"; then
+    ok "compare: STRATEGIES runs and reports those alone"; else bad "compare: STRATEGIES runs and reports those alone"; fi
+fails "compare: an unknown strategy" "STRATEGIES: unknown strategy 'zero4'" "${cmp_env[@]}" NAME=bad STRATEGIES="ddp zero4" \
+    bash examples/compare.sh
+fails "compare: a strategy twice" "'fsdp' is listed twice" "${cmp_env[@]}" NAME=bad STRATEGIES="fsdp fsdp" bash examples/compare.sh
+fails "report: an unknown strategy" "--strategies: unknown strategy 'zero4'" python3 examples/report.py "$tmp/runs/tiny" \
+    --build "$BUILD" --strategies ddp,zero4
+fails "report: a strategy's log missing" "subset/ddp.jsonl: missing" python3 examples/report.py "$tmp/runs/subset" \
+    --build "$BUILD" --strategies ddp,zero2
 fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
 head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"

@@ -14,7 +14,7 @@ import tempfile
 from testlib import Checks
 
 BUILD, MPIRUN = os.path.abspath(sys.argv[1]), shlex.split(sys.argv[2])
-TRAINER = f"{BUILD}/train_fsdp"  # the one trainer that takes every flag
+TRAINER = f"{BUILD}/train_fsdp"  # every shared flag and FSDP's; the ddp trainer's --zero-stage has its own case
 tmp = tempfile.mkdtemp(prefix="shardlab_agree_")
 CHECKS = Checks("agree")
 check = CHECKS.check
@@ -116,6 +116,9 @@ def stops_with(r, pattern, what):
 usage = subprocess.run([TRAINER, "--help"], capture_output=True, text=True)
 flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage.stdout + usage.stderr)) - {"--help"}
 check(len(flags) >= 20, f"--help lists the flags ({len(flags)} found)")
+usage = subprocess.run([f"{BUILD}/train_ddp", "--help"], capture_output=True, text=True)
+ddp_flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage.stdout + usage.stderr)) - {"--help"}
+check(ddp_flags - flags == {"--zero-stage"}, f"train_ddp's own flags: {sorted(ddp_flags - flags)}")
 for flag in sorted(flags - CASES.keys()):
     check(False, f"{flag}: no disagreement case here (add one, and compare it in common/agree.c)")
 
@@ -134,6 +137,10 @@ stops_with(r, r"--lr: rank 0 has 0.0003, rank 1 has 0.5, rank 2 has 0.5, rank 3 
 r = subprocess.run([*MPIRUN, "-np", "1", TRAINER, *args({})] + [":", "-np", "1", f"{BUILD}/train_zero3", *args({})],
                    capture_output=True, text=True, timeout=60)
 stops_with(r, "ranks disagree on the trainer: rank 0 has 'fsdp', rank 1 has 'zero3'", "two trainers")
+ddp = [f"{BUILD}/train_ddp", *args({})]
+r = subprocess.run([*MPIRUN, "-np", "1", *ddp, "--zero-stage", "1", ":", "-np", "1", *ddp, "--zero-stage", "2"],
+                   capture_output=True, text=True, timeout=60)
+stops_with(r, r"ranks disagree on --zero-stage: rank 0 has 1, rank 1 has 2", "--zero-stage differs")
 
 # the same paths, other files: each rank runs in its own directory
 for name in ("wd_a", "wd_b"):

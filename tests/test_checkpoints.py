@@ -24,7 +24,11 @@ check = CHECKS.check
 
 
 def launch(strategy, n):
-    return [f"{BUILD}/train_single"] if strategy == "single" else [*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}"]
+    if strategy == "single":
+        return [f"{BUILD}/train_single"]
+    if strategy in ("zero1", "zero2"):  # the ddp trainer's ZeRO stages
+        return [*MPIRUN, "-np", str(n), f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
+    return [*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}"]
 
 
 def train(strategy, n, *args, env=None):
@@ -37,7 +41,8 @@ def losses(path):
     return {o["step"]: o["loss"] for o in map(json.loads, open(path)) if "step" in o}
 
 
-RUNS = [("single", 1)] + [(s, n) for s in ("ddp", "zero3", "fsdp") for n in (1, 2, 3, 4) if not (s == "ddp" and n == 1)]
+RUNS = [("single", 1)] + [(s, n) for s in ("ddp", "zero3", "fsdp") for n in (1, 2, 3, 4) if not (s == "ddp" and n == 1)] \
+    + [("zero1", 3), ("zero2", 4), ("zero2", 1)]
 
 # ---- the uninterrupted reference ----
 ref_log = f"{tmp}/ref.jsonl"
@@ -88,12 +93,24 @@ ok &= train("zero3", 3, "--steps", "14", "--resume", chain, "--ckpt-dir", chain)
 check(ok and resume_matches(chain, "ddp", 2, 15) and resume_matches(chain, "single", 1, 15),
       "chain FSDP@4 -> ZeRO-3@3 -> DDP@2 and single: losses match")
 
+# ZeRO's flat ranges cut rows (even single rows, at these sizes) between ranks:
+# ZeRO-1 at 3 -> FSDP at 2 -> ZeRO-2 at 4
+chain = f"{tmp}/chain_zero"
+ok = train("zero1", 3, "--steps", "7", "--ckpt-dir", chain).returncode == 0
+manifest = open(f"{chain}/step_00000007/manifest.txt").read() if ok else ""
+check("strategy zero1" in manifest, "a ZeRO-1 checkpoint's manifest names zero1")
+ok &= train("fsdp", 2, "--steps", "14", "--resume", chain, "--ckpt-dir", chain).returncode == 0
+check(ok and resume_matches(chain, "zero2", 4, 15), "chain ZeRO-1@3 -> FSDP@2 -> ZeRO-2@4: losses match")
+
 # ---- full layout: llm.c model.bin + optimizer.bin, gathered on rank 0 ----
 full = f"{tmp}/full"
 check(train("fsdp", 3, "--steps", "10", "--ckpt-dir", full, "--save-full").returncode == 0, "FSDP@3 --save-full")
 step_dir = f"{full}/step_00000010"
 check(sorted(os.listdir(step_dir)) == ["manifest.txt", "model.bin", "optimizer.bin"], "full layout: model.bin, optimizer.bin, manifest")
 check(resume_matches(full, "zero3", 2), "full checkpoint resumes into ZeRO-3@2 with matching losses")
+full_zero = f"{tmp}/full_zero2"
+check(train("zero2", 3, "--steps", "10", "--ckpt-dir", full_zero, "--save-full").returncode == 0, "ZeRO-2@3 --save-full")
+check(resume_matches(full_zero, "zero1", 2), "ZeRO-2's full checkpoint resumes into ZeRO-1@2 with matching losses")
 r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"],
                    capture_output=True, text=True)
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")

@@ -1,7 +1,9 @@
 // The ZeRO-3 partitioner against the rule it implements, written out plainly:
 // largest tensor first (ties in tensor order), each onto the rank that holds the
 // fewest elements so far (ties to the lowest rank), for world sizes from 1 to
-// far beyond the number of tensors.
+// far beyond the number of tensors. The ZeRO-1/2 flat ranges against element
+// by element counting: every element of [0, P) has exactly one owner, ranges
+// are equal, contiguous and in rank order, and overlaps count what they cover.
 #include <check.h>
 #include <stdlib.h>
 
@@ -56,11 +58,63 @@ START_TEST(test_zero3_partition_follows_its_rule) {
 }
 END_TEST
 
+// Element by element: the owner of e is the rank whose range holds it, and a
+// span's overlap with each rank adds up to the span.
+static void check_flat_ranges(size_t P, int world) {
+    size_t S = zero12_range_numel(P, world);
+    ck_assert_msg(S * (size_t)world >= P && (S - 1) * (size_t)world < P,
+                  "P=%zu N=%d: S=%zu is not ceil(P/N)", P, world, S);
+    size_t expect_begin = 0;
+    for (int r = 0; r < world; r++) {
+        size_t begin, end;
+        zero12_range(P, world, r, &begin, &end);
+        ck_assert_msg(begin == expect_begin && end - begin == S, "P=%zu N=%d rank %d: [%zu, %zu)", P, world, r,
+                      begin, end);
+        expect_begin = end;
+    }
+    for (size_t e = 0; e < P; e++) {
+        int owner = zero12_owner(P, world, e);
+        size_t begin, end;
+        zero12_range(P, world, owner, &begin, &end);
+        ck_assert_msg(begin <= e && e < end, "P=%zu N=%d: element %zu given to rank %d [%zu, %zu)", P, world, e,
+                      owner, begin, end);
+    }
+    size_t spans[][2] = {{0, P}, {1, P > 3 ? P - 3 : 0}, {P / 3, P / 5 + 1}, {P - 1, 1}, {S ? S - 1 : 0, 2}};
+    for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
+        size_t first = spans[k][0], count = spans[k][1], total = 0;
+        if (first + count > P) continue;
+        for (int r = 0; r < world; r++) {
+            size_t begin, end, n = zero12_overlap(P, world, r, first, count, &begin, &end), want = 0;
+            for (size_t e = first; e < first + count; e++) want += zero12_owner(P, world, e) == r;
+            ck_assert_msg(n == want && end - begin == n, "P=%zu N=%d rank %d: overlap of [%zu, +%zu) is %zu, want %zu",
+                          P, world, r, first, count, n, want);
+            if (n) ck_assert_msg(zero12_owner(P, world, begin) == r && zero12_owner(P, world, end - 1) == r,
+                                 "P=%zu N=%d rank %d: overlap [%zu, %zu) outside the range", P, world, r, begin, end);
+            total += n;
+        }
+        ck_assert_msg(total == count, "P=%zu N=%d: overlaps of [%zu, +%zu) cover %zu", P, world, first, count, total);
+    }
+}
+
+START_TEST(test_zero12_flat_ranges) {
+    size_t sizes[] = {1, 2, 7, 100, 101, 1031, 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int world = 1; world <= 13; world++) check_flat_ranges(sizes[i], world);
+    check_flat_ranges(1031, 1024);
+    check_flat_ranges(5, 1024);  // more ranks than elements: the ranges past P are all padding
+    ck_assert_uint_eq(zero12_range_numel(124475904, 1024), 121559);
+    ck_assert_int_eq(zero12_owner(124475904, 1024, 124475903), 1023);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("partition");
     TCase *tc = tcase_create("zero3");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_zero3_partition_follows_its_rule);
     suite_add_tcase(s, tc);
+    TCase *flat = tcase_create("zero12");
+    tcase_add_test(flat, test_zero12_flat_ranges);
+    suite_add_tcase(s, flat);
     return run_suite(s);
 }

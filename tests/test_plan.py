@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """build/plan's predictions against the accounting of real runs: d2 (byte vocab) at
-N = 1..4 for each strategy, every rank. params, grads, optim and activations must be
+N = 1..4 for each strategy (ddp, zero1, zero2, zero3, fsdp), every rank. params, grads, optim and activations must be
 exact; the other categories and the total peak within 5% (they come out exact today).
 Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
 ranks beyond the number of tensors own nothing.
@@ -43,9 +43,12 @@ for n in (1, 2, 3, 4):
                                                      "--batch", str(batch), "--seq", "16"]):
         for r in range(first, last + 1):
             predicted[(strategy, r)] = numbers
-    for strategy in ("ddp", "zero3", "fsdp"):
+    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
         log = os.path.join(tmp, f"{strategy}{n}.jsonl")
-        r = subprocess.run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}", "--config", "d2", "--vocab", "256",
+        trainer = [f"{BUILD}/train_{strategy}"]
+        if strategy in ("zero1", "zero2"):
+            trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
+        r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256",
                             "--data", DATA, "--batch", str(batch), "--seq", "16", "--steps", "1", "--quiet",
                             "--log", log], capture_output=True, text=True)
         check(r.returncode == 0, f"{strategy} N={n} runs: {r.stderr[-300:]}")
@@ -104,4 +107,11 @@ for n in (100, 148, 149, 1000, 1 << 24):
           and len(idle) == (1 if n > 148 else 0), f"plan --ranks {n}: ranks 0..147 own tensors, the rest none")
     check(sum(numbers[0] for numbers in owners) == sum(r[3][0] for r in rows if r[0] == "ddp"),
           f"plan --ranks {n}: ZeRO-3's owned parameters add up to the whole model")
+    # ZeRO-1/2: flat ranges of S = ceil(P/N); P from DDP's replica
+    P = next(r[3][0] for r in rows if r[0] == "ddp") // 4
+    S = -(-P // n)
+    zero = {r[0]: r[3] for r in rows if r[0] in ("zero1", "zero2")}
+    check(sorted(zero) == ["zero1", "zero2"] and all(z[0] == 4 * n * S and z[4] == 8 * S for z in zero.values())
+          and zero["zero1"][2] == 4 * P and zero["zero2"][2] == 4 * S,
+          f"plan --ranks {n}: ZeRO-1/2 keep params 4 N S, optim 8 S, grads 4 P (ZeRO-1) or 4 S (ZeRO-2)")
 CHECKS.finish()

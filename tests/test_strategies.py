@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The equivalence invariant, and the memory and traffic formulas, under mpirun.
 
-For DDP, ZeRO-3 and FSDP at N = 1..4, on a model whose sizes are not all
+For DDP, ZeRO-1, ZeRO-2 (train_ddp --zero-stage 1|2), ZeRO-3 and FSDP at N = 1..4, on a model whose sizes are not all
 divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
   - 20 AdamW steps with weight decay give the losses and validation losses
     (every 5 steps, the mean over all ranks' rows) of build/train_single
@@ -109,6 +109,27 @@ def expected(strategy, n, rank, reshard):
         for u in range(L + 2):
             home = sum(numel[i] for i in range(len(T)) if T[i][3] == u)
             calls.append(("all_reduce", home, 0))
+    elif strategy in ("zero1", "zero2"):
+        # flat ranges of S = ceil(P/N) elements in llm.c's order (docs/zero12.md)
+        S = -(-P // n)
+        mem = {"params": 4 * n * S, "grads": 4 * (P if strategy == "zero1" else S), "optim": 8 * S}
+        grads_gathered = 0
+        if strategy == "zero2":
+            # during unit u's backward: full-size gradients of the tensors unit u
+            # reads, of unit u+1's bucket still in flight, and of wte since the head
+            alive, home = set(), lambda u: {i for i in range(len(T)) if T[i][3] == u}
+            for u in reversed(range(L + 2)):
+                alive |= set(UNITS[u])
+                grads_gathered = max(grads_gathered, 4 * sum(numel[i] for i in alive))
+                alive -= home(u + 1)
+        peaks = {"params_gathered": 0, "grads_gathered": grads_gathered, "comm_buffers": 4 * S}
+        offset = [sum(numel[:i]) for i in range(len(T))]
+        for u in reversed(range(L + 2)):  # each bucket: one reduce per piece of a tensor in one range
+            for i in (i for i in range(len(T)) if T[i][3] == u):
+                for q in range(offset[i] // S, (offset[i] + numel[i] - 1) // S + 1):
+                    piece = min(offset[i] + numel[i], (q + 1) * S) - max(offset[i], q * S)
+                    calls.append(("reduce", piece, q))
+        calls.append(("all_gather", n * S, 0))
     elif strategy == "zero3":
         owner = zero3_owners(n)
         owned = 4 * sum(numel[i] for i in range(len(T)) if owner[i] == rank)
@@ -198,14 +219,16 @@ def check_seed(tmp, data):
         check(run([f"{BUILD}/init_model", *shape, "--seed", str(seed), "--out", path]) == 0, f"init_model --seed {seed}")
         inits[seed] = open(path, "rb").read()
     check(inits[7] != inits[8], "init_model: another seed gives another model")
-    trainers = [("train_single", []), ("train_ddp", [*MPIRUN, "-np", "2"]), ("train_zero3", [*MPIRUN, "-np", "3"]),
-                ("train_fsdp", [*MPIRUN, "-np", "3"])]
-    for trainer, launch in trainers:
-        out = os.path.join(tmp, f"{trainer}_seed.bin")
-        rc = run([*launch, f"{BUILD}/{trainer}", "--config", "d2", "--vocab", str(V), "--data", data, "--batch", "6",
-                  "--seq", "16", "--steps", "0", "--seed", "8", "--quiet", "--out-model", out])
+    trainers = [("train_single", [], []), ("train_ddp", [*MPIRUN, "-np", "2"], []),
+                ("train_ddp", [*MPIRUN, "-np", "3"], ["--zero-stage", "2"]), ("train_zero3", [*MPIRUN, "-np", "3"], []),
+                ("train_fsdp", [*MPIRUN, "-np", "3"], [])]
+    for trainer, launch, extra in trainers:
+        name = " ".join([trainer, *extra])
+        out = os.path.join(tmp, f"{trainer}{len(extra)}_seed.bin")
+        rc = run([*launch, f"{BUILD}/{trainer}", *extra, "--config", "d2", "--vocab", str(V), "--data", data,
+                  "--batch", "6", "--seq", "16", "--steps", "0", "--seed", "8", "--quiet", "--out-model", out])
         check(rc == 0 and open(out, "rb").read() == inits[8],
-              f"{trainer}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
+              f"{name}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
 
 
 def main():
@@ -232,12 +255,16 @@ def main():
     ref_steps, _ = read_log(ref_log)
     ref_params = read_params(ref_model)
     check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
-    runs = [(s, n, 1) for s in ("ddp", "zero3", "fsdp") for n in (1, 2, 3, 4)] + [("fsdp", n, 0) for n in (2, 3, 4)]
+    runs = [(s, n, 1) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)] + \
+           [("fsdp", n, 0) for n in (2, 3, 4)]
     for strategy, n, reshard in runs:
         tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0")
         log, out = os.path.join(tmp, f"{strategy}{n}{reshard}.jsonl"), os.path.join(tmp, f"{strategy}{n}{reshard}.bin")
         extra = [] if reshard else ["--reshard-after-forward", "0"]
-        rc = run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}", *common, *extra, "--log", log, "--out-model", out])
+        trainer = strategy
+        if strategy in ("zero1", "zero2"):
+            trainer, extra = "ddp", ["--zero-stage", strategy[-1]]
+        rc = run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{trainer}", *common, *extra, "--log", log, "--out-model", out])
         check(rc == 0, f"{tag}: runs")
         if rc != 0:
             continue
@@ -252,6 +279,9 @@ def main():
         pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
         check(len(params) == len(ref_params) and pdiff <= 1e-5, f"{tag}: final parameters match (max diff {pdiff:.2e})")
         check(summary["world_size"] == n and len(summary["ranks"]) == n, f"{tag}: summary has every rank")
+        start = json.loads(open(log).readline())
+        check(summary["strategy"] == strategy and start.get("strategy") == strategy,
+              f"{tag}: the log names the strategy {strategy} (start {start.get('strategy')}, summary {summary['strategy']})")
         for rank_info in summary["ranks"]:
             r = rank_info["rank"]
             mem, peaks, traffic = expected(strategy, n, r, reshard)

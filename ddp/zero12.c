@@ -1,0 +1,280 @@
+// zero12.c: ZeRO stages 1 and 2 by flat ranges. All P parameters, concatenated
+// in llm.c's order and padded to pad(P) = N*S, are cut into N contiguous ranges
+// of S = ceil(P/N) elements (common/partition.c); rank r owns range r: it alone
+// keeps that range's AdamW moments and runs the optimizer on it. Every rank
+// still holds the whole model's parameters, as in DDP. After each unit's
+// backward, every gradient tensor homed in that unit (one bucket, as in DDP) is
+// reduced piece by piece onto the owners of the ranges it crosses (a
+// reduce-scatter of the bucket along the range boundaries, which is how
+// DeepSpeed reduces its buckets), started non-blocking so that it overlaps the
+// backward of the units below. After AdamW on its range, each rank's updated
+// range is all-gathered so that every rank has the whole new model again.
+//   ZeRO-1: every rank keeps a full gradient buffer; each owner reduces its
+//           pieces in place and steps from there.
+//   ZeRO-2: the resident gradient is this rank's range only. A unit's backward
+//           writes into temporary full-size gradient tensors, whose reduce
+//           lands in the owner's range; they are freed once their reduce is
+//           done (waited for after the next unit's backward, finish_grads for
+//           the last), so only the buckets in flight are ever full size.
+//
+//   flat model:  | wte   wpe   ln1w ... | ... qkvw ... | ...  fcprojb lnfw lnfb |pad|
+//   ranges:      |<---- rank 0 ---->|<---- rank 1 ---->|<---- rank 2 ---->|<- 3 ->|
+//   backward u:  grads of u's tensors --reduce(avg) per piece--> owner of each piece
+//   step:        AdamW on my range -> all-gather ranges -> full model everywhere
+//
+// Per rank: params 4 pad(P), AdamW 8 S; grads 4 P (ZeRO-1) or 4 S plus the
+// unit buckets in flight (ZeRO-2). Per step: one reduce per piece of a tensor
+// inside one range, so each rank sends 4 (P - its real range) and receives
+// 4 (P - rank r-1's real range); then one all-gather of pad(P), (N-1)/N * 4 pad(P)
+// each way. That is DDP's all-reduce, 2 (N-1)/N * 4P, up to the padding.
+//
+// The tied wte is used by unit 0 and by the head; its gradient sums both uses
+// and travels with unit 0's bucket, after the last of them.
+//
+// Checkpoints want whole rows, with their AdamW moments, and a range may cut a
+// row. Every rank reports every row (its parameters are the full replica);
+// rank 0 writes them. The moments of the tensor asked for are assembled in a
+// staging buffer by a reduce onto rank 0 (every rank asks for every tensor in
+// the same order: common/checkpoint.c); a load fills the staging buffer, and
+// each rank copies its range back out of it before it next asks, or trains.
+#include <stdlib.h>
+
+#include "../common/device.h"
+#include "../common/util/errors.h"
+#include "ddp.h"
+
+typedef struct {
+    GPT2 *model;
+    Comm *comm;
+    MemAccount *mem;
+    int stage;                       // 1 or 2
+    size_t lo, hi;                   // this rank's range [lo, hi) of the padded flat model
+    float *params;                   // (pad(P)) the full replica, llm.c's order
+    float *grads;                    // (P) ZeRO-1: full; (S) ZeRO-2: this rank's range
+    float *m, *v;                    // (S) AdamW moments of this rank's range
+    AdamWSpan *spans;                // (num_tensors) tensor t's part of the range; count 0 if none
+    int *piece_start;                // (num_tensors + 1) tensor t's pieces are pending[piece_start[t] ..]
+    CommHandle *pending;             // one reduce per piece: a tensor's part inside one range
+    MemAccount scratch;              // checkpoint staging: not training memory
+    int staged_tensor;               // -1, or the tensor whose moments are in `staged`
+    float *staged;                   // (2 numel) m then v of staged_tensor, whole
+} State;
+
+static size_t range_numel(const State *s) { return s->hi - s->lo; }
+static size_t grads_numel(const State *s) { return s->stage == 1 ? s->model->layout.num_params : range_numel(s); }
+
+// Where the owner's reduced gradient of flat element `first` goes.
+static float *grad_slot(const State *s, size_t first) {
+    return s->stage == 1 ? s->grads + first : s->grads + (first - s->lo);
+}
+
+// Where this rank's part of tensor t starts, counted from the tensor's start.
+static size_t span_start_in_tensor(const State *s, int t) {
+    return (size_t)(s->spans[t].m - s->m) + s->lo - s->model->layout.tensors[t].offset;
+}
+
+// A checkpoint is done with the staged tensor: take this rank's range back.
+static void unstage_moments(State *s) {
+    int t = s->staged_tensor;
+    if (t < 0) return;
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    const AdamWSpan *span = &s->spans[t];
+    if (span->count > 0) {
+        size_t at = span_start_in_tensor(s, t);
+        device_copy(span->m, s->staged + at, span->count);
+        device_copy(span->v, s->staged + tensor->numel + at, span->count);
+    }
+    device_free(&s->scratch, MEM_COMM_BUFFERS, s->staged, 2 * tensor->numel);
+    s->staged = NULL;
+    s->staged_tensor = -1;
+}
+
+// Assembles tensor t's whole m and v on rank 0: each rank puts its range's part
+// into a zeroed buffer, and a sum onto rank 0 joins them.
+static void stage_moments(State *s, int t) {
+    unstage_moments(s);
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    const AdamWSpan *span = &s->spans[t];
+    s->staged = device_alloc(&s->scratch, MEM_COMM_BUFFERS, 2 * tensor->numel);
+    s->staged_tensor = t;
+    if (span->count > 0) {
+        size_t at = span_start_in_tensor(s, t);
+        device_copy(s->staged + at, span->m, span->count);
+        device_copy(s->staged + tensor->numel + at, span->v, span->count);
+    }
+    comm_reduce(s->comm, s->staged, s->comm->rank == 0 ? s->staged : NULL, 2 * tensor->numel, 0, COMM_SUM);
+}
+
+// Gives the unit's tensors zeroed full-size gradients where they have none yet
+// (ZeRO-2; the head's wte keeps its buffer until unit 0 is done with it).
+static void alloc_unit_grads(State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (!s->model->grads[t])
+            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+    }
+}
+
+// Starts the reduce of every tensor homed in the unit: one per range it crosses,
+// onto that range's owner.
+static void reduce_bucket(State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    size_t P = layout->num_params;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        if (tensor->home_unit != unit) continue;
+        int first_owner = zero12_owner(P, s->comm->world, tensor->offset);
+        for (int k = s->piece_start[t]; k < s->piece_start[t + 1]; k++) {
+            int owner = first_owner + (k - s->piece_start[t]);
+            size_t begin, end;
+            zero12_overlap(P, s->comm->world, owner, tensor->offset, tensor->numel, &begin, &end);
+            const float *send = s->model->grads[t] + (begin - tensor->offset);
+            float *recv = owner == s->comm->rank ? grad_slot(s, begin) : NULL;
+            s->pending[k] = comm_reduce_start(s->comm, send, recv, end - begin, owner, COMM_AVG);
+        }
+    }
+}
+
+// Waits for the unit's bucket; ZeRO-2 then frees its full-size gradients.
+static void finish_bucket(State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        if (layout->tensors[t].home_unit != unit) continue;
+        for (int k = s->piece_start[t]; k < s->piece_start[t + 1]; k++) comm_wait(s->comm, &s->pending[k]);
+        if (s->stage == 2) {
+            device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], layout->tensors[t].numel);
+            s->model->grads[t] = NULL;
+        }
+    }
+}
+
+// Parameters are always resident: nothing to fetch or release (a checkpoint's
+// staged moments go home before training touches them).
+static void before_forward(void *state, int unit) {
+    (void)unit;
+    unstage_moments(state);
+}
+static void after_forward(void *state, int unit) { (void)state; (void)unit; }
+
+static void before_backward(void *state, int unit) {
+    State *s = state;
+    if (s->stage == 2) alloc_unit_grads(s, unit);
+}
+
+// The unit's gradients are final once its backward is done (the tied wte's only
+// after unit 0): start reducing them while the units below compute. ZeRO-1
+// nudges the buckets in flight along; ZeRO-2 waits for the bucket started one
+// unit ago, which had this unit's backward to travel, and frees it.
+static void after_backward(void *state, int unit) {
+    State *s = state;
+    int units = s->model->layout.num_units;
+    reduce_bucket(s, unit);
+    if (s->stage == 2) {
+        if (unit + 1 < units) finish_bucket(s, unit + 1);
+        return;
+    }
+    for (int k = s->piece_start[0]; k < s->piece_start[s->model->layout.num_tensors]; k++)
+        comm_progress(s->comm, &s->pending[k]);
+}
+
+static void finish_grads(void *state) {
+    State *s = state;
+    int units = s->model->layout.num_units;
+    for (int u = s->stage == 2 ? 0 : units - 1; u >= 0; u--) finish_bucket(s, u);
+}
+
+// AdamW on this rank's range, then everyone's range to everyone. A tensor's step
+// count advances on every rank, so that any rank can report it.
+static void step(void *state, AdamWConfig config) {
+    State *s = state;
+    const GPT2Layout *layout = &s->model->layout;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        if (s->spans[t].count > 0) device_adamw(&s->spans[t], config);
+        else s->spans[t].step++;
+    }
+    device_zero(s->grads, grads_numel(s));
+    size_t S = range_numel(s);
+    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, S);  // MPI's input may not overlap its output
+    device_copy(send, s->params + s->lo, S);
+    comm_all_gather(s->comm, send, s->params, S * (size_t)s->comm->world);
+    device_free(s->mem, MEM_COMM_BUFFERS, send, S);
+}
+
+static void gather_full_model(void *state, float *flat) {
+    State *s = state;
+    if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
+    device_to_host(flat, s->params, s->model->layout.num_params);
+}
+
+// Every rank keeps every row's parameters; rank 0 alone writes them, with the
+// moments staged from all ranges (see the top).
+static int local_rows(void *state, int t, LocalRows *rows) {
+    State *s = state;
+    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
+    stage_moments(s, t);
+    // no gradient rows: this rank's reduced gradient is a flat range that may cut rows
+    *rows = (LocalRows){.row_begin = 0, .row_count = tensor->rows, .params = s->params + tensor->offset,
+                        .m = s->staged, .v = s->staged + tensor->numel, .adam_step = &s->spans[t].step,
+                        .writes = s->comm->rank == 0, .grads = NULL};
+    return 1;
+}
+
+static void destroy(void *state) {
+    State *s = state;
+    unstage_moments(s);
+    device_free(s->mem, MEM_PARAMS, s->params, range_numel(s) * (size_t)s->comm->world);
+    device_free(s->mem, MEM_GRADS, s->grads, grads_numel(s));
+    device_free(s->mem, MEM_OPTIM, s->m, range_numel(s));
+    device_free(s->mem, MEM_OPTIM, s->v, range_numel(s));
+    free(s->spans);
+    free(s->piece_start);
+    free(s->pending);
+    free(s);
+}
+
+Strategy zero12_init(const StrategyContext *ctx) {
+    State *s = xcalloc(1, sizeof *s);
+    GPT2 *model = ctx->model;
+    const GPT2Layout *layout = &model->layout;
+    size_t P = layout->num_params;
+    int world = ctx->comm->world;
+    s->model = model;
+    s->comm = ctx->comm;
+    s->mem = ctx->mem;
+    s->stage = ((const DdpOptions *)ctx->options)->zero_stage;
+    CHECK(s->stage == 1 || s->stage == 2, "zero12_init: stage %d", s->stage);
+    s->staged_tensor = -1;
+    zero12_range(P, world, s->comm->rank, &s->lo, &s->hi);
+    s->params = device_alloc(s->mem, MEM_PARAMS, range_numel(s) * (size_t)world);
+    s->grads = device_alloc(s->mem, MEM_GRADS, grads_numel(s));
+    s->m = device_alloc(s->mem, MEM_OPTIM, range_numel(s));
+    s->v = device_alloc(s->mem, MEM_OPTIM, range_numel(s));
+    s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
+    s->piece_start = xcalloc((size_t)layout->num_tensors + 1, sizeof(int));
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        size_t begin, end, count = zero12_overlap(P, world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end);
+        if (count > 0)
+            s->spans[t] = (AdamWSpan){s->params + begin, grad_slot(s, begin), s->m + (begin - s->lo),
+                                      s->v + (begin - s->lo), count, 0};
+        int first_owner = zero12_owner(P, world, tensor->offset);
+        int last_owner = zero12_owner(P, world, tensor->offset + tensor->numel - 1);
+        s->piece_start[t + 1] = s->piece_start[t] + last_owner - first_owner + 1;
+        model->params[t] = s->params + tensor->offset;  // the model reads the replica directly, for good
+        model->grads[t] = s->stage == 1 ? s->grads + tensor->offset : NULL;
+    }
+    s->pending = xcalloc((size_t)s->piece_start[layout->num_tensors], sizeof(CommHandle));
+    if (s->comm->rank == 0) {
+        float *host = xmalloc(P * sizeof(float));
+        for (int t = 0; t < layout->num_tensors; t++)
+            param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
+        device_from_host(s->params, host, P);
+        free(host);
+    }
+    // replicas must start identical: rank 0's copy wins
+    comm_broadcast(s->comm, s->params, P, 0);
+    strategy_note(ctx, "zero%d: %d ranges of %zu elements (P = %zu, %zu of padding)\n", s->stage, world,
+                  range_numel(s), P, range_numel(s) * (size_t)world - P);
+    return STRATEGY_TABLE(s->stage == 1 ? "zero1" : "zero2", s);
+}
