@@ -215,10 +215,11 @@ static void setup(Run *run) {
         .quiet = o->quiet,
     };
     run->strategy = run->plugin->init(&ctx);
-    if (o->grad_clip > 0) {  // clipping reads and scales the gradient rows each rank holds
+    // clipping reads and scales the gradient rows each rank holds (every rank asks for
+    // every tensor, in order: local_rows may run a collective)
+    for (int t = 0; o->grad_clip > 0 && t < run->model.layout.num_tensors; t++) {
         LocalRows rows = {0};
-        run->strategy.local_rows(run->strategy.state, 0, &rows);  // every rank: it may run a collective
-        if (!rows.grads)
+        if (run->strategy.local_rows(run->strategy.state, t, &rows) && !rows.grads)
             fatal("--grad-clip is not available with %s yet: its gradient is sharded in flat ranges that cut "
                   "rows, and the clipping reads gradient rows", run->strategy.name);
     }
