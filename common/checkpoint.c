@@ -66,7 +66,15 @@ static void sync_directory(const char *path) {
     if (close(fd) != 0) fatal("%s: close of the directory failed: %s", path, strerror(errno));
 }
 
+// rm -r of a directory the checkpoint code made. A symbolic link inside is
+// removed, never followed: nothing outside the directory is touched.
 static void remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) {
+        unlink(path);
+        return;
+    }
     DIR *dir = opendir(path);
     if (!dir) return;
     struct dirent *e;
@@ -74,7 +82,7 @@ static void remove_tree(const char *path) {
     while ((e = readdir(dir)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
             xsnprintf(child, sizeof child, "%s/%s", path, e->d_name);
-            if (unlink(child) != 0) remove_tree(child);
+            remove_tree(child);
         }
     closedir(dir);
     rmdir(path);
@@ -87,6 +95,7 @@ static void make_directory(const char *path) {
 typedef struct {
     int step;
     struct timespec written;  // the directory's modification time
+    char name[64];            // its entry in the checkpoint directory
 } SavedCheckpoint;
 
 // The most recently written first; equal times by step, higher first.
@@ -101,7 +110,8 @@ static int newer_first(const void *pa, const void *pb) {
 // others, and any .tmp directory a save that never finished left behind. Recency,
 // not the step number: a run resumed from an older step keeps what it writes,
 // not the higher steps of the run it branched from. `just_saved`, which `latest`
-// names, is always kept; keep 0 keeps everything.
+// names, is always kept. Only what a save makes is removed: real directories
+// (not links) named step_N holding a manifest, and step_N.tmp directories.
 static void prune(const char *dir, int keep, int just_saved) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -113,15 +123,23 @@ static void prune(const char *dir, int keep, int just_saved) {
         int step, used = 0;
         if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1) continue;
         xsnprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (strcmp(e->d_name + used, ".tmp") == 0) remove_tree(path);
-        else if (e->d_name[used] == '\0' && step != just_saved && count < 4096 && stat(path, &st) == 0)
-            saved[count++] = (SavedCheckpoint){.step = step, .written = st.st_mtim};
+        struct stat st, manifest_st;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || strlen(e->d_name) >= sizeof saved->name) continue;
+        if (strcmp(e->d_name + used, ".tmp") == 0) {
+            remove_tree(path);
+            continue;
+        }
+        char manifest[4200];
+        xsnprintf(manifest, sizeof manifest, "%s/" MANIFEST_NAME, path);
+        if (e->d_name[used] == '\0' && step != just_saved && count < 4096 && stat(manifest, &manifest_st) == 0) {
+            saved[count] = (SavedCheckpoint){.step = step, .written = st.st_mtim};
+            snprintf(saved[count++].name, sizeof saved->name, "%s", e->d_name);
+        }
     }
     closedir(d);
     qsort(saved, (size_t)count, sizeof *saved, newer_first);
     for (int i = keep - 1; keep > 0 && i < count; i++) {  // just_saved takes one of the `keep` places
-        xsnprintf(path, sizeof path, "%s/step_%08d", dir, saved[i].step);
+        xsnprintf(path, sizeof path, "%s/%s", dir, saved[i].name);
         remove_tree(path);
     }
     free(saved);

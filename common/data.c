@@ -10,10 +10,11 @@
 void token_shard_write(const char *path, const uint16_t *tokens, size_t count) {
     if (count > INT32_MAX) fatal("%s: %zu tokens do not fit one shard", path, count);
     int32_t header[SHARD_HEADER_INTS] = {TOKEN_SHARD_MAGIC, TOKEN_SHARD_VERSION, (int32_t)count};
-    FILE *f = xfopen(path, "wb");
-    xfwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, f, path);
-    xfwrite(tokens, sizeof(uint16_t), count, f, path);
-    xfclose(f, path);
+    char tmp[4200];
+    FILE *f = replace_begin(path, tmp, sizeof tmp);
+    xfwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, f, tmp);
+    xfwrite(tokens, sizeof(uint16_t), count, f, tmp);
+    replace_commit(f, tmp, path);
 }
 
 int token_shard_parse(const unsigned char *bytes, size_t len, int vocab_size, uint16_t **tokens,

@@ -124,6 +124,8 @@ static double evaluate(Run *run) {
 // that cannot be written stops the run before training rather than after; a
 // file created here is removed again.
 static void check_writable(const char *flag, const char *value, const char *path) {
+    struct stat st;  // opening a FIFO for writing would wait for a reader
+    if (stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) fatal("%s %s: not a regular file (a FIFO)", flag, value);
     int existed = access(path, F_OK) == 0;
     int fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (fd < 0 && strcmp(value, path) == 0) fatal("%s %s: cannot write: %s", flag, value, strerror(errno));
@@ -134,7 +136,13 @@ static void check_writable(const char *flag, const char *value, const char *path
 
 // Every rank writes its shard into the checkpoint directory: rank 0 makes it,
 // then every rank creates and removes a file of its own in it.
-static void check_checkpoint_dir(Comm *comm, const char *dir) {
+static void check_checkpoint_dir(Comm *comm, const char *dir, int resuming) {
+    // a fresh run would prune another run's checkpoints as it saves its own
+    char latest[4200];
+    xsnprintf(latest, sizeof latest, "%s/latest", dir);
+    if (!resuming && access(latest, F_OK) == 0)
+        fatal("--ckpt-dir %s already holds another run's checkpoints (%s): continue them with --resume %s, "
+              "or give another directory", dir, latest, dir);
     if (comm->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
         fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
     comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks
@@ -155,6 +163,8 @@ static void check_log_written(const Run *run) {
 // makes the ddp trainer's run zero1 or zero2), still before training.
 static void open_log(Run *run) {
     const TrainOptions *o = &run->opts;
+    struct stat st;
+    if (stat(o->log_path, &st) == 0 && S_ISFIFO(st.st_mode)) fatal("--log %s: not a regular file (a FIFO)", o->log_path);
     run->log = fopen(o->log_path, o->resume ? "a" : "w");
     if (!run->log) fatal("--log %s: cannot open for writing: %s", o->log_path, strerror(errno));
 }
@@ -170,7 +180,7 @@ static void write_log_start(Run *run) {
 static void check_outputs(Run *run) {
     const TrainOptions *o = &run->opts;
     char path[4200];
-    if (o->ckpt_dir) check_checkpoint_dir(&run->comm, o->ckpt_dir);
+    if (o->ckpt_dir) check_checkpoint_dir(&run->comm, o->ckpt_dir, o->resume != NULL);
     if (run->comm.rank != 0) return;
     if (o->out_model) check_writable("--out-model", o->out_model, o->out_model);
     if (o->trace_prefix) {
@@ -410,12 +420,20 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     run.plugin = plugin;
     comm_init(&run.comm, &argc, &argv);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
+    // Each rank parses its own command line, silently. The job's outcome is the
+    // worst of them (ERROR over HELP over RUN: a rank started with other flags must
+    // not leave the others waiting), and the first rank with that outcome says why.
     run.num_flags = options_flags(&run.opts, plugin, run.flags);
-    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv,
-                                         run.comm.rank == 0);
-    if (parsed != OPTIONS_RUN) {  // every rank parsed the same argv: all leave MPI cleanly, alike
+    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv, 0);
+    int worst = (int)comm_metric_max(&run.comm, parsed);
+    if (worst != OPTIONS_RUN) {
+        int speaker = -(int)comm_metric_max(&run.comm, -((int)parsed == worst ? run.comm.rank : run.comm.world));
+        if (run.comm.rank == speaker) {
+            run.num_flags = options_flags(&run.opts, plugin, run.flags);
+            options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv, 1);
+        }
         comm_finalize(&run.comm);
-        return parsed == OPTIONS_HELP ? 0 : 1;
+        return worst == OPTIONS_HELP ? 0 : 1;
     }
     if (strcmp(device_name(), "cuda") == 0) {  // the CUDA build: one GPU per rank, or ranks sharing one
         device_init(run.comm.local_rank);

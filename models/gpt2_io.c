@@ -69,10 +69,11 @@ void gpt2_checkpoint_write(const char *path, const GPT2Config *config, const flo
                            size_t num_params) {
     int32_t header[LLMC_HEADER_INTS];
     fill_checkpoint_header(header, config);
-    FILE *f = xfopen(path, "wb");
-    xfwrite(header, sizeof(int32_t), LLMC_HEADER_INTS, f, path);
-    xfwrite(flat_params, sizeof(float), num_params, f, path);
-    xfclose(f, path);
+    char tmp[4200];  // a failed write leaves the old file whole (it may be the --model being trained)
+    FILE *f = replace_begin(path, tmp, sizeof tmp);
+    xfwrite(header, sizeof(int32_t), LLMC_HEADER_INTS, f, tmp);
+    xfwrite(flat_params, sizeof(float), num_params, f, tmp);
+    replace_commit(f, tmp, path);
 }
 
 void gpt2_debug_state_read(const char *path, const GPT2Layout *layout, GPT2DebugState *state) {

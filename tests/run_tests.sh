@@ -78,6 +78,38 @@ fails "tokenize: bad vocab dir" "/nonexistent/encoder.json" "$BUILD/tokenize" --
 train=("$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 2 --quiet)
 run "train_single on prepared data" "${train[@]}"
 fails "trainer: unknown flag" "unknown flag '--bogus'" "${train[@]}" --bogus 1
+fails "trainer: one rank of two with an unknown flag (no hang)" "unknown flag '--bogus'" \
+    $MPIRUN -np 1 "$BUILD/train_ddp" "${train[@]:1}" : -np 1 "$BUILD/train_ddp" "${train[@]:1}" --bogus
+"${train[@]}" --ckpt-dir "$tmp/ck_taken" --save-every 1
+fails "trainer: a new run into another run's --ckpt-dir" "already holds another run's checkpoints" \
+    "${train[@]}" --ckpt-dir "$tmp/ck_taken" --save-every 1
+if [ -f "$tmp/ck_taken/step_00000002/manifest.txt" ]; then ok "the other run's checkpoints are untouched"
+else bad "the other run's checkpoints are untouched"; fi
+# pruning removes only what a save made: not a link's target, not a directory without a manifest
+mkdir -p "$tmp/precious" "$tmp/ck_links/step_00000098"
+echo kept > "$tmp/precious/thesis.tex"
+echo kept > "$tmp/ck_links/step_00000098/notes.txt"
+ln -s "$tmp/precious" "$tmp/ck_links/step_00000099"
+"${train[@]}" --ckpt-dir "$tmp/ck_links" --save-every 1 --keep 1
+if [ -f "$tmp/precious/thesis.tex" ] && [ -f "$tmp/ck_links/step_00000098/notes.txt" ] &&
+   [ -f "$tmp/ck_links/step_00000002/manifest.txt" ] && [ ! -e "$tmp/ck_links/step_00000001" ]; then
+    ok "--keep prunes only checkpoints: a link's target and other directories stay"
+else bad "--keep prunes only checkpoints: a link's target and other directories stay"; fi
+mkfifo "$tmp/fifo_out"
+fails "trainer: --out-model is a FIFO (no hang)" "--out-model $tmp/fifo_out: not a regular file \(a FIFO\)" \
+    "${train[@]}" --out-model "$tmp/fifo_out"
+fails "trainer: --log is a FIFO (no hang)" "--log $tmp/fifo_out: not a regular file \(a FIFO\)" "${train[@]}" --log "$tmp/fifo_out"
+fails "init_model: --out is a FIFO (no hang)" "fifo_out: not a regular file \(a FIFO\)" "$BUILD/init_model" --layers 1 \
+    --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/fifo_out"
+# a model file is written to FILE.tmp and renamed over FILE once whole: with FILE.tmp
+# unusable (a directory here), the write fails and the old FILE is untouched
+"$BUILD/init_model" --layers 1 --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/replaced.bin" > /dev/null
+cp "$tmp/replaced.bin" "$tmp/replaced_before.bin"
+mkdir "$tmp/replaced.bin.tmp"
+fails "init_model: the new file cannot be written" "replaced.bin.tmp: cannot open for writing" "$BUILD/init_model" \
+    --layers 2 --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/replaced.bin"
+if cmp -s "$tmp/replaced.bin" "$tmp/replaced_before.bin"; then ok "a failed write leaves the old model file whole"
+else bad "a failed write leaves the old model file whole"; fi
 fails "trainer: bad number" "--steps: 'ten' is not an integer" "${train[@]}" --steps ten
 fails "trainer: unknown preset" "unknown preset 'd7'" "$BUILD/train_single" --config d7 --data "$tmp/byte"
 fails "trainer: missing data" "/nonexistent/train.bin: cannot open" "$BUILD/train_single" --config d2 --data /nonexistent

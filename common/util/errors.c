@@ -92,6 +92,8 @@ static FILE *open_regular_for_reading(const char *path, const char *mode) {
 
 FILE *xfopen(const char *path, const char *mode) {
     if (mode[0] == 'r' && !strchr(mode, '+')) return open_regular_for_reading(path, mode);
+    struct stat st;  // opening a FIFO for writing would wait for a reader
+    if (stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) fatal("%s: not a regular file (a FIFO)", path);
     FILE *f = fopen(path, mode);
     if (!f) fatal("%s: cannot open for %s: %s", path, mode[0] == 'r' ? "reading" : "writing",
                   strerror(errno));
@@ -110,6 +112,20 @@ void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *pa
 
 void xfclose(FILE *f, const char *path) {
     if (fclose(f) != 0) fatal("%s: close failed: %s", path, strerror(errno));
+}
+
+FILE *replace_begin(const char *path, char *tmp_path, size_t tmp_size) {
+    xsnprintf(tmp_path, tmp_size, "%s.tmp", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) fatal("%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    return xfopen(tmp_path, "wb");
+}
+
+void replace_commit(FILE *f, const char *tmp_path, const char *path) {
+    if (fflush(f) != 0) fatal("%s: write failed: %s", tmp_path, strerror(errno));
+    if (fsync(fileno(f)) != 0) fatal("%s: fsync failed: %s", tmp_path, strerror(errno));
+    xfclose(f, tmp_path);
+    if (rename(tmp_path, path) != 0) fatal("%s: cannot rename to %s: %s", tmp_path, path, strerror(errno));
 }
 
 char *xread_file(const char *path, size_t *len) {

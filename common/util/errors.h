@@ -26,6 +26,11 @@ FILE *xfopen(const char *path, const char *mode);
 void xfread(void *dst, size_t size, size_t count, FILE *f, const char *path);
 void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *path);
 void xfclose(FILE *f, const char *path);
+// A whole file written so that a failure never leaves it half-written or the old
+// one destroyed: replace_begin opens PATH.tmp (tmp_path receives its name), and
+// replace_commit syncs it and renames it over PATH.
+FILE *replace_begin(const char *path, char *tmp_path, size_t tmp_size);
+void replace_commit(FILE *f, const char *tmp_path, const char *path);
 // The whole file, NUL-terminated (malloc'ed); *len excludes the NUL.
 char *xread_file(const char *path, size_t *len);
 // Size of an open file in bytes.
