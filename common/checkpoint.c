@@ -110,7 +110,7 @@ static int newer_first(const void *pa, const void *pb) {
 // others, and any .tmp directory a save that never finished left behind. Recency,
 // not the step number: a run resumed from an older step keeps what it writes,
 // not the higher steps of the run it branched from. `just_saved`, which `latest`
-// names, is always kept. Only what a save makes is removed: real directories
+// names, is always kept (keep is at least 1). Only what a save makes is removed: real directories
 // (not links) named step_N holding a manifest, and step_N.tmp directories.
 static void prune(const char *dir, int keep, int just_saved) {
     DIR *d = opendir(dir);

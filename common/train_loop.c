@@ -53,6 +53,8 @@ typedef struct {
     CliOption flags[OPTIONS_MAX_FLAGS];  // (num_flags) the shared flags, then the strategy's
     int num_flags;
     int threads, cores;                  // this rank's compute threads, and the cores it may use
+    int last_step;                       // the last step trained (first_step - 1 if none)
+    int stopped_by_signal;               // 1 if a signal ended the run before --steps
     Comm comm;
     MemAccount mem;
     GPT2 model;
@@ -382,7 +384,8 @@ static void write_summary(Run *run, double tokens_per_s) {
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
             run->opts.data_order);
     write_strategy_options(f, run->plugin);
-    fprintf(f, "}, \"tokens_per_s\": %.1f, \"ranks\": [", tokens_per_s);
+    fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"ranks\": [",
+            run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s);
     for (int r = 0; r < run->comm.world; r++) {
         const RankSummary *s = &all[r];
         fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);
@@ -439,9 +442,6 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         device_init(run.comm.local_rank);
         comm_use_device_buffers(&run.comm, device_count());
     }
-    signal(SIGINT, on_stop_signal);  // from here on a stop signal ends the run after a step and a save
-    signal(SIGTERM, on_stop_signal);
-    signal(SIGUSR1, on_stop_signal);
     setup(&run);
     const TrainOptions *o = &run.opts;
     run.schedule = (LrSchedule){.kind = strcmp(o->lr_schedule, "cosine") == 0 ? LR_COSINE : LR_CONSTANT,
@@ -452,6 +452,12 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
     run.summary.last_grad_norm = NAN;
+    // from here on a stop signal ends the run after the step and a save; during the
+    // setup above, with nothing to save yet, it ends the process at once
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    signal(SIGUSR1, on_stop_signal);
+    run.last_step = run.first_step - 1;
     for (int step = run.first_step; step <= o->steps; step++) {
         double loss, step_s, norm;
         train_step(&run, step, &loss, &step_s, &norm);
@@ -472,16 +478,10 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             if (run.comm.rank == 0 && !o->quiet)
                 printf("saved %s/step_%08d in %.2f s\n", o->ckpt_dir, step, timer_now() - t0);
         }
-        if (stop) {
-            if (run.comm.rank == 0)
-                printf("stopped by a signal after step %d%s%s\n", step, o->ckpt_dir ? "; checkpoint saved in " : "",
-                       o->ckpt_dir ? o->ckpt_dir : "");
-            break;
-        }
-        int eval = run.have_val && (step % o->eval_every == 0 || step == o->steps);
+        int eval = !stop && run.have_val && (step % o->eval_every == 0 || step == o->steps);
         double val_loss = eval ? evaluate(&run) : NAN;
-        if (run.comm.rank != 0) continue;
-        if (run.log) {
+        run.last_step = step;
+        if (run.comm.rank == 0 && run.log) {  // the step a signal stopped is logged too
             fprintf(run.log, "{\"step\": %d, \"loss\": %.7g, \"val_loss\": ", step, loss);
             if (eval) fprintf(run.log, "%.7g", val_loss);
             else fprintf(run.log, "null");
@@ -491,13 +491,20 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             else fprintf(run.log, "%.17g}\n", norm);
             check_log_written(&run);
         }
-        if (!o->quiet) {
+        if (run.comm.rank == 0 && !o->quiet) {
             double eta = total_s / steps_run * (o->steps - step);
             printf("step %4d/%d | loss %.4f | %8.0f tok/s | %7.1f ms | ETA %.1f s", step, o->steps,
                    loss, tokens_per_step / step_s, 1e3 * step_s, eta);
             if (eval) printf(" | val %.4f", val_loss);
             printf("\n");
             fflush(stdout);
+        }
+        if (stop) {
+            run.stopped_by_signal = 1;
+            if (run.comm.rank == 0)
+                printf("stopped by a signal after step %d of %d%s%s\n", step, o->steps,
+                       o->ckpt_dir ? "; checkpoint saved in " : "", o->ckpt_dir ? o->ckpt_dir : "");
+            break;
         }
     }
     double tokens_per_s = total_s > 0 ? tokens_per_step * steps_run / total_s : 0;

@@ -4,12 +4,14 @@
 // with the same partitioner, so its numbers can be held against a real run's
 // summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--tsv]
+//              [--reshard-after-forward 0|1] [--recompute] [--tsv | --layout]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order) and the peak. Ranks with the same numbers
 // share one line whose rank field is "first-last" (ZeRO-3's ranks that own no
-// tensor, once N exceeds the number of tensors).
+// tensor, once N exceeds the number of tensors). --layout prints, instead, which
+// elements of the flat model each rank keeps (see print_layout), for the report's
+// sharding picture.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

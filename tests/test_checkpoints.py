@@ -211,6 +211,11 @@ except subprocess.TimeoutExpired:
     p.kill()
     out, err = "", "hung"
 check(p.returncode == 0 and "stopped by a signal" in out, f"SIGTERM: clean stop ({p.returncode}, {err.strip()[:200]!r})")
+term_log = [json.loads(line) for line in open(f"{tmp}/term.jsonl")]
+term_summary = term_log[-1]
+check(term_summary.get("stopped_by_signal") is True and term_summary["last_step"] == term_log[-2]["step"] and
+      os.path.exists(f"{term}/step_{term_summary['last_step']:08d}/manifest.txt"),
+      "a stopped run's summary says so, and its last step is logged and saved")
 saved_step = int(open(f"{term}/latest").read().strip().split("_")[1]) if os.path.exists(f"{term}/latest") else -1
 check(saved_step > 0 and train("zero3", 2, "--steps", str(saved_step + 1), "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
