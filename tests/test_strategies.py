@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 
-from testlib import Checks
+from testlib import Checks, read_log, run
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
@@ -171,18 +171,6 @@ def expected(strategy, n, rank, reshard):
         c = traffic.setdefault(op, [0, 0, 0, 0])
         c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
     return mem, peaks, traffic
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
-    return r.returncode
-
-
-def read_log(path):
-    lines = [json.loads(l) for l in open(path)]
-    return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
 
 
 def read_params(path):

@@ -1,4 +1,7 @@
-"""Shared bits of the Python test drivers: counting checks and the closing line."""
+"""Shared bits of the Python test drivers: counting checks and the closing line,
+running a command, reading a trainer's JSON-lines log."""
+import json
+import subprocess
 import sys
 
 
@@ -16,3 +19,17 @@ class Checks:
     def finish(self):
         print(f"{self.name}: {self.passed} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
+
+
+def run(cmd):
+    """Runs cmd; on failure prints it with the end of its output. Returns the exit status."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
+    return r.returncode
+
+
+def read_log(path):
+    """A trainer's log: its step lines, and its summary."""
+    lines = [json.loads(l) for l in open(path)]
+    return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
