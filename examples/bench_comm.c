@@ -35,11 +35,19 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "[--max-mib M]   (under mpirun -np N)",
                     .about = "times every collective from 1 KiB to M MiB: time per call, algorithm and bus bandwidth",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
-    CliResult parsed = cli_parse(&spec, argc, argv, comm.rank == 0);
-    if (parsed != CLI_RUN) {  // every rank parsed the same argv: all leave MPI cleanly, alike
+    // each rank parses its own command line; the worst outcome (ERROR over HELP over
+    // RUN) ends every rank alike, and the first rank with it says why
+    CliResult parsed = cli_parse(&spec, argc, argv, 0);
+    int worst = (int)comm_metric_max(&comm, parsed);
+    if (worst != CLI_RUN) {
+        int speaker = -(int)comm_metric_max(&comm, -((int)parsed == worst ? comm.rank : comm.world));
+        if (comm.rank == speaker) cli_parse(&spec, argc, argv, 1);
         comm_finalize(&comm);
-        return parsed == CLI_HELP ? 0 : 1;
+        return worst == CLI_HELP ? 0 : 1;
     }
+    // every rank must run the same message sizes, or the collectives would not match
+    if (comm_metric_max(&comm, max_mib) != -comm_metric_max(&comm, -max_mib))
+        fatal("--max-mib differs across ranks (rank %d has %d): give every rank the same", comm.rank, max_mib);
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);
     float *a = xcalloc(max_count, sizeof(float)), *b = xcalloc(max_count, sizeof(float));
     int N = comm.world;

@@ -248,7 +248,8 @@ int main(int argc, char **argv) {
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
-    if (show_layout) {
+    if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
+        if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         print_layout(&layout, world);
         gpt2_layout_free(&layout);
         return 0;

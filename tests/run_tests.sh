@@ -256,6 +256,12 @@ for tool in train_ddp train_zero3 train_fsdp bench_comm; do
     fails "$tool: unknown flag under mpirun" "unknown flag '--bogus'" $MPIRUN -np 2 "$BUILD/$tool" --bogus
     if [ "$(grep -c "unknown flag" "$tmp/err")" -eq 1 ]; then ok "$tool: the error is printed once"; else bad "$tool: the error is printed once"; cat "$tmp/err"; fi
 done
+fails "bench_comm: one rank of two with an unknown flag (no hang)" "unknown flag '--bogus'" \
+    $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 1 --bogus
+fails "bench_comm: ranks with different --max-mib" "--max-mib differs across ranks" \
+    $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 4
+fails "plan: --layout for more ranks than a picture holds" "--layout draws up to 4096 ranks" \
+    "$BUILD/plan" --config d2 --ranks 5000 --layout
 
 if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
     fails "CUDA build without a GPU" "no GPU is visible" "$BUILD/cuda/train_single" --config d2 --vocab 256 --data "$tmp/byte"
