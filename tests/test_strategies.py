@@ -28,12 +28,11 @@ import json
 import os
 import random
 import shlex
-import struct
 import subprocess
 import sys
 import tempfile
 
-from testlib import Checks, read_log, run
+from testlib import Checks, read_log, run, write_learnable_shard
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
@@ -228,12 +227,7 @@ def main():
     data = os.path.join(tmp, "data")
     os.makedirs(data)
     for name, count in (("train.bin", 20000), ("val.bin", 2000)):
-        with open(os.path.join(data, name), "wb") as f:
-            f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
-            ids = [rng.randrange(V)]
-            for _ in range(count - 1):  # a learnable rule, with some noise
-                ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
-            f.write(struct.pack(f"<{count}H", *ids))
+        write_learnable_shard(os.path.join(data, name), count, V, rng)
     check_weight_decay(tmp, model, data)
     check_seed(tmp, data)
     common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),

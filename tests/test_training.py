@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from testlib import Checks, read_log, run
+from testlib import Checks, read_log, run, write_learnable_shard
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
@@ -323,13 +323,7 @@ def main():
     rng = random.Random(5)
     data = os.path.join(tmp, "data")
     os.makedirs(data)
-    with open(os.path.join(data, "train.bin"), "wb") as f:
-        count = 20000
-        f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
-        ids = [rng.randrange(V)]
-        for _ in range(count - 1):  # a learnable rule, with some noise
-            ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
-        f.write(struct.pack(f"<{count}H", *ids))
+    write_learnable_shard(os.path.join(data, "train.bin"), 20000, V, rng)
     common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ), "--lr", "1e-3",
               "--quiet", "--steps", "10"]
     check_schedule(tmp, common)

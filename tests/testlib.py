@@ -1,6 +1,7 @@
 """Shared bits of the Python test drivers: counting checks and the closing line,
 running a command, reading a trainer's JSON-lines log."""
 import json
+import struct
 import subprocess
 import sys
 
@@ -33,3 +34,14 @@ def read_log(path):
     """A trainer's log: its step lines, and its summary."""
     lines = [json.loads(l) for l in open(path)]
     return [l for l in lines if "step" in l], next(l for l in lines if l.get("summary"))
+
+
+def write_learnable_shard(path, count, V, rng):
+    """A token shard of `count` ids below V following a learnable rule (the next id
+    is 7 * id + 3 mod V) with 20% noise, drawn from the random.Random `rng`."""
+    ids = [rng.randrange(V)]
+    for _ in range(count - 1):
+        ids.append((ids[-1] * 7 + 3) % V if rng.random() < 0.8 else rng.randrange(V))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, count, *([0] * 253)))
+        f.write(struct.pack(f"<{count}H", *ids))
