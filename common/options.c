@@ -18,6 +18,8 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     o->keep = 2;
     o->lr_schedule = "constant";
     o->data_order = "sequential";
+    o->grad_accum = 1;
+    o->accum_mode = "sync-each";
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &o->config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &o->vocab_size, 1, 65536, "vocab of a --config model (default 50257)"},
@@ -53,6 +55,11 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "keep only each block's input; recompute its activations in backward"},
         {"--data-order", "sequential|llmc", CLI_STRING, &o->data_order, 0, 0,
          "batches in shard order, or llm.c's shuffled order (default sequential)"},
+        {"--grad-accum", "K", CLI_INT, &o->grad_accum, 1, 1 << 20,
+         "split each rank's rows into K micro-batches run one after another (default 1)"},
+        {"--accum-mode", "sync-each|no-sync", CLI_STRING, &o->accum_mode, 0, 0,
+         "ZeRO-2/3, FSDP: reduce every micro-batch into the shards, or keep whole gradients and reduce "
+         "once (default sync-each; DDP and ZeRO-1 always reduce once)"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
     int n = (int)(sizeof options / sizeof options[0]);
@@ -86,6 +93,8 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     else if (o->min_lr > o->lr) problem = "--min-lr is above --lr: the cosine decays from --lr down to --min-lr";
     else if (strcmp(o->data_order, "sequential") != 0 && strcmp(o->data_order, "llmc") != 0)
         problem = "--data-order: give sequential or llmc";
+    else if (strcmp(o->accum_mode, "sync-each") != 0 && strcmp(o->accum_mode, "no-sync") != 0)
+        problem = "--accum-mode: give sync-each or no-sync";
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

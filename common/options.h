@@ -38,6 +38,8 @@ typedef struct {
     float min_lr;             // --min-lr X: the cosine's last rate
     int recompute;            // --recompute: keep block inputs only, recompute in backward
     const char *data_order;   // --data-order sequential|llmc
+    int grad_accum;           // --grad-accum K: micro-batches per step on each rank
+    const char *accum_mode;   // --accum-mode sync-each|no-sync: when sharded gradients are reduced
 } TrainOptions;
 
 typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;

@@ -36,8 +36,7 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
 
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes) {
     size_t off = r->flat.offset[t];
-    return (LocalRows){row_begin, row_count, r->params + off, r->m + off, r->v + off, &r->spans[t].step, writes,
-                       r->grads + off};
+    return (LocalRows){row_begin, row_count, r->params + off, r->m + off, r->v + off, &r->spans[t].step, writes};
 }
 
 void resident_free(Resident *r, MemAccount *mem) {

@@ -21,8 +21,7 @@ void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource
                         int row_count);
 // AdamW on every part this rank keeps, then zeroes the gradients for the next step.
 void resident_step(Resident *r, int num_tensors, AdamWConfig config);
-// Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints
-// and clipping.
+// Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints.
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes);
 void resident_free(Resident *r, MemAccount *mem);
 

@@ -16,7 +16,9 @@ typedef struct {
 static void before_forward(void *state, int unit) { (void)state; (void)unit; }
 static void after_forward(void *state, int unit) { (void)state; (void)unit; }
 static void before_backward(void *state, int unit) { (void)state; (void)unit; }
-static void after_backward(void *state, int unit) { (void)state; (void)unit; }
+static void after_backward(void *state, int unit, int last_micro_batch) {
+    (void)state; (void)unit; (void)last_micro_batch;
+}
 static void finish_grads(void *state) { (void)state; }
 
 static void step(void *state, AdamWConfig config) {
@@ -34,6 +36,13 @@ static void gather_full_model(void *state, float *flat) {
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, 1);
+    return 1;
+}
+
+static int local_grads(void *state, float **grads, size_t *count) {
+    State *s = state;
+    *grads = s->resident.grads;
+    *count = s->resident.flat.total;
     return 1;
 }
 

@@ -3,10 +3,15 @@
 // names and in the same order, and the training loop (common/train_loop.c)
 // calls them around the model's units:
 //
-//   for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
-//   for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u)
-//   finish_grads()      wait for collectives still in flight
-//   step()              AdamW on what this rank owns; gradients zeroed after
+//   for each of the K micro-batches (--grad-accum K; K = 1 by default):
+//     for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
+//     for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u, last)
+//   finish_grads()        wait for collectives still in flight
+//   step()                AdamW on what this rank owns; gradients zeroed after
+//
+// Backward adds into the gradients it is given, so micro-batches accumulate.
+// `last` is 1 in the last micro-batch's backward: before it, a strategy may
+// keep its gradients local and reduce them once, with the last (no_sync).
 //
 // Before a unit runs, the strategy has pointed model->params[t] and
 // model->grads[t] at full-size buffers for every tensor t the unit reads.
@@ -27,6 +32,14 @@
 #include "optim.h"
 #include "util/cli.h"
 
+// When a strategy whose gradients are sharded reduces them, with K > 1
+// micro-batches per step. DDP and ZeRO-1 keep whole gradients anyway, so they
+// always accumulate locally and reduce once.
+typedef enum {
+    ACCUM_SYNC_EACH = 0,  // reduce every micro-batch into the shards: K times the traffic
+    ACCUM_NO_SYNC,        // keep whole gradients until the last micro-batch: their memory
+} AccumMode;
+
 // What every strategy is given at init.
 typedef struct {
     GPT2 *model;                // pointer tables to fill before each unit
@@ -35,6 +48,7 @@ typedef struct {
     ParamSource source;
     const void *options;        // the strategy's own options (StrategyPlugin), e.g. FsdpOptions
     int quiet;                  // no notes on stdout (strategy_note)
+    AccumMode accum_mode;       // with several micro-batches: when sharded gradients are reduced
 } StrategyContext;
 
 // Where a sharded strategy's parameter tensor is between uses.
@@ -46,16 +60,14 @@ typedef enum {
 // printf on rank 0, unless the run is quiet: what a strategy has to say at init.
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// The rows of one tensor that a rank keeps between steps, for checkpoints and
-// gradient clipping: pointers to its parameters, gradients and AdamW moments,
-// and the tensor's step count.
+// The rows of one tensor that a rank keeps between steps, for checkpoints:
+// pointers to its parameters and AdamW moments, and the tensor's step count.
 typedef struct {
     int row_begin, row_count;
     float *params, *m, *v;  // (row_count, cols) each
     int *adam_step;
     int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only);
                             // across ranks, the writers hold every row of the model once
-    float *grads;           // (row_count, cols) after finish_grads: the averaged gradient
 } LocalRows;
 
 typedef struct {
@@ -64,7 +76,7 @@ typedef struct {
     void (*before_forward)(void *state, int unit);
     void (*after_forward)(void *state, int unit);
     void (*before_backward)(void *state, int unit);
-    void (*after_backward)(void *state, int unit);
+    void (*after_backward)(void *state, int unit, int last_micro_batch);
     void (*finish_grads)(void *state);
     void (*step)(void *state, AdamWConfig config);
     // Writes the whole model in llm.c's flat layout into `flat` on rank 0 (other
@@ -74,6 +86,11 @@ typedef struct {
     // Checkpoints call it on every rank for every tensor, in tensor order, so it
     // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there).
     int (*local_rows)(void *state, int t, LocalRows *rows);
+    // The averaged gradient this rank keeps after finish_grads, as one flat span
+    // of *count elements (zero padding may be part of it), for clipping. Returns
+    // 1 if the span is this rank's share of the global norm: across ranks the
+    // shares hold every gradient element of the model once (DDP: rank 0's replica).
+    int (*local_grads)(void *state, float **grads, size_t *count);
     void (*destroy)(void *state);
 } Strategy;
 
@@ -83,7 +100,7 @@ typedef struct {
                 .before_forward = before_forward, .after_forward = after_forward,                              \
                 .before_backward = before_backward, .after_backward = after_backward,                          \
                 .finish_grads = finish_grads, .step = step, .gather_full_model = gather_full_model,            \
-                .local_rows = local_rows, .destroy = destroy})
+                .local_rows = local_rows, .local_grads = local_grads, .destroy = destroy})
 
 // What a trainer plugs into the shared training loop: its strategy, and the
 // flags that belong to that strategy alone (FSDP's --reshard-after-forward).

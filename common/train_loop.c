@@ -1,7 +1,7 @@
 // train_loop.c: one training run. Per step:
 //
-//   rank's slice of the global batch -> forward units 0..U-1 -> backward U-1..0
-//   -> finish_grads -> AdamW step -> log (rank 0)
+//   rank's slice of the global batch -> for each of its K micro-batches:
+//   forward units 0..U-1, backward U-1..0 -> finish_grads -> AdamW step -> log (rank 0)
 //
 // with the strategy's hooks around every unit. Timing splits each step into
 // communication wait (from comm's counters), optimizer, and compute (the rest).
@@ -89,7 +89,7 @@ static void forward_pass(Run *run) {
     }
 }
 
-static void backward_pass(Run *run) {
+static void backward_pass(Run *run, int last_micro_batch) {
     Strategy *s = &run->strategy;
     for (int u = run->model.layout.num_units - 1; u >= 0; u--) {
         double t0 = trace_begin(&run->trace);
@@ -99,12 +99,15 @@ static void backward_pass(Run *run) {
         gpt2_backward_unit(&run->model, u);
         trace_end(&run->trace, t0, "compute", "backward u%d", u);
         t0 = trace_begin(&run->trace);
-        s->after_backward(s->state, u);
+        s->after_backward(s->state, u, last_micro_batch);
         trace_end(&run->trace, t0, "comm", "reduce u%d", u);
     }
-    double t0 = trace_begin(&run->trace);
-    s->finish_grads(s->state);
-    trace_end(&run->trace, t0, "comm", "finish grads");
+}
+
+// Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each.
+static void set_micro_batch(Run *run, const DataLoader *loader, int micro) {
+    size_t tokens = (size_t)run->model.B * run->model.T;
+    gpt2_set_batch(&run->model, loader->inputs + micro * tokens, loader->targets + micro * tokens);
 }
 
 static double evaluate(Run *run) {
@@ -112,14 +115,17 @@ static double evaluate(Run *run) {
     run->trace.enabled = 0;  // the timeline shows training steps only
     loader_reset(&run->val);
     double sum = 0;
+    int micro_batches = run->opts.grad_accum;
     for (int i = 0; i < run->opts.eval_batches; i++) {
         loader_next_batch(&run->val);
-        gpt2_set_batch(&run->model, run->val.inputs, run->val.targets);
-        forward_pass(run);
-        sum += run->model.mean_loss;
+        for (int micro = 0; micro < micro_batches; micro++) {
+            set_micro_batch(run, &run->val, micro);
+            forward_pass(run);
+            sum += run->model.mean_loss;
+        }
     }
     run->trace.enabled = tracing;
-    return comm_metric_average(&run->comm, sum / run->opts.eval_batches);
+    return comm_metric_average(&run->comm, sum / ((double)run->opts.eval_batches * micro_batches));
 }
 
 // Creates `path`, or opens it without truncating if it exists, so that an output
@@ -204,6 +210,9 @@ static void setup(Run *run) {
     int world = run->comm.world;
     if (o->batch % world != 0)
         fatal("--batch %d is not divisible by the number of ranks (%d)", o->batch, world);
+    if (o->batch / world % o->grad_accum != 0)
+        fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
+              o->grad_accum, o->batch / world, o->batch, world, o->grad_accum);
 
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", o->data_dir);
@@ -218,29 +227,23 @@ static void setup(Run *run) {
                   run->have_val ? &run->val : NULL);
     check_outputs(run);
 
-    gpt2_init(&run->model, config, o->batch / world, o->seq, o->recompute, &run->mem);
+    gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
+    run->model.grad_accum = o->grad_accum;
     trace_init(&run->trace, o->trace_prefix != NULL);
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
         .source = {.checkpoint_path = o->model_path, .seed = o->seed},
         .options = run->plugin->options,
         .quiet = o->quiet,
+        .accum_mode = strcmp(o->accum_mode, "no-sync") == 0 ? ACCUM_NO_SYNC : ACCUM_SYNC_EACH,
     };
     run->strategy = run->plugin->init(&ctx);
-    // clipping reads and scales the gradient rows each rank holds (every rank asks for
-    // every tensor, in order: local_rows may run a collective)
-    for (int t = 0; o->grad_clip > 0 && t < run->model.layout.num_tensors; t++) {
-        LocalRows rows = {0};
-        if (run->strategy.local_rows(run->strategy.state, t, &rows) && !rows.grads)
-            fatal("--grad-clip is not available with %s yet: its gradient is sharded in flat ranges that cut "
-                  "rows, and the clipping reads gradient rows", run->strategy.name);
-    }
     if (run->comm.rank == 0 && !o->quiet)
-        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d; "
-               "%d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
+        printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d "
+               "(%d micro-batch(es) of %d x %d per rank); %d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
                run->strategy.name, device_name(), world, config.num_layers, config.channels, config.num_heads,
-               config.vocab_size, run->model.layout.num_params, o->batch, o->seq, run->threads, run->cores,
-               run->comm.local_size);
+               config.vocab_size, run->model.layout.num_params, o->batch, o->seq, o->grad_accum, run->model.B,
+               o->seq, run->threads, run->cores, run->comm.local_size);
     if (run->log) write_log_start(run);
     run->first_step = 1;
     if (o->resume) {
@@ -265,32 +268,26 @@ static void setup(Run *run) {
 }
 
 // The L2 norm of the whole model's averaged gradient, from the shards: each
-// rank adds up the squares of the rows it writes (every element of the model is
-// written by exactly one rank: DDP's rank 0, ZeRO-3's owner, FSDP's slice
-// holder, less its zero padding rows), then one all-reduce of that double gives
-// every rank the same sum.
+// rank adds up the squares of its share (every element of the model is in
+// exactly one share: DDP's rank 0, ZeRO-1/2's range owner, ZeRO-3's tensor
+// owner, FSDP's slice holder; padding is zero), then one all-reduce of that
+// double gives every rank the same sum.
 static double grad_norm(Run *run) {
     Strategy *s = &run->strategy;
-    const GPT2Layout *layout = &run->model.layout;
-    double sum = 0;
-    for (int t = 0; t < layout->num_tensors; t++) {
-        LocalRows rows;
-        if (s->local_rows(s->state, t, &rows) && rows.writes)
-            sum += device_sum_squares(rows.grads, (size_t)rows.row_count * layout->tensors[t].cols);
-    }
+    float *grads;
+    size_t count;
+    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares(grads, count) : 0;
     return sqrt(comm_all_reduce_double(&run->comm, sum));
 }
 
-// Every rank scales every gradient row it holds, DDP's replicas that do not
-// write included, so the replicas stay equal.
+// Every rank scales the gradient it keeps, DDP's replicas that are not the
+// share included, so the replicas stay equal.
 static void scale_grads(Run *run, float factor) {
     Strategy *s = &run->strategy;
-    const GPT2Layout *layout = &run->model.layout;
-    for (int t = 0; t < layout->num_tensors; t++) {
-        LocalRows rows;
-        if (s->local_rows(s->state, t, &rows))
-            device_scale(rows.grads, (size_t)rows.row_count * layout->tensors[t].cols, factor);
-    }
+    float *grads;
+    size_t count;
+    s->local_grads(s->state, &grads, &count);
+    device_scale(grads, count, factor);
 }
 
 // *norm: the gradient's global norm before clipping (NAN without --grad-clip).
@@ -300,9 +297,16 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     run->trace.step = step;
     double t0 = timer_now();
     loader_next_batch(&run->train);
-    gpt2_set_batch(&run->model, run->train.inputs, run->train.targets);
-    forward_pass(run);
-    backward_pass(run);
+    double loss_sum = 0;
+    for (int micro = 0; micro < run->opts.grad_accum; micro++) {
+        set_micro_batch(run, &run->train, micro);
+        forward_pass(run);
+        backward_pass(run, micro == run->opts.grad_accum - 1);
+        loss_sum += run->model.mean_loss;
+    }
+    double tf = trace_begin(&run->trace);
+    s->finish_grads(s->state);
+    trace_end(&run->trace, tf, "comm", "finish grads");
     double t_optim = timer_now();
     double tr = trace_begin(&run->trace);
     *norm = NAN;
@@ -319,7 +323,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     run->summary.optim_s += t1 - t_optim;
     run->summary.comm_wait_s += comm_s;
     run->summary.compute_s += (t1 - t0) - (t1 - t_optim) - comm_s;
-    *loss = comm_metric_average(&run->comm, run->model.mean_loss);
+    *loss = comm_metric_average(&run->comm, loss_sum / run->opts.grad_accum);
     *step_s = comm_metric_max(&run->comm, t1 - t0);  // a step ends when its slowest rank does
 }
 
@@ -376,13 +380,13 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
-               "\"data_order\": \"%s\"}, \"strategy_options\": {",
+               "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\"}, \"strategy_options\": {",
             run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
-            run->opts.data_order);
+            run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode);
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"ranks\": [",
             run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s);

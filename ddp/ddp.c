@@ -9,7 +9,8 @@
 //   rank 1: [ params | grads | m v ]  full            backward u2 -> all-reduce(u2) ~~~>
 //                                                           ... finish_grads: wait all
 // Per rank: 16 bytes per parameter (4 params + 4 grads + 8 AdamW).
-// Per step: one all-reduce of P, i.e. 2 (N-1)/N * 4P bytes sent per rank.
+// Per step: one all-reduce of P, i.e. 2 (N-1)/N * 4P bytes sent per rank, whatever
+// the number of micro-batches (the gradients accumulate in place until the last).
 //
 // The tied wte is used by unit 0 and by the head; its gradient sums both uses
 // in place and travels with unit 0's bucket, after the last of them.
@@ -34,9 +35,11 @@ static void before_backward(void *state, int unit) { (void)state; (void)unit; }
 
 // The unit's gradients are final once its backward is done (the tied wte's only
 // after unit 0): start averaging them while the units below compute, and nudge
-// the buckets already in flight along.
-static void after_backward(void *state, int unit) {
+// the buckets already in flight along. Earlier micro-batches only add into the
+// replica's gradients: the all-reduce of their sum is the same, and K times cheaper.
+static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
+    if (!last_micro_batch) return;
     size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
     if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
     for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
@@ -65,6 +68,14 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     *rows = resident_rows(&s->resident, t, 0, s->model->layout.tensors[t].rows, s->comm->rank == 0);
     return 1;
+}
+
+// Every replica holds the whole averaged gradient: rank 0's counts, once.
+static int local_grads(void *state, float **grads, size_t *count) {
+    State *s = state;
+    *grads = s->resident.grads;
+    *count = s->resident.flat.total;
+    return s->comm->rank == 0;
 }
 
 static void destroy(void *state) {

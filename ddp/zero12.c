@@ -12,10 +12,14 @@
 //   ZeRO-1: every rank keeps a full gradient buffer; each owner reduces its
 //           pieces in place and steps from there.
 //   ZeRO-2: the resident gradient is this rank's range only. A unit's backward
-//           writes into temporary full-size gradient tensors, whose reduce
-//           lands in the owner's range; they are freed once their reduce is
-//           done (waited for after the next unit's backward, finish_grads for
-//           the last), so only the buckets in flight are ever full size.
+//           writes into temporary full-size gradient tensors, reduced in place
+//           like ZeRO-1's, after which the owner adds its pieces to its range;
+//           they are freed once their reduce is done (waited for after the next
+//           unit's backward, finish_grads for the last), so only the buckets in
+//           flight are ever full size.
+// With K micro-batches, ZeRO-1 adds them up in its full buffer and reduces once,
+// as DDP does; ZeRO-2 reduces every micro-batch into its range (sync-each), or
+// keeps every full-size gradient until the last and reduces once (no-sync).
 //
 //   flat model:  | wte   wpe   ln1w ... | ... qkvw ... | ...  fcprojb lnfw lnfb |pad|
 //   ranges:      |<---- rank 0 ---->|<---- rank 1 ---->|<---- rank 2 ---->|<- 3 ->|
@@ -48,6 +52,7 @@ typedef struct {
     Comm *comm;
     MemAccount *mem;
     int stage;                       // 1 or 2
+    AccumMode accum_mode;            // ZeRO-2 with micro-batches: reduce each one, or keep full gradients
     size_t lo, hi;                   // this rank's range [lo, hi) of the padded flat model
     float *params;                   // (pad(P)) the full replica, llm.c's order
     float *grads;                    // (P) ZeRO-1: full; (S) ZeRO-2: this rank's range
@@ -117,7 +122,8 @@ static void alloc_unit_grads(State *s, int unit) {
 }
 
 // Starts the reduce of every tensor homed in the unit: one per range it crosses,
-// onto that range's owner.
+// onto that range's owner, in place (the owner's piece of the gradient it sent
+// becomes the average).
 static void reduce_bucket(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     size_t P = layout->num_params;
@@ -129,23 +135,28 @@ static void reduce_bucket(State *s, int unit) {
             int owner = first_owner + (k - s->piece_start[t]);
             size_t begin, end;
             zero12_overlap(P, s->comm->world, owner, tensor->offset, tensor->numel, &begin, &end);
-            const float *send = s->model->grads[t] + (begin - tensor->offset);
-            float *recv = owner == s->comm->rank ? grad_slot(s, begin) : NULL;
-            s->pending[k] = comm_reduce_start(s->comm, send, recv, end - begin, owner, COMM_AVG);
+            float *piece = s->model->grads[t] + (begin - tensor->offset);
+            s->pending[k] = comm_reduce_start(s->comm, piece, owner == s->comm->rank ? piece : NULL, end - begin,
+                                              owner, COMM_AVG);
         }
     }
 }
 
-// Waits for the unit's bucket; ZeRO-2 then frees its full-size gradients.
+// Waits for the unit's bucket; ZeRO-2 then adds its own piece (if any) to its
+// range and frees the full-size gradients.
 static void finish_bucket(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    size_t P = layout->num_params;
     for (int t = 0; t < layout->num_tensors; t++) {
-        if (layout->tensors[t].home_unit != unit) continue;
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        if (tensor->home_unit != unit) continue;
         for (int k = s->piece_start[t]; k < s->piece_start[t + 1]; k++) comm_wait(s->comm, &s->pending[k]);
-        if (s->stage == 2) {
-            device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], layout->tensors[t].numel);
-            s->model->grads[t] = NULL;
-        }
+        if (s->stage == 1) continue;
+        size_t begin, end;
+        if (zero12_overlap(P, s->comm->world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end) > 0)
+            device_add(grad_slot(s, begin), s->model->grads[t] + (begin - tensor->offset), end - begin);
+        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], tensor->numel);
+        s->model->grads[t] = NULL;
     }
 }
 
@@ -165,13 +176,16 @@ static void before_backward(void *state, int unit) {
 // The unit's gradients are final once its backward is done (the tied wte's only
 // after unit 0): start reducing them while the units below compute. ZeRO-1
 // nudges the buckets in flight along; ZeRO-2 waits for the bucket started one
-// unit ago, which had this unit's backward to travel, and frees it.
-static void after_backward(void *state, int unit) {
+// unit ago, which had this unit's backward to travel, and frees it. Before the
+// last micro-batch, gradients only add up in place, except in ZeRO-2's sync-each.
+static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     int units = s->model->layout.num_units;
+    if (!last_micro_batch && !(s->stage == 2 && s->accum_mode == ACCUM_SYNC_EACH)) return;
     reduce_bucket(s, unit);
     if (s->stage == 2) {
         if (unit + 1 < units) finish_bucket(s, unit + 1);
+        if (unit == 0 && !last_micro_batch) finish_bucket(s, 0);  // the next micro-batch's head needs a fresh wte
         return;
     }
     for (int k = s->piece_start[0]; k < s->piece_start[s->model->layout.num_tensors]; k++)
@@ -213,10 +227,19 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     const GPT2Tensor *tensor = &s->model->layout.tensors[t];
     stage_moments(s, t);
-    // no gradient rows: this rank's reduced gradient is a flat range that may cut rows
     *rows = (LocalRows){.row_begin = 0, .row_count = tensor->rows, .params = s->params + tensor->offset,
                         .m = s->staged, .v = s->staged + tensor->numel, .adam_step = &s->spans[t].step,
-                        .writes = s->comm->rank == 0, .grads = NULL};
+                        .writes = s->comm->rank == 0};
+    return 1;
+}
+
+// The averaged gradient of this rank's range, less padding: ZeRO-1's other
+// elements hold this rank's own, unreduced partial sums.
+static int local_grads(void *state, float **grads, size_t *count) {
+    State *s = state;
+    size_t P = s->model->layout.num_params, end = s->hi < P ? s->hi : P;
+    *count = s->lo < end ? end - s->lo : 0;
+    *grads = *count > 0 ? grad_slot(s, s->lo) : s->grads;
     return 1;
 }
 
@@ -243,6 +266,7 @@ Strategy zero12_init(const StrategyContext *ctx) {
     s->comm = ctx->comm;
     s->mem = ctx->mem;
     s->stage = ((const DdpOptions *)ctx->options)->zero_stage;
+    s->accum_mode = ctx->accum_mode;
     CHECK(s->stage == 1 || s->stage == 2, "zero12_init: stage %d", s->stage);
     s->staged_tensor = -1;
     zero12_range(P, world, s->comm->rank, &s->lo, &s->hi);

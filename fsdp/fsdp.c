@@ -14,7 +14,9 @@
 //
 // Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one
 // reduce-scatter of pad(P), plus wte once more in each for its second use (the
-// head); one all-gather fewer when not resharding after forward.
+// head); one all-gather fewer when not resharding after forward. With K
+// micro-batches, the all-gathers happen K times, and so do the reduce-scatters
+// (sync-each), or they happen once while 4 pad(P) bytes of full gradients wait (no-sync).
 #include <stdlib.h>
 
 #include "../common/device.h"
@@ -30,6 +32,7 @@ typedef struct {
     Resident resident;               // this rank's slice of every tensor: resident.flat.count[t]
                                      // elements of tensor t (fsdp_slice_numel), padding included
     TensorState *tensor_state;       // (num_tensors) GATHERED while model->params[t] is the full tensor
+    AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
 
 // Rows of tensor t that hold real data in this rank's slice (the rest is padding).
@@ -155,20 +158,24 @@ static void after_forward(void *state, int unit) {
 }
 
 // Gather again where released, and give the unit zeroed full-size (padded)
-// gradient buffers.
+// gradient buffers (or the ones an earlier micro-batch kept, without a reduce,
+// to add into).
 static void before_backward(void *state, int unit) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     gather_unit(s, unit);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, s->resident.flat.count[t] * s->comm->world);
+        if (!s->model->grads[t])
+            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, s->resident.flat.count[t] * s->comm->world);
     }
 }
 
-static void after_backward(void *state, int unit) {
-    reduce_unit(state, unit);
-    release_unit(state, unit);
+// no_sync keeps every full gradient until the last micro-batch, then reduces once.
+static void after_backward(void *state, int unit, int last_micro_batch) {
+    State *s = state;
+    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) reduce_unit(s, unit);
+    release_unit(s, unit);
 }
 
 // The reduce-scatters above are blocking: nothing is left in flight.
@@ -202,6 +209,14 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     return 1;
 }
 
+// This rank's slices, padding rows (zero) included.
+static int local_grads(void *state, float **grads, size_t *count) {
+    State *s = state;
+    *grads = s->resident.grads;
+    *count = s->resident.flat.total;
+    return 1;
+}
+
 static void destroy(void *state) {
     State *s = state;
     resident_free(&s->resident, s->mem);
@@ -217,6 +232,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->comm = ctx->comm;
     s->mem = ctx->mem;
     s->reshard_after_forward = ((const FsdpOptions *)ctx->options)->reshard_after_forward;
+    s->accum_mode = ctx->accum_mode;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);
     resident_init(&s->resident, layout, count, s->mem);

@@ -226,6 +226,7 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemA
         fatal("sequence length %d exceeds the model's maximum %d", T, config.max_seq_len);
     gpt2_layout_init(&model->layout, config);
     model->B = B;
+    model->grad_accum = 1;
     model->T = T;
     model->recompute = recompute;
     model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));

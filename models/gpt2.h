@@ -126,6 +126,8 @@ typedef struct {
     GPT2Layout layout;
     int B, T;                  // this rank's batch rows and sequence length
     int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
+    int grad_accum;            // micro-batches per optimizer step (--grad-accum): each backward adds
+                               // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     float **params;            // (num_tensors) where each tensor's values are
     float **grads;             // (num_tensors) where each tensor's gradient accumulates
     GPT2Activations acts;

@@ -80,7 +80,8 @@ static void head_backward(GPT2 *model) {
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
-    float dloss = 1.0f / (float)(B * T);  // the loss is the mean over this rank's tokens
+    // the loss is the mean over this rank's tokens, of all its micro-batches
+    float dloss = 1.0f / ((float)B * T * model->grad_accum);
     softmax_crossentropy_backward(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
                                   c->padded_vocab_size);
     memset(a->dln, 0, (size_t)B * T * C * sizeof(float));

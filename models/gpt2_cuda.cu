@@ -88,7 +88,7 @@ static void head_backward(GPT2 *model) {
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
-    float dloss = 1.0f / (float)(B * T);
+    float dloss = 1.0f / ((float)B * T * model->grad_accum);  // the mean over all micro-batches' tokens
     softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
                                        c->padded_vocab_size);
     device_zero(a->dln, (size_t)B * T * C);

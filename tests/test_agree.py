@@ -78,6 +78,8 @@ CASES = {
     "--min-lr": ({"--lr-schedule": "cosine"}, {"--lr-schedule": "cosine", "--min-lr": "1e-5"}),
     "--recompute": ({}, {"--recompute": True}),
     "--data-order": ({}, {"--data-order": "llmc"}),
+    "--grad-accum": ({}, {"--grad-accum": "2"}),
+    "--accum-mode": ({}, {"--accum-mode": "no-sync"}),
 }
 
 

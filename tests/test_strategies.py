@@ -8,7 +8,12 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
     (relative diff <= 1e-5) and the same final parameters (within 1e-5);
   - resident params/grads/optim bytes equal their formulas exactly, and the
     peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
-  - the last step's traffic per collective equals its formula on every rank.
+  - the last step's traffic per collective equals its formula on every rank;
+  - with --grad-accum K (K = 2, 4; both --accum-mode values where gradients are
+    sharded), 6 steps give train_single's losses and parameters without
+    accumulation (within 1e-5), the same memory and traffic formulas for K
+    micro-batches, and the activations of a micro-batch: train_single's with
+    --batch B/(N K).
 The flags that the equivalence alone cannot see, since every trainer could
 ignore them alike, are held to what they mean:
   - --weight-decay WD: one step moves each parameter p0 by exactly -lr*WD*p0
@@ -98,9 +103,13 @@ def zero3_owners(n):
     return owner
 
 
-def expected(strategy, n, rank, reshard):
-    """(memory {category: (current, peak)}, traffic {op: (calls, elements, sent, recv)})."""
-    mem, calls = {}, []  # calls: (op, count, root)
+def expected(strategy, n, rank, reshard, accum=1, mode="sync-each"):
+    """(memory {category: (current, peak)}, traffic {op: (calls, elements, sent, recv)}) of a step of `accum`
+    micro-batches. Every micro-batch's forward and backward gather again; its gradients are reduced each time
+    (ZeRO-2, ZeRO-3, FSDP in sync-each), or added up and reduced once (DDP, ZeRO-1, and no-sync, which keeps
+    every full-size gradient until the last micro-batch)."""
+    mem, calls, gathers, reduces = {}, [], [], []  # (op, count, root): once per step, per micro-batch, per reduce
+    keep_whole = accum > 1 and mode == "no-sync"
     if strategy == "ddp":
         full = 4 * P
         mem = {"params": full, "grads": full, "optim": 2 * full}
@@ -112,8 +121,8 @@ def expected(strategy, n, rank, reshard):
         # flat ranges of S = ceil(P/N) elements in llm.c's order (docs/zero12.md)
         S = -(-P // n)
         mem = {"params": 4 * n * S, "grads": 4 * (P if strategy == "zero1" else S), "optim": 8 * S}
-        grads_gathered = 0
-        if strategy == "zero2":
+        grads_gathered = 4 * P if strategy == "zero2" and keep_whole else 0
+        if strategy == "zero2" and not keep_whole:
             # during unit u's backward: full-size gradients of the tensors unit u
             # reads, of unit u+1's bucket still in flight, and of wte since the head
             alive, home = set(), lambda u: {i for i in range(len(T)) if T[i][3] == u}
@@ -127,31 +136,32 @@ def expected(strategy, n, rank, reshard):
             for i in (i for i in range(len(T)) if T[i][3] == u):
                 for q in range(offset[i] // S, (offset[i] + numel[i] - 1) // S + 1):
                     piece = min(offset[i] + numel[i], (q + 1) * S) - max(offset[i], q * S)
-                    calls.append(("reduce", piece, q))
+                    (reduces if strategy == "zero2" else calls).append(("reduce", piece, q))
         calls.append(("all_gather", n * S, 0))
     elif strategy == "zero3":
         owner = zero3_owners(n)
         owned = 4 * sum(numel[i] for i in range(len(T)) if owner[i] == rank)
         mem = {"params": owned, "grads": owned, "optim": 2 * owned}
         peaks = {"params_gathered": 4 * max(sum(numel[i] for i in U if owner[i] != rank) for U in UNITS),
-                 "grads_gathered": 4 * max(sum(numel[i] for i in U) for U in UNITS), "comm_buffers": 0}
+                 "grads_gathered": 4 * (P if keep_whole else max(sum(numel[i] for i in U) for U in UNITS)),
+                 "comm_buffers": 0}
         for U in UNITS:  # forward
-            calls += [("broadcast", numel[i], owner[i]) for i in U]
+            gathers += [("broadcast", numel[i], owner[i]) for i in U]
         for U in reversed(UNITS):  # backward
-            calls += [("broadcast", numel[i], owner[i]) for i in U]
-            calls += [("reduce", numel[i], owner[i]) for i in U]
+            gathers += [("broadcast", numel[i], owner[i]) for i in U]
+            reduces += [("reduce", numel[i], owner[i]) for i in U]
     else:
         sliced = 4 * sum(pad(i, n) // n for i in range(len(T)))
         mem = {"params": sliced, "grads": sliced, "optim": 2 * sliced}
         unit_pad = [sum(pad(i, n) for i in U) for U in UNITS]
         peaks = {"params_gathered": 4 * (max(unit_pad) if reshard else sum(pad(i, n) for i in range(len(T)))),
-                 "grads_gathered": 4 * max(unit_pad),
+                 "grads_gathered": 4 * (sum(pad(i, n) for i in range(len(T))) if keep_whole else max(unit_pad)),
                  "comm_buffers": 4 * max((n + 1) * p // n for p in unit_pad)}
         gathered = set()
         for u, U in enumerate(UNITS):  # forward
             missing = [i for i in U if i not in gathered]
             if missing:
-                calls.append(("all_gather", sum(pad(i, n) for i in missing), 0))
+                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0))
             gathered |= set(missing)
             if reshard:
                 gathered -= set(U)
@@ -159,9 +169,10 @@ def expected(strategy, n, rank, reshard):
             U = UNITS[u]
             missing = [i for i in U if i not in gathered]
             if missing:
-                calls.append(("all_gather", sum(pad(i, n) for i in missing), 0))
-            calls.append(("reduce_scatter", unit_pad[u], 0))
+                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0))
+            reduces.append(("reduce_scatter", unit_pad[u], 0))
             gathered -= set(U)
+    calls += accum * gathers + (1 if keep_whole else accum) * reduces
     traffic = {}
     for op, count, root in calls:
         if count == 0:
@@ -176,6 +187,83 @@ def read_params(path):
     a = array.array("f")
     a.frombytes(open(path, "rb").read()[1024:])
     return a
+
+
+def strategy_command(strategy, n, extra):
+    """The launch and trainer for one of the five strategies (ZeRO-1/2 are train_ddp's stages)."""
+    trainer = strategy
+    if strategy in ("zero1", "zero2"):
+        trainer, extra = "ddp", ["--zero-stage", strategy[-1], *extra]
+    return [*MPIRUN, "-np", str(n), f"{BUILD}/train_{trainer}", *extra]
+
+
+def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each"):
+    for rank_info in summary["ranks"]:
+        r = rank_info["rank"]
+        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode)
+        for cat, want in mem.items():
+            got = rank_info["mem"][cat]
+            check(got["current"] == want and got["peak"] == want,
+                  f"{tag} rank {r}: {cat} current/peak {got['current']}/{got['peak']} == {want}")
+        for cat, want in peaks.items():
+            got = rank_info["mem"][cat]["peak"]
+            check(got == want, f"{tag} rank {r}: {cat} peak {got} == {want}")
+        last = rank_info["comm_last_step"]
+        for op, counter in last.items():
+            want = traffic.get(op, [0, 0, 0, 0])
+            got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
+            check(got == want, f"{tag} rank {r}: {op} calls/elements/sent/recv {got} == {want}")
+
+
+def check_accumulation(tmp, model, data):
+    batch = 48  # divisible by N * K for N = 1..4, K = 2, 4
+    common = ["--model", model, "--data", data, "--seq", str(SEQ), "--batch", str(batch), "--steps", "6",
+              "--lr", "1e-3", "--weight-decay", "0.1", "--quiet"]
+    ref_log, ref_model = os.path.join(tmp, "acc_single.jsonl"), os.path.join(tmp, "acc_single.bin")
+    check(run([f"{BUILD}/train_single", *common, "--log", ref_log, "--out-model", ref_model]) == 0,
+          "train_single --batch 48 runs")
+    ref_steps, _ = read_log(ref_log)
+    ref_params = read_params(ref_model)
+    activations = {}  # rows per micro-batch -> train_single's activation bytes with that batch
+    for rows in sorted({batch // (n * k) for n in (1, 2, 3, 4) for k in (2, 4)}):
+        log = os.path.join(tmp, f"act{rows}.jsonl")
+        check(run([f"{BUILD}/train_single", *common[:6], "--batch", str(rows), "--steps", "1",
+                   "--quiet", "--log", log]) == 0, f"train_single --batch {rows} runs")
+        activations[rows] = read_log(log)[1]["ranks"][0]["mem"]["activations"]["peak"]
+    check(activations[3] < activations[6] < activations[12], f"activations grow with the batch {activations}")
+    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+        modes = ("sync-each", "no-sync") if strategy in ("zero2", "zero3", "fsdp") else ("sync-each",)
+        for n in (1, 2, 3, 4):
+            for accum in (2, 4):
+                for mode in modes:
+                    tag = f"{strategy} N={n} --grad-accum {accum} --accum-mode {mode}"
+                    log, out = os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin")
+                    rc = run([*strategy_command(strategy, n, ["--grad-accum", str(accum), "--accum-mode", mode]),
+                              *common, "--log", log, "--out-model", out])
+                    check(rc == 0, f"{tag}: runs")
+                    if rc != 0:
+                        continue
+                    steps, summary = read_log(log)
+                    worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
+                    pdiff = max(abs(a - b) for a, b in zip(read_params(out), ref_params))
+                    check(len(steps) == 6 and worst <= 1e-5 and pdiff <= 1e-5,
+                          f"{tag}: losses and parameters of train_single without accumulation (worst loss diff "
+                          f"{worst:.2e}, params {pdiff:.2e})")
+                    check(summary["config"]["grad_accum"] == accum and summary["config"]["accum_mode"] == mode,
+                          f"{tag}: the summary names K and the mode")
+                    got = {r["mem"]["activations"]["peak"] for r in summary["ranks"]}
+                    want = activations[batch // (n * accum)]
+                    check(got == {want}, f"{tag}: activations {got} are a micro-batch's, {want}")
+                    check_rank_formulas(tag, summary, strategy, n, 1, accum, mode)
+    for launch, bad in (([], ["--batch", "12", "--grad-accum", "5"]), ([*MPIRUN, "-np", "4"], ["--batch", "8", "--grad-accum", "4"])):
+        trainer = "train_single" if not launch else "train_fsdp"
+        r = subprocess.run([*launch, f"{BUILD}/{trainer}", *common[:6], *bad, "--steps", "1"],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode != 0 and "do not split into" in r.stdout + r.stderr,
+              f"{trainer} {' '.join(bad)}: refused, naming the flag ({(r.stdout + r.stderr).strip()[-160:]!r})")
+    r = subprocess.run([f"{BUILD}/train_single", *common[:4], "--accum-mode", "later"], capture_output=True, text=True)
+    check(r.returncode != 0 and "--accum-mode: give sync-each or no-sync" in r.stdout + r.stderr,
+          "--accum-mode later is refused")
 
 
 def check_weight_decay(tmp, model, data):
@@ -243,10 +331,7 @@ def main():
         tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0")
         log, out = os.path.join(tmp, f"{strategy}{n}{reshard}.jsonl"), os.path.join(tmp, f"{strategy}{n}{reshard}.bin")
         extra = [] if reshard else ["--reshard-after-forward", "0"]
-        trainer = strategy
-        if strategy in ("zero1", "zero2"):
-            trainer, extra = "ddp", ["--zero-stage", strategy[-1]]
-        rc = run([*MPIRUN, "-np", str(n), f"{BUILD}/train_{trainer}", *common, *extra, "--log", log, "--out-model", out])
+        rc = run([*strategy_command(strategy, n, extra), *common, "--log", log, "--out-model", out])
         check(rc == 0, f"{tag}: runs")
         if rc != 0:
             continue
@@ -264,21 +349,8 @@ def main():
         start = json.loads(open(log).readline())
         check(summary["strategy"] == strategy and start.get("strategy") == strategy,
               f"{tag}: the log names the strategy {strategy} (start {start.get('strategy')}, summary {summary['strategy']})")
-        for rank_info in summary["ranks"]:
-            r = rank_info["rank"]
-            mem, peaks, traffic = expected(strategy, n, r, reshard)
-            for cat, want in mem.items():
-                got = rank_info["mem"][cat]
-                check(got["current"] == want and got["peak"] == want,
-                      f"{tag} rank {r}: {cat} current/peak {got['current']}/{got['peak']} == {want}")
-            for cat, want in peaks.items():
-                got = rank_info["mem"][cat]["peak"]
-                check(got == want, f"{tag} rank {r}: {cat} peak {got} == {want}")
-            last = rank_info["comm_last_step"]
-            for op, counter in last.items():
-                want = traffic.get(op, [0, 0, 0, 0])
-                got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
-                check(got == want, f"{tag} rank {r}: {op} calls/elements/sent/recv {got} == {want}")
+        check_rank_formulas(tag, summary, strategy, n, reshard)
+    check_accumulation(tmp, model, data)
     CHECKS.finish()
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The training features, each held to what it means (docs/training.md):
-  - --grad-clip C: every step's grad_norm, on every strategy at N = 1..4, equals
+  - --grad-clip C: every step's grad_norm, on every strategy at N = 1..4 (and with
+    --grad-accum), equals
     train_single's within 1e-6 relative, every rank ends with the same norm
     bitwise, and the clipped runs follow train_single (losses and final
     parameters within 1e-5). The norm and the clip factor are checked against
@@ -49,7 +50,10 @@ def read_floats(path, skip=1024):
 
 
 def trainer(strategy, n):
+    """The command for a strategy: single, ddp, zero1, zero2 (train_ddp's stages), zero3, fsdp."""
     launch = [] if strategy == "single" else [*MPIRUN, "-np", str(n)]
+    if strategy in ("zero1", "zero2"):
+        return [*launch, f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
     return [*launch, f"{BUILD}/train_{strategy}"]
 
 
@@ -67,24 +71,25 @@ def check_clip_equivalence(tmp, common):
     clipped = sum(1 for s in ref if s["grad_norm"] > 0.5)
     check(all(s["grad_norm"] > 0 for s in ref) and clipped >= len(ref) // 2,
           f"train_single logs a grad_norm every step, and --grad-clip 0.5 clips ({clipped} of {len(ref)} steps)")
-    for strategy in ("ddp", "zero3", "fsdp"):
-        for n in (1, 2, 3, 4):
-            tag = f"{strategy} N={n} --grad-clip 0.5"
-            log, out = os.path.join(tmp, f"clip_{strategy}{n}.jsonl"), os.path.join(tmp, f"clip_{strategy}{n}.bin")
-            if run([*trainer(strategy, n), *common, *clip, "--log", log, "--out-model", out]) != 0:
-                check(False, f"{tag}: runs")
-                continue
-            steps, summary = read_log(log)
-            worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref))
-            check(len(steps) == len(ref) and worst <= 1e-6,
-                  f"{tag}: grad_norm matches train_single's every step (worst relative diff {worst:.1e})")
-            last = [r["last_grad_norm"] for r in summary["ranks"]]
-            check(len(last) == n and all(x == steps[-1]["grad_norm"] for x in last),
-                  f"{tag}: every rank has the same norm, bitwise ({last})")
-            worst = max(rel(a["loss"], b["loss"]) for a, b in zip(steps, ref))
-            pdiff = max(abs(a - b) for a, b in zip(read_floats(out), ref_params))
-            check(worst <= 1e-5 and pdiff <= 1e-5,
-                  f"{tag}: follows train_single (losses {worst:.1e} relative, parameters {pdiff:.1e})")
+    runs = [(s, n, []) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)]
+    runs += [("zero2", 2, ["--grad-accum", "3"]), ("fsdp", 3, ["--grad-accum", "2", "--accum-mode", "no-sync"])]
+    for strategy, n, extra in runs:
+        tag = " ".join([f"{strategy} N={n} --grad-clip 0.5", *extra])
+        log, out = os.path.join(tmp, f"clip_{strategy}{n}.jsonl"), os.path.join(tmp, f"clip_{strategy}{n}.bin")
+        if run([*trainer(strategy, n), *common, *clip, *extra, "--log", log, "--out-model", out]) != 0:
+            check(False, f"{tag}: runs")
+            continue
+        steps, summary = read_log(log)
+        worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref))
+        check(len(steps) == len(ref) and worst <= 1e-6,
+              f"{tag}: grad_norm matches train_single's every step (worst relative diff {worst:.1e})")
+        last = [r["last_grad_norm"] for r in summary["ranks"]]
+        check(len(last) == n and all(x == steps[-1]["grad_norm"] for x in last),
+              f"{tag}: every rank has the same norm, bitwise ({last})")
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(steps, ref))
+        pdiff = max(abs(a - b) for a, b in zip(read_floats(out), ref_params))
+        check(worst <= 1e-5 and pdiff <= 1e-5,
+              f"{tag}: follows train_single (losses {worst:.1e} relative, parameters {pdiff:.1e})")
 
 
 def first_moment_norm(ckpt_dir):
@@ -97,7 +102,7 @@ def first_moment_norm(ckpt_dir):
 
 
 def check_clip_against_optimizer(tmp, common):
-    for strategy, n in (("single", 1), ("ddp", 2), ("fsdp", 3)):
+    for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 4), ("fsdp", 3)):
         norms = {}
         for clip in ("1e30", "quarter"):
             ck, log = os.path.join(tmp, f"m_{strategy}_{clip}"), os.path.join(tmp, f"m_{strategy}_{clip}.jsonl")

@@ -15,6 +15,8 @@
 // Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
 // balance uneven at small N. Per step: two broadcasts and one reduce of every
 // tensor, plus one broadcast and one reduce of wte for its second use (the head).
+// With K micro-batches, the broadcasts happen K times, and so do the reduces
+// (sync-each), or they happen once while 4P bytes of full gradients wait (no-sync).
 // DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
 // all ranks (like fsdp/ here); ownership is easier to follow and shows the
 // imbalance that slicing avoids.
@@ -31,6 +33,7 @@ typedef struct {
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
     TensorState *tensor_state;       // (num_tensors) GATHERED while every rank has tensor t whole
+    AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
 
 static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }
@@ -94,20 +97,24 @@ static void reduce_unit(State *s, int unit) {
 static void before_forward(void *state, int unit) { gather_unit(state, unit); }
 static void after_forward(void *state, int unit) { release_unit(state, unit); }
 
-// Fetch the unit again, and give it zeroed full-size gradient buffers.
+// Fetch the unit again, and give it zeroed full-size gradient buffers (or the
+// ones an earlier micro-batch kept, without a reduce, to add into).
 static void before_backward(void *state, int unit) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     gather_unit(s, unit);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+        if (!s->model->grads[t])
+            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
     }
 }
 
-static void after_backward(void *state, int unit) {
-    reduce_unit(state, unit);
-    release_unit(state, unit);
+// no_sync keeps every full gradient until the last micro-batch, then reduces once.
+static void after_backward(void *state, int unit, int last_micro_batch) {
+    State *s = state;
+    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) reduce_unit(s, unit);
+    release_unit(s, unit);
 }
 
 // The reduces above are blocking: nothing is left in flight.
@@ -139,6 +146,14 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     return 1;
 }
 
+// The owned tensors' gradients (nothing on a rank that owns none).
+static int local_grads(void *state, float **grads, size_t *count) {
+    State *s = state;
+    *grads = s->resident.grads;
+    *count = s->resident.flat.total;
+    return 1;
+}
+
 static void destroy(void *state) {
     State *s = state;
     resident_free(&s->resident, s->mem);
@@ -154,6 +169,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->model = model;
     s->comm = ctx->comm;
     s->mem = ctx->mem;
+    s->accum_mode = ctx->accum_mode;
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
     report_balance(s, ctx);
