@@ -54,6 +54,7 @@ typedef struct {
 // Where a sharded strategy's parameter tensor is between uses.
 typedef enum {
     TENSOR_SHARDED = 0,  // only this rank's part of it (perhaps nothing) is here
+    TENSOR_GATHERING,    // its gather is in flight (prefetched); not to be read yet
     TENSOR_GATHERED,     // model->params[t] points at the whole tensor
 } TensorState;
 

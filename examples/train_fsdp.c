@@ -4,11 +4,13 @@
 #include "../fsdp/fsdp.h"
 
 int main(int argc, char **argv) {
-    FsdpOptions fsdp = {.reshard_after_forward = 1};
+    FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = 1};
     const CliOption flags[] = {
         {"--reshard-after-forward", "0|1", CLI_INT, &fsdp.reshard_after_forward, 0, 1,
          "free a unit's gathered parameters after its forward (1, default) or keep them for backward (0)"},
+        {"--prefetch", "K", CLI_INT, &fsdp.prefetch, 0, 1 << 20,
+         "start the all-gathers of the next K units while one computes (default 1; 0: gather when needed)"},
     };
-    StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 1, .options = &fsdp};
+    StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 2, .options = &fsdp};
     return train_main(argc, argv, &plugin);
 }

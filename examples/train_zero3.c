@@ -1,8 +1,14 @@
 // train_zero3: trains GPT-2 with the zero3 strategy; launch with mpirun -np N.
 //   mpirun -np 4 build/train_zero3 --config d2 --vocab 256 --data runs/data --steps 20
 #include "../common/train_loop.h"
+#include "../zero3/zero3.h"
 
 int main(int argc, char **argv) {
-    StrategyPlugin plugin = {.name = "zero3", .init = zero3_init};
+    Zero3Options zero3 = {.prefetch = 1};
+    const CliOption flags[] = {
+        {"--prefetch", "K", CLI_INT, &zero3.prefetch, 0, 1 << 20,
+         "start the broadcasts of the next K units while one computes (default 1; 0: fetch when needed)"},
+    };
+    StrategyPlugin plugin = {.name = "zero3", .init = zero3_init, .flags = flags, .num_flags = 1, .options = &zero3};
     return train_main(argc, argv, &plugin);
 }

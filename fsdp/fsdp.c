@@ -24,11 +24,20 @@
 #include "../common/resident.h"
 #include "fsdp.h"
 
+// One unit's collective in flight, with its copy-in/copy-out buffers.
+typedef struct {
+    CommHandle handle;
+    float *send, *recv;  // NULL when nothing is in flight
+    size_t pack;         // elements of one rank's part
+} InFlight;
+
 typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
     int reshard_after_forward;
+    int prefetch;                    // units ahead whose all-gather starts before they run
+    InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     Resident resident;               // this rank's slice of every tensor: resident.flat.count[t]
                                      // elements of tensor t (fsdp_slice_numel), padding included
     TensorState *tensor_state;       // (num_tensors) GATHERED while model->params[t] is the full tensor
@@ -44,7 +53,7 @@ static int real_rows(const State *s, int t, int *first) {
 }
 
 // Elements of one rank's slices of the unit's tensors (sharded_only: of those
-// not gathered yet).
+// neither here nor on their way).
 static size_t unit_slice_numel(const State *s, int unit, int sharded_only) {
     const GPT2Layout *layout = &s->model->layout;
     size_t numel = 0;
@@ -56,14 +65,15 @@ static size_t unit_slice_numel(const State *s, int unit, int sharded_only) {
 }
 
 // Copy-in for the all-gather: my slice of each sharded tensor of the unit, one
-// after another.
+// after another; they are on their way from now on.
 static void pack_slices(State *s, int unit, float *send) {
     const GPT2Layout *layout = &s->model->layout;
     const FlatLayout *flat = &s->resident.flat;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] == TENSOR_GATHERED) continue;
+        if (s->tensor_state[t] != TENSOR_SHARDED) continue;
         device_copy(send + at, s->resident.params + flat->offset[t], flat->count[t]);
+        s->tensor_state[t] = TENSOR_GATHERING;
         at += flat->count[t];
     }
 }
@@ -75,7 +85,7 @@ static void unpack_full_tensors(State *s, int unit, const float *recv, size_t pa
     int world = s->comm->world;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] == TENSOR_GATHERED) continue;
+        if (s->tensor_state[t] != TENSOR_GATHERING) continue;
         size_t slice = s->resident.flat.count[t];
         float *full = device_alloc(s->mem, MEM_PARAMS_GATHERED, slice * world);
         for (int r = 0; r < world; r++) device_copy(full + r * slice, recv + r * pack + at, slice);
@@ -85,25 +95,46 @@ static void unpack_full_tensors(State *s, int unit, const float *recv, size_t pa
     }
 }
 
-// One all-gather for every tensor of the unit not already here.
-static void gather_unit(State *s, int unit) {
-    int world = s->comm->world;
+// Starts one all-gather for every tensor of the unit neither here nor on its way.
+static void start_gather(State *s, int unit) {
+    InFlight *g = &s->gathers[unit];
     size_t pack = unit_slice_numel(s, unit, 1);
     if (pack == 0) return;
-    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
-    float *recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * world);
-    pack_slices(s, unit, send);
-    comm_all_gather(s->comm, send, recv, pack * world);
-    unpack_full_tensors(s, unit, recv, pack);
-    device_free(s->mem, MEM_COMM_BUFFERS, send, pack);
-    device_free(s->mem, MEM_COMM_BUFFERS, recv, pack * world);
+    g->pack = pack;
+    g->send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
+    g->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * s->comm->world);
+    pack_slices(s, unit, g->send);
+    g->handle = comm_all_gather_start(s->comm, g->send, g->recv, pack * s->comm->world);
+}
+
+// Waits for the unit's all-gather, if one is in flight, and unpacks it.
+static void finish_gather(State *s, int unit) {
+    InFlight *g = &s->gathers[unit];
+    if (!g->send) return;
+    comm_wait(s->comm, &g->handle);
+    unpack_full_tensors(s, unit, g->recv, g->pack);
+    device_free(s->mem, MEM_COMM_BUFFERS, g->send, g->pack);
+    device_free(s->mem, MEM_COMM_BUFFERS, g->recv, g->pack * s->comm->world);
+    g->send = g->recv = NULL;
+}
+
+// The unit's parameters, whole, now; and the all-gathers of the next `prefetch`
+// units in `direction` (+1 forward, -1 backward) started behind it, so that
+// they travel while this unit computes.
+static void gather_unit(State *s, int unit, int direction) {
+    start_gather(s, unit);
+    for (int k = 1; k <= s->prefetch; k++) {
+        int ahead = unit + direction * k;
+        if (ahead >= 0 && ahead < s->model->layout.num_units) start_gather(s, ahead);
+    }
+    finish_gather(s, unit);
 }
 
 static void release_unit(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] == TENSOR_SHARDED) continue;
+        if (s->tensor_state[t] != TENSOR_GATHERED) continue;
         device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], s->resident.flat.count[t] * s->comm->world);
         s->model->params[t] = NULL;
         s->tensor_state[t] = TENSOR_SHARDED;
@@ -123,7 +154,7 @@ static void pack_grads_by_rank(State *s, int unit, float *send, size_t pack) {
 }
 
 // Copy-out: add the averaged slices to my resident gradient (the tied wte
-// arrives twice: from the head and from unit 0) and free the full buffers.
+// arrives twice: from the head and from unit 0) and free the full gradients.
 static void add_reduced_slices(State *s, int unit, const float *recv) {
     const GPT2Layout *layout = &s->model->layout;
     const FlatLayout *flat = &s->resident.flat;
@@ -137,20 +168,29 @@ static void add_reduced_slices(State *s, int unit, const float *recv) {
     }
 }
 
-// One reduce-scatter for all of the unit's gradients.
-static void reduce_unit(State *s, int unit) {
+// Starts one reduce-scatter for all of the unit's gradients.
+static void start_reduce(State *s, int unit) {
+    InFlight *r = &s->reduces[unit];
     int world = s->comm->world;
-    size_t pack = unit_slice_numel(s, unit, 0);
-    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * world);
-    float *recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
-    pack_grads_by_rank(s, unit, send, pack);
-    comm_reduce_scatter(s->comm, send, recv, pack * world, COMM_AVG);
-    add_reduced_slices(s, unit, recv);
-    device_free(s->mem, MEM_COMM_BUFFERS, send, pack * world);
-    device_free(s->mem, MEM_COMM_BUFFERS, recv, pack);
+    r->pack = unit_slice_numel(s, unit, 0);
+    r->send = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack * world);
+    r->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack);
+    pack_grads_by_rank(s, unit, r->send, r->pack);
+    r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->pack * world, COMM_AVG);
 }
 
-static void before_forward(void *state, int unit) { gather_unit(state, unit); }
+// Waits for the unit's reduce-scatter, if one is in flight, and keeps my slices.
+static void finish_reduce(State *s, int unit) {
+    InFlight *r = &s->reduces[unit];
+    if (!r->send) return;
+    comm_wait(s->comm, &r->handle);
+    add_reduced_slices(s, unit, r->recv);
+    device_free(s->mem, MEM_COMM_BUFFERS, r->send, r->pack * s->comm->world);
+    device_free(s->mem, MEM_COMM_BUFFERS, r->recv, r->pack);
+    r->send = r->recv = NULL;
+}
+
+static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
 
 static void after_forward(void *state, int unit) {
     State *s = state;
@@ -163,7 +203,7 @@ static void after_forward(void *state, int unit) {
 static void before_backward(void *state, int unit) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
-    gather_unit(s, unit);
+    gather_unit(s, unit, -1);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->model->grads[t])
@@ -171,15 +211,23 @@ static void before_backward(void *state, int unit) {
     }
 }
 
-// no_sync keeps every full gradient until the last micro-batch, then reduces once.
+// Reduce the unit's gradients: with prefetch, behind the next unit's backward
+// (waited for after it), else at once. no_sync keeps every full gradient until
+// the last micro-batch, then reduces once.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
-    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) reduce_unit(s, unit);
+    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
+        start_reduce(s, unit);
+        if (s->prefetch == 0) finish_reduce(s, unit);
+        if (unit + 1 < s->model->layout.num_units) finish_reduce(s, unit + 1);
+        // the next micro-batch's head must find no gradient still on its way
+        if (unit == 0 && !last_micro_batch) finish_reduce(s, 0);
+    }
     release_unit(s, unit);
 }
 
-// The reduce-scatters above are blocking: nothing is left in flight.
-static void finish_grads(void *state) { (void)state; }
+// Unit 0's reduce-scatter may still be in flight.
+static void finish_grads(void *state) { finish_reduce(state, 0); }
 
 static void step(void *state, AdamWConfig config) {
     State *s = state;
@@ -192,7 +240,8 @@ static void gather_full_model(void *state, float *flat) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     for (int u = 0; u < layout->num_units; u++) {
-        gather_unit(s, u);
+        start_gather(s, u);
+        finish_gather(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
                 device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
@@ -221,6 +270,8 @@ static void destroy(void *state) {
     State *s = state;
     resident_free(&s->resident, s->mem);
     free(s->tensor_state);
+    free(s->gathers);
+    free(s->reduces);
     free(s);
 }
 
@@ -231,7 +282,16 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->model = model;
     s->comm = ctx->comm;
     s->mem = ctx->mem;
-    s->reshard_after_forward = ((const FsdpOptions *)ctx->options)->reshard_after_forward;
+    const FsdpOptions *options = ctx->options;
+    s->reshard_after_forward = options->reshard_after_forward;
+    // the head and unit 0 share wte: a window reaching from one to the other would
+    // gather it for one while the other still holds it
+    s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
+    if (s->prefetch < options->prefetch)
+        strategy_note(ctx, "fsdp: --prefetch %d is more than the model's %d blocks: prefetching %d units ahead\n",
+                      options->prefetch, layout->num_units - 2, s->prefetch);
+    s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
+    s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->accum_mode = ctx->accum_mode;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);

@@ -4,6 +4,7 @@
 
 typedef struct {
     int reshard_after_forward;  // free a unit's gathered parameters after its forward (1) or keep them (0)
+    int prefetch;               // units ahead whose all-gather is started before they run (0: none)
 } FsdpOptions;
 
 #endif

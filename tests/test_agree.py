@@ -65,6 +65,7 @@ CASES = {
     "--out-model": ({"--out-model": f"{tmp}/out_a.bin"}, {"--out-model": f"{tmp}/out_b.bin"}),
     "--trace": ({"--trace": f"{tmp}/trace_a"}, {"--trace": f"{tmp}/trace_b"}),
     "--reshard-after-forward": ({}, {"--reshard-after-forward": "0"}),
+    "--prefetch": ({}, {"--prefetch": "2"}),
     "--quiet": ({}, {"--quiet": True}),
     "--save-every": (CKPT, {**CKPT, "--save-every": "1"}),
     "--ckpt-dir": (CKPT, {"--ckpt-dir": f"{tmp}/ck_other"}),

@@ -9,6 +9,9 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
   - resident params/grads/optim bytes equal their formulas exactly, and the
     peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
   - the last step's traffic per collective equals its formula on every rank;
+  - ZeRO-3 and FSDP with --prefetch 1 and 2 give bitwise the losses and final
+    model of --prefetch 0, the same traffic, and the peaks of a replay of the
+    prefetching step (prefetch_peaks);
   - with --grad-accum K (K = 2, 4; both --accum-mode values where gradients are
     sharded), 6 steps give train_single's losses and parameters without
     accumulation (within 1e-5), the same memory and traffic formulas for K
@@ -103,7 +106,99 @@ def zero3_owners(n):
     return owner
 
 
-def expected(strategy, n, rank, reshard, accum=1, mode="sync-each"):
+def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
+    """Peaks of params_gathered, grads_gathered and comm_buffers for ZeRO-3 and FSDP with --prefetch K >= 1,
+    replaying a step as docs/fsdp.md and docs/zero3.md describe it: before unit u runs, its gather and those
+    of the next K units (in the pass's direction; K at most L, so that the head and unit 0, which share wte,
+    never overlap) are started, and u's is waited for; after unit u's backward its reduce starts and unit
+    u+1's is waited for (unit 0's at the end of the micro-batch). A gather allocates its buffers at its start
+    (ZeRO-3: the full tensor; FSDP: send and receive buffers) and FSDP the full tensors when it is waited for;
+    a reduce keeps its full gradients until it is waited for."""
+    U, K = L + 2, min(prefetch, L)
+    owner = zero3_owners(n) if strategy == "zero3" else None
+    size = (lambda i: numel[i]) if strategy == "zero3" else (lambda i: pad(i, n))
+    state = ["sharded"] * len(T)
+    used = {"params_gathered": 0, "grads_gathered": 0, "comm_buffers": 0}
+    peaks = dict(used)
+    gathers, reduces, grads = {}, {}, set()
+
+    def add(cat, b):
+        used[cat] += b
+        peaks[cat] = max(peaks[cat], used[cat])
+
+    def start(u):
+        fetch = [i for i in UNITS[u] if state[i] == "sharded"]
+        if not fetch:
+            return
+        for i in fetch:
+            state[i] = "gathering"
+            if strategy == "zero3" and owner[i] != rank:
+                add("params_gathered", 4 * numel[i])
+        buffers = 4 * sum(pad(i, n) for i in fetch) // n * (n + 1) if strategy == "fsdp" else 0
+        add("comm_buffers", buffers)
+        gathers[u] = (fetch, buffers)
+
+    def finish(u):
+        fetch, buffers = gathers.pop(u, ([], 0))
+        for i in fetch:
+            state[i] = "gathered"
+            if strategy == "fsdp":
+                add("params_gathered", 4 * pad(i, n))
+        add("comm_buffers", -buffers)
+
+    def gather(u, direction):
+        for v in [u] + [u + direction * k for k in range(1, K + 1)]:
+            if 0 <= v < U:
+                start(v)
+        finish(u)
+
+    def release(u):
+        for i in UNITS[u]:
+            if state[i] == "gathered":
+                state[i] = "sharded"
+                if strategy == "fsdp" or owner[i] != rank:
+                    add("params_gathered", -4 * size(i))
+
+    def start_reduce(u):
+        if strategy == "fsdp":
+            b = 4 * sum(pad(i, n) for i in UNITS[u]) // n * (n + 1)
+            add("comm_buffers", b)
+            reduces[u] = b
+        else:
+            reduces[u] = 0
+
+    def finish_reduce(u):
+        if u not in reduces:
+            return
+        add("comm_buffers", -reduces.pop(u))
+        for i in UNITS[u]:
+            grads.discard(i)
+            add("grads_gathered", -4 * size(i))
+
+    for micro in range(accum):
+        last = micro == accum - 1
+        for u in range(U):
+            gather(u, +1)
+            if reshard:
+                release(u)
+        for u in reversed(range(U)):
+            gather(u, -1)
+            for i in UNITS[u]:
+                if i not in grads:
+                    grads.add(i)
+                    add("grads_gathered", 4 * size(i))
+            if last or mode == "sync-each":
+                start_reduce(u)
+                if u + 1 < U:
+                    finish_reduce(u + 1)
+                if u == 0 and not last:
+                    finish_reduce(0)
+            release(u)
+    finish_reduce(0)
+    return peaks
+
+
+def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0):
     """(memory {category: (current, peak)}, traffic {op: (calls, elements, sent, recv)}) of a step of `accum`
     micro-batches. Every micro-batch's forward and backward gather again; its gradients are reduced each time
     (ZeRO-2, ZeRO-3, FSDP in sync-each), or added up and reduced once (DDP, ZeRO-1, and no-sync, which keeps
@@ -173,6 +268,8 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each"):
             reduces.append(("reduce_scatter", unit_pad[u], 0))
             gathered -= set(U)
     calls += accum * gathers + (1 if keep_whole else accum) * reduces
+    if prefetch > 0:  # the same collectives, started earlier: more is held at once
+        peaks = prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode)
     traffic = {}
     for op, count, root in calls:
         if count == 0:
@@ -197,10 +294,10 @@ def strategy_command(strategy, n, extra):
     return [*MPIRUN, "-np", str(n), f"{BUILD}/train_{trainer}", *extra]
 
 
-def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each"):
+def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each", prefetch=0):
     for rank_info in summary["ranks"]:
         r = rank_info["rank"]
-        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode)
+        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode, prefetch)
         for cat, want in mem.items():
             got = rank_info["mem"][cat]
             check(got["current"] == want and got["peak"] == want,
@@ -236,10 +333,12 @@ def check_accumulation(tmp, model, data):
         for n in (1, 2, 3, 4):
             for accum in (2, 4):
                 for mode in modes:
-                    tag = f"{strategy} N={n} --grad-accum {accum} --accum-mode {mode}"
+                    prefetch = 1 if accum == 4 and strategy in ("zero3", "fsdp") else 0
+                    flags = ["--grad-accum", str(accum), "--accum-mode", mode] + \
+                            (["--prefetch", str(prefetch)] if strategy in ("zero3", "fsdp") else [])
+                    tag = " ".join([strategy, f"N={n}", *flags])
                     log, out = os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin")
-                    rc = run([*strategy_command(strategy, n, ["--grad-accum", str(accum), "--accum-mode", mode]),
-                              *common, "--log", log, "--out-model", out])
+                    rc = run([*strategy_command(strategy, n, flags), *common, "--log", log, "--out-model", out])
                     check(rc == 0, f"{tag}: runs")
                     if rc != 0:
                         continue
@@ -254,7 +353,7 @@ def check_accumulation(tmp, model, data):
                     got = {r["mem"]["activations"]["peak"] for r in summary["ranks"]}
                     want = activations[batch // (n * accum)]
                     check(got == {want}, f"{tag}: activations {got} are a micro-batch's, {want}")
-                    check_rank_formulas(tag, summary, strategy, n, 1, accum, mode)
+                    check_rank_formulas(tag, summary, strategy, n, 1, accum, mode, prefetch)
     for launch, bad in (([], ["--batch", "12", "--grad-accum", "5"]), ([*MPIRUN, "-np", "4"], ["--batch", "8", "--grad-accum", "4"])):
         trainer = "train_single" if not launch else "train_fsdp"
         r = subprocess.run([*launch, f"{BUILD}/{trainer}", *common[:6], *bad, "--steps", "1"],
@@ -325,12 +424,17 @@ def main():
     ref_steps, _ = read_log(ref_log)
     ref_params = read_params(ref_model)
     check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
-    runs = [(s, n, 1) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)] + \
-           [("fsdp", n, 0) for n in (2, 3, 4)]
-    for strategy, n, reshard in runs:
-        tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0")
-        log, out = os.path.join(tmp, f"{strategy}{n}{reshard}.jsonl"), os.path.join(tmp, f"{strategy}{n}{reshard}.bin")
-        extra = [] if reshard else ["--reshard-after-forward", "0"]
+    runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \
+           [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
+           [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)]
+    outputs = {}  # (strategy, n, reshard) -> the --prefetch 0 run's log lines and final model
+    for strategy, n, reshard, prefetch in runs:
+        tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0") + \
+              (f" --prefetch {prefetch}" if strategy in ("zero3", "fsdp") else "")
+        name = f"{strategy}{n}{reshard}{prefetch}"
+        log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
+        extra = ([] if reshard else ["--reshard-after-forward", "0"]) + \
+                (["--prefetch", str(prefetch)] if strategy in ("zero3", "fsdp") else [])
         rc = run([*strategy_command(strategy, n, extra), *common, "--log", log, "--out-model", out])
         check(rc == 0, f"{tag}: runs")
         if rc != 0:
@@ -349,7 +453,14 @@ def main():
         start = json.loads(open(log).readline())
         check(summary["strategy"] == strategy and start.get("strategy") == strategy,
               f"{tag}: the log names the strategy {strategy} (start {start.get('strategy')}, summary {summary['strategy']})")
-        check_rank_formulas(tag, summary, strategy, n, reshard)
+        check_rank_formulas(tag, summary, strategy, n, reshard, prefetch=prefetch)
+        if strategy in ("zero3", "fsdp"):
+            losses, model_bytes = [s["loss"] for s in steps], open(out, "rb").read()
+            if prefetch == 0:
+                outputs[(strategy, n, reshard)] = (losses, model_bytes)
+            else:
+                check(outputs.get((strategy, n, reshard)) == (losses, model_bytes),
+                      f"{tag}: bitwise the losses and final model of --prefetch 0")
     check_accumulation(tmp, model, data)
     CHECKS.finish()
 

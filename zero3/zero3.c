@@ -25,6 +25,7 @@
 #include "../common/device.h"
 #include "../common/util/errors.h"
 #include "../common/resident.h"
+#include "zero3.h"
 
 typedef struct {
     GPT2 *model;
@@ -33,6 +34,8 @@ typedef struct {
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
     TensorState *tensor_state;       // (num_tensors) GATHERED while every rank has tensor t whole
+    int prefetch;                    // units ahead whose broadcasts start before they run
+    CommHandle *fetches, *reductions; // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
 
@@ -53,24 +56,48 @@ static void report_balance(const State *s, const StrategyContext *ctx) {
                   world, largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
 }
 
-// Broadcast every tensor of the unit from its owner. The owner sends straight
-// from its resident copy; everyone else receives into a temporary buffer.
-static void gather_unit(State *s, int unit) {
+// Starts broadcasting every tensor of the unit neither here nor on its way, from
+// its owner. The owner sends straight from its resident copy; everyone else
+// receives into a temporary buffer.
+static void start_gather(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] == TENSOR_GATHERED) continue;
+        if (s->tensor_state[t] != TENSOR_SHARDED) continue;
         if (!owns(s, t)) s->model->params[t] = device_alloc(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
-        comm_broadcast(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
+        s->fetches[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
+        s->tensor_state[t] = TENSOR_GATHERING;
+    }
+}
+
+// Waits for the unit's broadcasts still in flight.
+static void finish_gather(State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (s->tensor_state[t] != TENSOR_GATHERING) continue;
+        comm_wait(s->comm, &s->fetches[t]);
         s->tensor_state[t] = TENSOR_GATHERED;
     }
+}
+
+// The unit's parameters, whole, now; and the broadcasts of the next `prefetch`
+// units in `direction` (+1 forward, -1 backward) started behind it, so that
+// they travel while this unit computes.
+static void gather_unit(State *s, int unit, int direction) {
+    start_gather(s, unit);
+    for (int k = 1; k <= s->prefetch; k++) {
+        int ahead = unit + direction * k;
+        if (ahead >= 0 && ahead < s->model->layout.num_units) start_gather(s, ahead);
+    }
+    finish_gather(s, unit);
 }
 
 static void release_unit(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] == TENSOR_SHARDED) continue;
+        if (s->tensor_state[t] != TENSOR_GATHERED) continue;
         if (!owns(s, t)) {
             device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
             s->model->params[t] = NULL;
@@ -79,22 +106,34 @@ static void release_unit(State *s, int unit) {
     }
 }
 
-// Average each gradient of the unit onto its owner, who adds it to its resident
-// gradient (the tied wte arrives twice: from the head and from unit 0).
-static void reduce_unit(State *s, int unit) {
+// Starts averaging each gradient of the unit onto its owner, in place.
+static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        size_t numel = layout->tensors[t].numel;
         float *local = s->model->grads[t];
-        comm_reduce(s->comm, local, owns(s, t) ? local : NULL, numel, s->owner[t], COMM_AVG);
-        if (owns(s, t)) device_add(s->resident.grads + s->resident.flat.offset[t], local, numel);
-        device_free(s->mem, MEM_GRADS_GATHERED, local, numel);
+        s->reductions[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel,
+                                             s->owner[t], COMM_AVG);
+    }
+}
+
+// Waits for the unit's reduces still in flight; the owner adds each average to
+// its resident gradient (the tied wte arrives twice: from the head and from
+// unit 0), and everyone frees the full gradients.
+static void finish_reduce(State *s, int unit) {
+    const GPT2Layout *layout = &s->model->layout;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (!s->reductions[t].active) continue;
+        size_t numel = layout->tensors[t].numel;
+        comm_wait(s->comm, &s->reductions[t]);
+        if (owns(s, t)) device_add(s->resident.grads + s->resident.flat.offset[t], s->model->grads[t], numel);
+        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], numel);
         s->model->grads[t] = NULL;
     }
 }
 
-static void before_forward(void *state, int unit) { gather_unit(state, unit); }
+static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
 static void after_forward(void *state, int unit) { release_unit(state, unit); }
 
 // Fetch the unit again, and give it zeroed full-size gradient buffers (or the
@@ -102,7 +141,7 @@ static void after_forward(void *state, int unit) { release_unit(state, unit); }
 static void before_backward(void *state, int unit) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
-    gather_unit(s, unit);
+    gather_unit(s, unit, -1);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->model->grads[t])
@@ -110,15 +149,23 @@ static void before_backward(void *state, int unit) {
     }
 }
 
-// no_sync keeps every full gradient until the last micro-batch, then reduces once.
+// Reduce the unit's gradients: with prefetch, behind the next unit's backward
+// (waited for after it), else at once. no_sync keeps every full gradient until
+// the last micro-batch, then reduces once.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
-    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) reduce_unit(s, unit);
+    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
+        start_reduce(s, unit);
+        if (s->prefetch == 0) finish_reduce(s, unit);
+        if (unit + 1 < s->model->layout.num_units) finish_reduce(s, unit + 1);
+        // the next micro-batch's head must find no gradient still on its way
+        if (unit == 0 && !last_micro_batch) finish_reduce(s, 0);
+    }
     release_unit(s, unit);
 }
 
-// The reduces above are blocking: nothing is left in flight.
-static void finish_grads(void *state) { (void)state; }
+// Unit 0's reduces may still be in flight.
+static void finish_grads(void *state) { finish_reduce(state, 0); }
 
 static void step(void *state, AdamWConfig config) {
     State *s = state;
@@ -130,7 +177,8 @@ static void gather_full_model(void *state, float *flat) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     for (int u = 0; u < layout->num_units; u++) {
-        gather_unit(s, u);
+        start_gather(s, u);
+        finish_gather(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
                 device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
@@ -159,6 +207,8 @@ static void destroy(void *state) {
     resident_free(&s->resident, s->mem);
     free(s->owner);
     free(s->tensor_state);
+    free(s->fetches);
+    free(s->reductions);
     free(s);
 }
 
@@ -170,6 +220,15 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->comm = ctx->comm;
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
+    // the head and unit 0 share wte: a window reaching from one to the other would
+    // fetch it for one while the other still holds it
+    const Zero3Options *options = ctx->options;
+    s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
+    if (s->prefetch < options->prefetch)
+        strategy_note(ctx, "zero3: --prefetch %d is more than the model's %d blocks: prefetching %d units ahead\n",
+                      options->prefetch, layout->num_units - 2, s->prefetch);
+    s->fetches = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
+    s->reductions = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
     report_balance(s, ctx);
