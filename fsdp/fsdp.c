@@ -12,6 +12,10 @@
 //   before unit u:  pack my slices -> all-gather -> unpack full tensors
 //   after  unit u:  pack full grads by rank -> reduce-scatter(avg) -> my slices +=
 //
+// With --prefetch K the next K units' all-gathers are started before unit u
+// computes, and unit u's reduce-scatter is waited for only after the next
+// unit's backward: the same collectives, travelling under compute.
+//
 // Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one
 // reduce-scatter of pad(P), plus wte once more in each for its second use (the
 // head); one all-gather fewer when not resharding after forward. With K

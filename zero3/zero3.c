@@ -9,6 +9,10 @@
 //   owner of h0.qkvw --broadcast--> everyone      (before forward / backward)
 //   everyone --reduce(avg)--> owner of h0.qkvw    (after backward)
 //
+// With --prefetch K the next K units' broadcasts are started before unit u
+// computes, and unit u's reduces are waited for only after the next unit's
+// backward: the same collectives, travelling under compute.
+//
 //   rank 0: [ wte      | h1.fcw ...  ]  owned tensors, whole
 //   rank 1: [ h0.qkvw  | h0.fcw ...  ]  (sizes differ: ownership is lumpy)
 //
