@@ -292,7 +292,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     // gather it for one while the other still holds it
     s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
     if (s->prefetch < options->prefetch)
-        strategy_note(ctx, "fsdp: --prefetch %d is more than the model's %d blocks: prefetching %d units ahead\n",
+        strategy_note(ctx, "fsdp: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
                       options->prefetch, layout->num_units - 2, s->prefetch);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));

@@ -229,7 +229,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     const Zero3Options *options = ctx->options;
     s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
     if (s->prefetch < options->prefetch)
-        strategy_note(ctx, "zero3: --prefetch %d is more than the model's %d blocks: prefetching %d units ahead\n",
+        strategy_note(ctx, "zero3: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
                       options->prefetch, layout->num_units - 2, s->prefetch);
     s->fetches = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reductions = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
