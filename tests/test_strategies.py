@@ -9,7 +9,7 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
   - resident params/grads/optim bytes equal their formulas exactly, and the
     peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
   - the last step's traffic per collective equals its formula on every rank;
-  - ZeRO-3 and FSDP with --prefetch 1 and 2 give bitwise the losses and final
+  - ZeRO-3 and FSDP with --prefetch 1, 2 (and 9, capped at L) give bitwise the losses and final
     model of --prefetch 0, the same traffic, and the peaks of a replay of the
     prefetching step (prefetch_peaks);
   - with --grad-accum K (K = 2, 4; both --accum-mode values where gradients are
@@ -426,7 +426,8 @@ def main():
     check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
     runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \
            [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
-           [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)]
+           [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)] + \
+           [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # K past the L = 2 blocks: capped at L
     outputs = {}  # (strategy, n, reshard) -> the --prefetch 0 run's log lines and final model
     for strategy, n, reshard, prefetch in runs:
         tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0") + \
