@@ -59,7 +59,7 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-asan test-gpu bench bench-gpu compare fuzz clean
+.PHONY: all gpu deps test test-asan test-tsan-comm test-gpu bench bench-gpu compare fuzz clean
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
 
@@ -134,6 +134,16 @@ test: deps
 test-asan:
 	$(MAKE) BUILD=build-asan GPU=0 OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
+# The communication engine's two threads under ThreadSanitizer: test_comm at 2
+# to 4 ranks, stopping at the first race (Open MPI's own hand-offs are
+# suppressed: tests/tsan_mpi.supp).
+test-tsan-comm:
+	$(MAKE) BUILD=build-tsan GPU=0 OPT="-O1 -g -fsanitize=thread" build-tsan/tests/test_comm
+	for n in 2 3 4; do \
+	    TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan_mpi.supp" \
+	        $(MPIRUN) -np $$n -x TSAN_OPTIONS build-tsan/tests/test_comm || exit 1; \
+	done
+
 # Fuzz the checkpoint manifest and token shard readers with libFuzzer (clang) for
 # FUZZ_SECONDS each, starting from the corpora in tests/fuzz/.
 FUZZ_SECONDS ?= 30
@@ -158,7 +168,7 @@ compare: deps
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) bash examples/compare.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

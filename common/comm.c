@@ -1,8 +1,29 @@
 // comm.c: argument checks, accounting, and the MPI engine for host buffers.
 // Device buffers go to comm_nccl.cu (GPU build).
+//
+// The engine (one per Comm) is the CPU's analogue of a CUDA stream: a queue of
+// collectives and a thread that runs them one at a time, in the order they were
+// started, on a duplicate of MPI_COMM_WORLD that nothing else uses:
+//
+//   compute thread:  start(u3) start(u2) ...compute...       wait(u3) wait(u2)
+//   engine thread:       [ all-reduce u3 ][ all-reduce u2 ]
+//
+// The thread tests the running collective with MPI_Test and pauses between
+// tests (doubling the pause, up to ENGINE_MAX_PAUSE) while the rank computes, so
+// that it takes little of the cores the compute threads use; while the rank is
+// blocked in comm_wait, its core is free and the thread tests back to back.
+// SHARDLAB_COMM_ENGINE=spin makes it wait in MPI_Wait instead (Open MPI spins a
+// core there) and =inline runs collectives on the calling thread, as MPI alone
+// does: both for comparison (bench_comm --overlap-ms).
+// The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
+// thread on MPI_COMM_WORLD: another communicator, so their order is independent.
 #include "comm.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,21 +43,245 @@
         }                                                                            \
     } while (0)
 
+#define PTHREAD_CHECK(call)                                                                         \
+    do {                                                                                            \
+        int pthread_status_ = (call);                                                               \
+        if (pthread_status_ != 0) fatal_at(__FILE__, __LINE__, "%s: %s", #call, strerror(pthread_status_)); \
+    } while (0)
+
+// The engine's pauses between two tests of a collective while the rank computes:
+// the first, and the longest it doubles to.
+#define ENGINE_FIRST_PAUSE 10e-6
+#define ENGINE_MAX_PAUSE 1e-3
+
+// One collective as MPI sees it.
+typedef struct EngineOp {
+    CommOp op;
+    MPI_Datatype type;      // MPI_FLOAT, or MPI_DOUBLE for comm_all_reduce_double
+    const void *send;       // MPI_IN_PLACE where the collective works in place
+    void *recv;
+    int count;              // elements per MPI's convention for the call
+    int root;
+    MPI_Request request;
+    int complete;           // engine thread: written under the engine's lock
+    double done;            // timer_now() at completion
+    struct EngineOp *next;  // the queue
+} EngineOp;
+
+struct CommEngine {
+    MPI_Comm comm;          // a duplicate of MPI_COMM_WORLD, for the engine alone
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;    // to the thread: work queued, a caller waits, or stop
+    pthread_cond_t done;    // to callers: a collective completed
+    EngineOp *head, *tail;  // started, not yet begun by the thread
+    int waiters;            // callers blocked in comm_wait
+    int stop;
+    int spin;               // SHARDLAB_COMM_ENGINE=spin: MPI_Wait, no pauses
+};
+
+// The records kept for the trace; events[i] is record i's NCCL completion event
+// until comm_records reads its time (NULL for MPI).
+struct CommLog {
+    CommRecord *records;
+    void **events;
+    size_t count, capacity;
+};
+#define COMM_LOG_MAX 65536
+
 const char *const comm_op_names[COMM_NUM_OPS] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier",
 };
 
+// ---- the engine ----
+
+static void issue(MPI_Comm comm, EngineOp *o) {
+    switch (o->op) {
+    case COMM_ALL_REDUCE:
+        MPI_CHECK(MPI_Iallreduce(o->send, o->recv, o->count, o->type, MPI_SUM, comm, &o->request));
+        break;
+    case COMM_REDUCE_SCATTER:
+        MPI_CHECK(MPI_Ireduce_scatter_block(o->send, o->recv, o->count, o->type, MPI_SUM, comm, &o->request));
+        break;
+    case COMM_ALL_GATHER:
+        MPI_CHECK(MPI_Iallgather(o->send, o->count, o->type, o->recv, o->count, o->type, comm, &o->request));
+        break;
+    case COMM_BROADCAST: MPI_CHECK(MPI_Ibcast(o->recv, o->count, o->type, o->root, comm, &o->request)); break;
+    case COMM_REDUCE:
+        MPI_CHECK(MPI_Ireduce(o->send, o->recv, o->count, o->type, MPI_SUM, o->root, comm, &o->request));
+        break;
+    case COMM_BARRIER: MPI_CHECK(MPI_Ibarrier(comm, &o->request)); break;
+    default: fatal("comm: %d is not a collective", (int)o->op);
+    }
+}
+
+// Waits on cond for at most `seconds` (cond uses the monotonic clock).
+static void timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seconds) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long ns = t.tv_nsec + (long)(seconds * 1e9);
+    t.tv_sec += ns / 1000000000L;
+    t.tv_nsec = ns % 1000000000L;
+    int status = pthread_cond_timedwait(cond, lock, &t);
+    if (status != 0 && status != ETIMEDOUT) fatal_at(__FILE__, __LINE__, "pthread_cond_timedwait: %s", strerror(status));
+}
+
+// Carries one collective to completion; called and returns with the lock held.
+// Open MPI moves a collective forward only inside MPI calls, and a blocking call
+// spins a core until the collective ends, however long the other ranks take to
+// reach it. So the thread tests and pauses in between while the rank computes
+// (the pause doubles: a late rank costs few tests), and tests back to back only
+// while a caller is blocked in comm_wait, whose core is idle then.
+static void engine_run(CommEngine *e, EngineOp *o) {
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    issue(e->comm, o);
+    if (e->spin) MPI_CHECK(MPI_Wait(&o->request, MPI_STATUS_IGNORE));
+    double pause = ENGINE_FIRST_PAUSE;
+    for (int done = e->spin; !done;) {
+        MPI_CHECK(MPI_Test(&o->request, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+        if (!e->waiters) {
+            timed_wait(&e->wake, &e->lock, pause);
+            pause = 2 * pause < ENGINE_MAX_PAUSE ? 2 * pause : ENGINE_MAX_PAUSE;
+        }
+        PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    }
+    PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+    o->done = timer_now();
+    o->complete = 1;
+    PTHREAD_CHECK(pthread_cond_broadcast(&e->done));
+}
+
+// The engine's thread: the queue's collectives in order, until comm_finalize
+// asks it to stop and the queue is empty.
+static void *engine_main(void *arg) {
+    CommEngine *e = arg;
+    PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+    for (;;) {
+        while (!e->head && !e->stop) PTHREAD_CHECK(pthread_cond_wait(&e->wake, &e->lock));
+        EngineOp *o = e->head;
+        if (!o) break;
+        e->head = o->next;
+        if (!e->head) e->tail = NULL;
+        engine_run(e, o);  // o belongs to its waiter once complete: not touched again
+    }
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    return NULL;
+}
+
+static CommEngine *engine_start(int threaded, int spin) {
+    CommEngine *e = xcalloc(1, sizeof *e);
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &e->comm));
+    MPI_CHECK(MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN));
+    e->spin = spin;
+    if (!threaded) return e;
+    pthread_condattr_t monotonic;
+    PTHREAD_CHECK(pthread_condattr_init(&monotonic));
+    PTHREAD_CHECK(pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC));
+    PTHREAD_CHECK(pthread_cond_init(&e->wake, &monotonic));
+    PTHREAD_CHECK(pthread_condattr_destroy(&monotonic));
+    PTHREAD_CHECK(pthread_cond_init(&e->done, NULL));
+    PTHREAD_CHECK(pthread_mutex_init(&e->lock, NULL));
+    // signals are for the compute thread (the trainers' stop flag): the engine's
+    // thread starts with all of them blocked
+    sigset_t all, before;
+    sigfillset(&all);
+    PTHREAD_CHECK(pthread_sigmask(SIG_SETMASK, &all, &before));
+    PTHREAD_CHECK(pthread_create(&e->thread, NULL, engine_main, e));
+    PTHREAD_CHECK(pthread_sigmask(SIG_SETMASK, &before, NULL));
+    return e;
+}
+
+static void engine_stop(Comm *comm) {
+    CommEngine *e = comm->engine;
+    if (!e) return;
+    if (comm->engine_thread) {
+        PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+        e->stop = 1;
+        PTHREAD_CHECK(pthread_cond_signal(&e->wake));
+        PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+        PTHREAD_CHECK(pthread_join(e->thread, NULL));
+        PTHREAD_CHECK(pthread_cond_destroy(&e->wake));
+        PTHREAD_CHECK(pthread_cond_destroy(&e->done));
+        PTHREAD_CHECK(pthread_mutex_destroy(&e->lock));
+    }
+    MPI_CHECK(MPI_Comm_free(&e->comm));
+    free(e);
+    comm->engine = NULL;
+}
+
+// MPI counts are ints.
+static int mpi_count(CommOp op, size_t count) {
+    if (count > INT_MAX) fatal("%s: %zu elements is more than an MPI call takes (%d)", comm_op_names[op], count, INT_MAX);
+    return (int)count;
+}
+
+// Queues the collective (or, without the thread, starts it here); h->request
+// becomes the engine's operation.
+static void engine_submit(Comm *comm, CommHandle *h, EngineOp op) {
+    EngineOp *o = xmalloc(sizeof *o);
+    *o = op;
+    o->complete = 0;
+    o->next = NULL;
+    h->request = o;
+    CommEngine *e = comm->engine;
+    if (!comm->engine_thread) {
+        issue(e->comm, o);
+        return;
+    }
+    PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+    if (e->tail) e->tail->next = o;
+    else e->head = o;
+    e->tail = o;
+    PTHREAD_CHECK(pthread_cond_signal(&e->wake));
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+}
+
+static void engine_wait(Comm *comm, EngineOp *o) {
+    CommEngine *e = comm->engine;
+    if (!comm->engine_thread) {
+        if (!o->complete) MPI_CHECK(MPI_Wait(&o->request, MPI_STATUS_IGNORE));
+        if (!o->complete) o->done = timer_now();
+        o->complete = 1;
+        return;
+    }
+    PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+    if (!o->complete) {
+        e->waiters++;
+        PTHREAD_CHECK(pthread_cond_signal(&e->wake));  // end the thread's pause: test now
+        while (!o->complete) PTHREAD_CHECK(pthread_cond_wait(&e->done, &e->lock));
+        e->waiters--;
+    }
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+}
+
+// ---- setup ----
+
 void comm_init(Comm *comm, int *argc, char ***argv) {
     memset(comm, 0, sizeof *comm);
-    int initialized;
+    const char *mode = getenv("SHARDLAB_COMM_ENGINE");
+    if (!mode || !*mode) mode = "thread";
+    if (strcmp(mode, "thread") != 0 && strcmp(mode, "spin") != 0 && strcmp(mode, "inline") != 0)
+        fatal("SHARDLAB_COMM_ENGINE is '%s': give thread, spin or inline", mode);
+    int threaded = strcmp(mode, "inline") != 0;
+    int initialized, provided;
     MPI_CHECK(MPI_Initialized(&initialized));
     if (!initialized) {
-        MPI_CHECK(MPI_Init(argc, argv));
+        if (threaded) MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+        else MPI_CHECK(MPI_Init(argc, argv));
         comm->started_mpi = 1;
     }
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &comm->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &comm->world));
+    MPI_CHECK(MPI_Query_thread(&provided));
+    if (threaded && provided < MPI_THREAD_MULTIPLE) {
+        threaded = 0;
+        if (comm->rank == 0)
+            printf("comm: this MPI library does not give MPI_THREAD_MULTIPLE: collectives run on the calling "
+                   "thread and advance only inside MPI calls\n");
+    }
     MPI_Comm node;
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &comm->local_rank));
@@ -45,10 +290,14 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     const char *debug = getenv("SHARDLAB_COMM_DEBUG");
     comm->debug_checks = debug && strcmp(debug, "0") != 0;
     comm->backend = COMM_BACKEND_MPI;
+    comm->engine_thread = threaded;
+    comm->engine = engine_start(threaded, strcmp(mode, "spin") == 0);
 }
 
 void comm_finalize(Comm *comm) {
+    comm_record(comm, 0);
     if (comm->backend == COMM_BACKEND_NCCL) comm_nccl_free(comm);
+    engine_stop(comm);
     if (comm->started_mpi) MPI_CHECK(MPI_Finalize());
     comm->started_mpi = 0;
 }
@@ -154,24 +403,23 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, int root, int b
               comm_op_names[op], count, comm->world);
 }
 
-static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, float *result, size_t result_count) {
+static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, float *result, size_t result_count, size_t count) {
     CommHandle h = {.active = 1, .op = op, .reduce_op = reduce_op, .result = result,
-                    .result_count = reduce_op == COMM_AVG ? result_count : 0};
+                    .result_count = reduce_op == COMM_AVG ? result_count : 0, .count = count,
+                    .issued = timer_now()};
     return h;
 }
-
-static void *new_mpi_request(void) { return xmalloc(sizeof(MPI_Request)); }
 
 // MPI_IN_PLACE where a collective reads and writes the same buffer.
 CommHandle comm_all_reduce_start(Comm *comm, float *buf, size_t count, CommReduceOp op) {
     check_arguments(comm, COMM_ALL_REDUCE, count, 0, buf != NULL);
     count_call(comm, COMM_ALL_REDUCE, count, 0);
-    CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count);
+    CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, 0);
     const float *in = buf;
     stage(comm, &h, &in, count, &buf, count);
-    h.request = new_mpi_request();
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, h.request));
+    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_FLOAT, .send = MPI_IN_PLACE, .recv = buf,
+                                       .count = mpi_count(COMM_ALL_REDUCE, count)});
     return h;
 }
 
@@ -179,11 +427,11 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const float *send, float *recv,
     check_arguments(comm, COMM_REDUCE_SCATTER, count, 0, send && recv);
     count_call(comm, COMM_REDUCE_SCATTER, count, 0);
     size_t part = count / (size_t)comm->world;
-    CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part);
+    CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
     stage(comm, &h, &send, count, &recv, part);
-    h.request = new_mpi_request();
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, (int)part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, h.request));
+    engine_submit(comm, &h, (EngineOp){.op = COMM_REDUCE_SCATTER, .type = MPI_FLOAT, .send = send, .recv = recv,
+                                       .count = mpi_count(COMM_REDUCE_SCATTER, part)});
     return h;
 }
 
@@ -191,23 +439,23 @@ CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, siz
     check_arguments(comm, COMM_ALL_GATHER, count, 0, send && recv);
     count_call(comm, COMM_ALL_GATHER, count, 0);
     size_t part = count / (size_t)comm->world;
-    CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0);
+    CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
     stage(comm, &h, &send, part, &recv, count);
-    h.request = new_mpi_request();
-    MPI_CHECK(MPI_Iallgather(send, (int)part, MPI_FLOAT, recv, (int)part, MPI_FLOAT, MPI_COMM_WORLD, h.request));
+    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_GATHER, .type = MPI_FLOAT, .send = send, .recv = recv,
+                                       .count = mpi_count(COMM_ALL_GATHER, part)});
     return h;
 }
 
 CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root) {
     check_arguments(comm, COMM_BROADCAST, count, root, buf != NULL);
     count_call(comm, COMM_BROADCAST, count, root);
-    CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0);
+    CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, root);
     const float *in = buf;
     stage(comm, &h, &in, count, &buf, count);
-    h.request = new_mpi_request();
-    MPI_CHECK(MPI_Ibcast(buf, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD, h.request));
+    engine_submit(comm, &h, (EngineOp){.op = COMM_BROADCAST, .type = MPI_FLOAT, .recv = buf,
+                                       .count = mpi_count(COMM_BROADCAST, count), .root = root});
     return h;
 }
 
@@ -215,38 +463,101 @@ CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t 
     int is_root = comm->rank == root;
     check_arguments(comm, COMM_REDUCE, count, root, send && (recv || !is_root));
     count_call(comm, COMM_REDUCE, count, root);
-    CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0);
+    CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0, count);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, root);
     stage(comm, &h, &send, count, &recv, count);
-    h.request = new_mpi_request();
     // the root may reduce in place (send == recv), which MPI spells MPI_IN_PLACE
     const void *source = is_root && send == recv ? MPI_IN_PLACE : send;
-    MPI_CHECK(MPI_Ireduce(source, recv, (int)count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, h.request));
+    engine_submit(comm, &h, (EngineOp){.op = COMM_REDUCE, .type = MPI_FLOAT, .send = source, .recv = recv,
+                                       .count = mpi_count(COMM_REDUCE, count), .root = root});
     return h;
+}
+
+// Keeps the record of a collective just waited for, when recording; an NCCL
+// event stays with it until comm_records reads its time.
+static void keep_record(Comm *comm, const CommHandle *h, double waited, double done, void *event) {
+    CommLog *log = comm->log;
+    if (!log) {
+        if (event) comm_nccl_event_free(event);
+        return;
+    }
+    if (log->count == COMM_LOG_MAX) {  // nobody took them: drop the older half
+        size_t half = COMM_LOG_MAX / 2;
+        for (size_t i = 0; i < half; i++)
+            if (log->events[i]) comm_nccl_event_free(log->events[i]);
+        memmove(log->records, log->records + half, (log->count - half) * sizeof *log->records);
+        memmove(log->events, log->events + half, (log->count - half) * sizeof *log->events);
+        log->count -= half;
+    }
+    if (log->count == log->capacity) {
+        log->capacity = log->capacity ? 2 * log->capacity : 64;
+        CommRecord *records = realloc(log->records, log->capacity * sizeof *records);
+        void **events = realloc(log->events, log->capacity * sizeof *events);
+        if (!records || !events) fatal("out of memory keeping %zu collective records", log->capacity);
+        log->records = records;
+        log->events = events;
+    }
+    log->records[log->count] = (CommRecord){.op = h->op, .count = h->count, .issued = h->issued, .done = done,
+                                            .waited = waited};
+    log->events[log->count++] = event;
+}
+
+// Finishes a collective the engine carries: the wait, the average, the copy back
+// to the device (staged), the record.
+static void engine_finish(Comm *comm, CommHandle *h) {
+    double waited = timer_now();
+    EngineOp *o = h->request;
+    engine_wait(comm, o);
+    // MPI has no average: sum, then divide by the number of ranks.
+    float scale = 1.0f / (float)comm->world;
+    for (size_t i = 0; i < h->result_count; i++) h->result[i] *= scale;
+    unstage(h);
+    keep_record(comm, h, waited, o->done, NULL);
+    free(o);
+    h->request = NULL;
+    h->active = 0;
+    comm->stats.ops[h->op].seconds += timer_now() - waited;
 }
 
 void comm_wait(Comm *comm, CommHandle *h) {
     if (!h->active) return;
-    double start = timer_now();
-    if (comm->backend == COMM_BACKEND_NCCL) {
-        comm_nccl_wait(comm, h);
-    } else {
-        MPI_CHECK(MPI_Wait((MPI_Request *)h->request, MPI_STATUS_IGNORE));
-        free(h->request);
-        // MPI has no average: sum, then divide by the number of ranks.
-        float scale = 1.0f / (float)comm->world;
-        for (size_t i = 0; i < h->result_count; i++) h->result[i] *= scale;
-        unstage(h);
+    if (comm->backend != COMM_BACKEND_NCCL) {
+        engine_finish(comm, h);
+        return;
     }
+    double waited = timer_now();
+    comm_nccl_wait(comm, h);  // the compute stream waits for the collective; the host does not
+    keep_record(comm, h, waited, 0.0, h->request);
     h->request = NULL;
     h->active = 0;
-    comm->stats.ops[h->op].seconds += timer_now() - start;
+    comm->stats.ops[h->op].seconds += timer_now() - waited;
 }
 
 void comm_progress(Comm *comm, CommHandle *h) {
-    if (!h->active || comm->backend != COMM_BACKEND_MPI) return;
-    int done;  // once done, MPI sets the request to MPI_REQUEST_NULL and comm_wait returns at once
-    MPI_CHECK(MPI_Test((MPI_Request *)h->request, &done, MPI_STATUS_IGNORE));
+    if (!h->active || comm->backend == COMM_BACKEND_NCCL || comm->engine_thread) return;
+    EngineOp *o = h->request;
+    if (o->complete) return;
+    int done;
+    MPI_CHECK(MPI_Test(&o->request, &done, MPI_STATUS_IGNORE));
+    if (done) {
+        o->done = timer_now();
+        o->complete = 1;
+    }
+}
+
+int comm_test(Comm *comm, CommHandle *h) {
+    if (!h->active) return 1;
+    if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_test(h->request);
+    EngineOp *o = h->request;
+    if (!comm->engine_thread) {
+        comm_progress(comm, h);
+        return o->complete;
+    }
+    CommEngine *e = comm->engine;
+    PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
+    int complete = o->complete;
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    return complete;
 }
 
 void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op) {
@@ -274,20 +585,24 @@ void comm_reduce(Comm *comm, const float *send, float *recv, size_t count, int r
     comm_wait(comm, &h);
 }
 
+// The barrier and the double all-reduce are host collectives whatever the
+// backend: they go through the engine too, in order with the others.
 void comm_barrier(Comm *comm) {
     check_arguments(comm, COMM_BARRIER, 0, 0, 1);
     count_call(comm, COMM_BARRIER, 0, 0);
-    double start = timer_now();
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    comm->stats.ops[COMM_BARRIER].seconds += timer_now() - start;
+    CommHandle h = new_handle(COMM_BARRIER, COMM_SUM, NULL, 0, 0);
+    engine_submit(comm, &h, (EngineOp){.op = COMM_BARRIER});
+    engine_finish(comm, &h);
 }
 
 double comm_all_reduce_double(Comm *comm, double value) {
     check_arguments(comm, COMM_ALL_REDUCE, 2, 0, 1);
     count_call(comm, COMM_ALL_REDUCE, 2, 0);  // 8 bytes: counted as two floats
-    double start = timer_now(), sum;
-    MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    comm->stats.ops[COMM_ALL_REDUCE].seconds += timer_now() - start;
+    CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2);
+    double sum = value;
+    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_DOUBLE, .send = MPI_IN_PLACE,
+                                       .recv = &sum, .count = 1});
+    engine_finish(comm, &h);
     return sum;
 }
 
@@ -325,6 +640,32 @@ void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **c
     free(sizes);
     free(displs);
     return all;
+}
+
+void comm_record(Comm *comm, int on) {
+    if (on && !comm->log) comm->log = xcalloc(1, sizeof(CommLog));
+    if (on || !comm->log) return;
+    comm_clear_records(comm);
+    free(comm->log->records);
+    free(comm->log->events);
+    free(comm->log);
+    comm->log = NULL;
+}
+
+const CommRecord *comm_records(Comm *comm, size_t *count) {
+    CommLog *log = comm->log;
+    *count = log ? log->count : 0;
+    if (!log) return NULL;
+    if (comm->backend == COMM_BACKEND_NCCL) comm_nccl_event_times(comm, log->events, log->records, log->count);
+    return log->records;
+}
+
+void comm_clear_records(Comm *comm) {
+    CommLog *log = comm->log;
+    if (!log) return;
+    for (size_t i = 0; i < log->count; i++)
+        if (log->events[i]) comm_nccl_event_free(log->events[i]);
+    log->count = 0;
 }
 
 void comm_stats_reset(Comm *comm) { memset(&comm->stats, 0, sizeof comm->stats); }

@@ -17,6 +17,17 @@
 //
 // These are the bytes an optimal ring/chain algorithm moves (the model behind
 // nccl-tests' bus bandwidth), not a trace of what MPI's chosen algorithm did.
+//
+// On host buffers (MPI) each rank has a communication engine: a thread that runs
+// the rank's collectives one after another, in the order they were started, on a
+// communicator of its own, the way a CUDA stream runs kernels. comm_*_start
+// queues a collective and returns at once; the thread carries it while the rank
+// computes; comm_wait blocks until it is complete. A blocking collective is a
+// start and a wait, so every collective of every rank goes through the one queue
+// in program order, the order MPI needs on all ranks. SHARDLAB_COMM_ENGINE=inline
+// (or an MPI without MPI_THREAD_MULTIPLE) runs them on the calling thread
+// instead, where they advance only inside MPI calls (comm_progress, comm_wait).
+// A Comm belongs to one calling thread: the rank's compute thread.
 #ifndef SHARDLAB_COMM_H
 #define SHARDLAB_COMM_H
 
@@ -40,7 +51,10 @@ typedef struct {
     uint64_t elements;
     uint64_t bytes_sent;
     uint64_t bytes_recv;
-    double seconds;  // wall time this rank spent inside blocking calls and waits
+    // Wall time the calling thread spent blocked in blocking calls and comm_wait:
+    // the communication that compute did not hide. NCCL's waits do not block the
+    // host (the compute stream waits on the GPU), so they count next to nothing.
+    double seconds;
 } CommCounter;
 
 typedef struct {
@@ -48,6 +62,8 @@ typedef struct {
 } CommStats;
 
 typedef struct CommNccl CommNccl;
+typedef struct CommEngine CommEngine;
+typedef struct CommLog CommLog;
 
 typedef struct {
     int rank, world;
@@ -58,6 +74,9 @@ typedef struct {
     int debug_checks;    // verify arguments agree across ranks before each call
     CommStats stats;
     CommNccl *nccl;      // NCCL state, GPU build only
+    CommEngine *engine;  // the MPI collectives' queue, communicator and thread
+    int engine_thread;   // 1: a thread carries them; 0: the calling thread does
+    CommLog *log;        // the collectives kept for the trace (comm_record), or NULL
     int started_mpi;     // comm_init called MPI_Init (so comm_finalize ends it)
 } Comm;
 
@@ -68,7 +87,9 @@ typedef struct {
     CommReduceOp reduce_op;
     float *result;        // where the average must be applied on completion
     size_t result_count;  // 0: nothing to divide on this rank
-    void *request;        // backend request (MPI_Request or a CUDA event)
+    size_t count;         // elements of the whole buffer, as passed to the call
+    double issued;        // timer_now() when it was started
+    void *request;        // backend request (the engine's operation or a CUDA event)
     float *staged_send;   // staged MPI: host copies of the buffers, and where the
     float *staged_recv;   // result goes back to on the device
     float *device_recv;
@@ -106,11 +127,15 @@ CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, siz
 CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root);
 CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
 void comm_wait(Comm *comm, CommHandle *handle);
-// Lets an in-flight collective advance without waiting for it. MPI moves a
-// non-blocking collective forward only while the program is inside an MPI call,
-// so calling this between pieces of compute is what makes the overlap real on
-// the CPU (NCCL runs on its own and needs no help).
+// Lets an in-flight collective advance without waiting for it. Needed only when
+// the collectives run on the calling thread (engine_thread 0): MPI then moves a
+// non-blocking collective forward only while the program is inside an MPI call.
+// With the engine's thread, and with NCCL, it does nothing.
 void comm_progress(Comm *comm, CommHandle *handle);
+// 1 when the collective has completed (comm_wait will not block; it still has to
+// be called), 0 while it is in flight. Never blocks; with the engine's thread it
+// makes no MPI call. NCCL: asks the completion event.
+int comm_test(Comm *comm, CommHandle *handle);
 
 // The sum over ranks of one double, on every rank (on the host, through MPI,
 // whatever the backend). Counted as an all_reduce of 2 elements: 8 bytes.
@@ -125,6 +150,24 @@ double comm_metric_max(Comm *comm, double value);
 // concatenated in rank order into a malloc'ed buffer; *counts[r] tells each
 // rank's size. Other ranks get NULL. For logs and traces; not counted.
 void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **counts);
+
+// One collective of this rank from start to completion, for the step timeline
+// (trace_attach_comm in trace.h puts them on a lane of their own).
+typedef struct {
+    CommOp op;
+    size_t count;   // elements of the whole buffer
+    double issued;  // timer_now() when the rank started it
+    double done;    // when it completed: the engine finished it, or the GPU did (NCCL)
+    double waited;  // when the rank called comm_wait for it (blocking forms: right after issue)
+} CommRecord;
+
+// While on, every collective the rank waits for is kept as a CommRecord (at most
+// the last 65536 between two comm_clear_records). Off by default; off drops them.
+void comm_record(Comm *comm, int on);
+// The records kept since the last comm_clear_records, in the order waited for.
+// NCCL: reads the completion times from their CUDA events, waiting for those.
+const CommRecord *comm_records(Comm *comm, size_t *count);
+void comm_clear_records(Comm *comm);
 
 void comm_stats_reset(Comm *comm);
 // The counters of `after` minus those of `before`.

@@ -8,12 +8,14 @@
 // A collective starts after everything the compute stream queued so far (an
 // event), and comm_wait makes the compute stream wait for its end (another
 // event): no host synchronisation, so communication overlaps the compute queued
-// in between.
+// in between. The end event is timed, so that the trace shows when the GPU
+// finished the collective, not when the host queued it.
 #include <mpi.h>
 #include <nccl.h>
 
 #include "comm_nccl.h"
 #include "cuda_check.h"
+#include "util/timer.h"
 
 #define NCCL_CHECK(call)                                                                         \
     do {                                                                                         \
@@ -25,6 +27,7 @@
 struct CommNccl {
     ncclComm_t comm;
     cudaStream_t stream;  // the communication stream
+    cudaStream_t clock;   // always idle: an event recorded there happens at once
 };
 
 extern "C" void comm_nccl_init(Comm *comm) {
@@ -35,6 +38,7 @@ extern "C" void comm_nccl_init(Comm *comm) {
     CommNccl *nccl = (CommNccl *)xcalloc(1, sizeof(CommNccl));
     NCCL_CHECK(ncclCommInitRank(&nccl->comm, comm->world, id, comm->rank));
     CUDA_CHECK(cudaStreamCreateWithFlags(&nccl->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&nccl->clock, cudaStreamNonBlocking));
     comm->nccl = nccl;
 }
 
@@ -43,6 +47,7 @@ extern "C" void comm_nccl_free(Comm *comm) {
     CUDA_CHECK(cudaStreamSynchronize(comm->nccl->stream));
     NCCL_CHECK(ncclCommDestroy(comm->nccl->comm));
     CUDA_CHECK(cudaStreamDestroy(comm->nccl->stream));
+    CUDA_CHECK(cudaStreamDestroy(comm->nccl->clock));
     free(comm->nccl);
     comm->nccl = NULL;
 }
@@ -55,7 +60,7 @@ extern "C" CommHandle comm_nccl_start(Comm *comm, CommHandle h, const float *sen
     h.result_count = 0;  // NCCL averages itself
     cudaEvent_t ready, done;
     CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&done));  // timed: comm_nccl_event_times reads it
     CUDA_CHECK(cudaEventRecord(ready, 0));  // the compute stream's work so far
     CUDA_CHECK(cudaStreamWaitEvent(nccl->stream, ready, 0));
     switch (h.op) {
@@ -85,7 +90,37 @@ extern "C" CommHandle comm_nccl_start(Comm *comm, CommHandle h, const float *sen
 
 extern "C" void comm_nccl_wait(Comm *comm, CommHandle *h) {
     (void)comm;
-    cudaEvent_t done = (cudaEvent_t)h->request;
-    CUDA_CHECK(cudaStreamWaitEvent(0, done, 0));  // the compute stream waits, the host does not
-    CUDA_CHECK(cudaEventDestroy(done));
+    CUDA_CHECK(cudaStreamWaitEvent(0, (cudaEvent_t)h->request, 0));  // the compute stream waits, the host does not
+}
+
+extern "C" int comm_nccl_test(void *event) {
+    cudaError_t status = cudaEventQuery((cudaEvent_t)event);
+    if (status == cudaErrorNotReady) return 0;
+    CUDA_CHECK(status);
+    return 1;
+}
+
+// Released once the queued waits no longer need it.
+extern "C" void comm_nccl_event_free(void *event) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event)); }
+
+// The GPU's clock and the host's meet once: an event on the idle clock stream
+// happens as soon as it is recorded, and the host reads its clock right after
+// it; every completion event is placed relative to that one.
+extern "C" void comm_nccl_event_times(Comm *comm, void **events, CommRecord *records, size_t n) {
+    cudaEvent_t now;
+    CUDA_CHECK(cudaEventCreate(&now));
+    for (size_t i = 0; i < n; i++)
+        if (events[i]) CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)events[i]));
+    CUDA_CHECK(cudaEventRecord(now, comm->nccl->clock));
+    CUDA_CHECK(cudaEventSynchronize(now));
+    double host_now = timer_now();
+    for (size_t i = 0; i < n; i++) {
+        if (!events[i]) continue;
+        float before_ms;  // how long before `now` the collective completed
+        CUDA_CHECK(cudaEventElapsedTime(&before_ms, (cudaEvent_t)events[i], now));
+        records[i].done = host_now - 1e-3 * before_ms;
+        comm_nccl_event_free(events[i]);
+        events[i] = NULL;
+    }
+    CUDA_CHECK(cudaEventDestroy(now));
 }

@@ -14,11 +14,18 @@ extern "C" {
 void comm_nccl_init(Comm *comm);
 void comm_nccl_free(Comm *comm);
 // Enqueues the collective on the communication stream after the compute stream's
-// work so far, and records an event; comm_nccl_wait makes the compute stream wait
-// on that event (no host synchronisation).
+// work so far, and records its completion event (handle.request); comm_nccl_wait
+// makes the compute stream wait on that event (no host synchronisation) and
+// leaves the event to comm.c, which keeps it for a record or frees it.
 CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const float *send, float *recv,
                            size_t count, int root);
 void comm_nccl_wait(Comm *comm, CommHandle *handle);
+// 1 when the completion event has happened (never blocks).
+int comm_nccl_test(void *event);
+void comm_nccl_event_free(void *event);
+// For each non-NULL events[i]: waits for it, sets records[i].done to the time it
+// happened on the host's clock (timer_now), frees it and sets events[i] to NULL.
+void comm_nccl_event_times(Comm *comm, void **events, CommRecord *records, size_t n);
 
 #ifdef __cplusplus
 }

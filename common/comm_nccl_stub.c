@@ -20,3 +20,15 @@ void comm_nccl_wait(Comm *comm, CommHandle *handle) {
     (void)comm; (void)handle;
     fatal("NCCL backend is not built");
 }
+
+int comm_nccl_test(void *event) {
+    (void)event;
+    fatal("NCCL backend is not built");
+}
+
+// Without CUDA there are no events: nothing to free or read.
+void comm_nccl_event_free(void *event) { (void)event; }
+
+void comm_nccl_event_times(Comm *comm, void **events, CommRecord *records, size_t n) {
+    (void)comm; (void)events; (void)records; (void)n;
+}

@@ -16,7 +16,14 @@ void trace_init(Trace *trace, int enabled) {
     trace->origin = timer_now();
 }
 
+void trace_attach_comm(Trace *trace, Comm *comm) {
+    if (!trace->enabled) return;
+    trace->comm = comm;
+    comm_record(comm, 1);
+}
+
 void trace_free(Trace *trace) {
+    if (trace->comm) comm_record(trace->comm, 0);
     free(trace->events);
     memset(trace, 0, sizeof *trace);
 }
@@ -29,9 +36,7 @@ double trace_begin(const Trace *trace) {
     return timer_now();
 }
 
-void trace_end(Trace *trace, double begin, const char *category, const char *fmt, ...) {
-    if (!trace || !trace->enabled) return;
-    device_synchronize();
+static TraceEvent *new_event(Trace *trace, const char *category, double start, double end) {
     if (trace->count == trace->capacity) {
         trace->capacity = trace->capacity ? 2 * trace->capacity : 256;
         TraceEvent *grown = realloc(trace->events, trace->capacity * sizeof(TraceEvent));
@@ -39,14 +44,81 @@ void trace_end(Trace *trace, double begin, const char *category, const char *fmt
         trace->events = grown;
     }
     TraceEvent *e = &trace->events[trace->count++];
+    snprintf(e->category, sizeof e->category, "%s", category);
+    e->step = trace->step;
+    e->start = start - trace->origin;
+    e->end = end - trace->origin;
+    return e;
+}
+
+// The collectives waited for since `begin`, the span's start, become events;
+// those waited for earlier were waited for outside any span.
+static void take_collectives(Trace *trace, double begin) {
+    size_t n;
+    const CommRecord *records = comm_records(trace->comm, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (records[i].waited < begin) continue;
+        TraceEvent *e = new_event(trace, "collective", records[i].issued, records[i].done);
+        snprintf(e->name, sizeof e->name, "%s %zu", comm_op_names[records[i].op], records[i].count);
+    }
+    comm_clear_records(trace->comm);
+}
+
+void trace_end(Trace *trace, double begin, const char *category, const char *fmt, ...) {
+    if (!trace || !trace->enabled) return;
+    device_synchronize();
+    TraceEvent *e = new_event(trace, category, begin, timer_now());
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->name, sizeof e->name, fmt, ap);
     va_end(ap);
-    snprintf(e->category, sizeof e->category, "%s", category);
-    e->step = trace->step;
-    e->start = begin - trace->origin;
-    e->end = timer_now() - trace->origin;
+    if (trace->comm) take_collectives(trace, begin);
+}
+
+typedef struct {
+    double start;
+    size_t index;
+} Start;
+
+static int by_start(const void *a, const void *b) {
+    const Start *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+// The Chrome trace thread of each of a rank's n events: 0 for the spans; the
+// collectives, taken by start time, each go on the first of threads 1, 2, ...
+// whose last collective has ended (Perfetto draws a thread's events as nested
+// slices, and collectives in flight together only overlap). Returns the number
+// of collective threads.
+static int assign_threads(const TraceEvent *events, size_t n, int *tid) {
+    Start *order = xcalloc(n, sizeof(Start));
+    double *lane_end = xcalloc(n, sizeof(double));
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        tid[i] = 0;
+        if (strcmp(events[i].category, "collective") == 0) order[m++] = (Start){events[i].start, i};
+    }
+    qsort(order, m, sizeof(Start), by_start);
+    int lanes = 0;
+    for (size_t k = 0; k < m; k++) {
+        const TraceEvent *e = &events[order[k].index];
+        int lane = 0;
+        while (lane < lanes && lane_end[lane] > e->start) lane++;
+        if (lane == lanes) lanes++;
+        lane_end[lane] = e->end;
+        tid[order[k].index] = 1 + lane;
+    }
+    free(order);
+    free(lane_end);
+    return lanes;
+}
+
+static void write_thread_name(FILE *json, int pid, int tid, const char *name) {
+    fprintf(json, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+            pid, tid, name);
+    fprintf(json, ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+            "\"args\": {\"sort_index\": %d}}", pid, tid, tid);
 }
 
 void trace_write(const Trace *trace, Comm *comm, const char *prefix) {
@@ -60,17 +132,29 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix) {
     snprintf(path, sizeof path, "%s.json", prefix);
     FILE *json = xfopen(path, "w");
     fprintf(json, "{\"traceEvents\": [\n");
-    const TraceEvent *e = all;
+    const TraceEvent *events = all;
     for (int r = 0; r < comm->world; r++) {
+        size_t n = counts[r] / sizeof(TraceEvent);
+        int *tid = xcalloc(n, sizeof(int));
+        int lanes = assign_threads(events, n, tid);
         fprintf(json, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
                 r ? ",\n" : "", r, r);
-        for (size_t i = 0; i < counts[r] / sizeof(TraceEvent); i++, e++) {
+        write_thread_name(json, r, 0, "steps");
+        for (int lane = 1; lane <= lanes; lane++) {
+            char name[32] = "collectives";
+            if (lane > 1) snprintf(name, sizeof name, "collectives %d", lane);
+            write_thread_name(json, r, lane, name);
+        }
+        for (size_t i = 0; i < n; i++) {
+            const TraceEvent *e = &events[i];
             fprintf(tsv, "%d\t%d\t%s\t%s\t%.4f\t%.4f\n", r, e->step, e->category, e->name,
                     1e3 * e->start, 1e3 * e->end);
-            fprintf(json, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+            fprintf(json, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                     "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %d}}",
-                    e->name, e->category, r, 1e6 * e->start, 1e6 * (e->end - e->start), e->step);
+                    e->name, e->category, r, tid[i], 1e6 * e->start, 1e6 * (e->end - e->start), e->step);
         }
+        events += n;
+        free(tid);
     }
     fprintf(json, "\n]}\n");
     xfclose(tsv, prefix);

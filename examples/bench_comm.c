@@ -3,12 +3,18 @@
 // algorithm bandwidth (bytes / time) and bus bandwidth (algbw times the ring
 // factor: 2(N-1)/N all-reduce, (N-1)/N reduce-scatter and all-gather, 1 otherwise).
 //   mpirun -np 4 build/bench_comm [--max-mib 64]
+// With --overlap-ms X it measures instead how much of an all-reduce the
+// communication engine hides behind X ms of compute (sgemm on the rank's
+// threads) done between its start and its wait; compare the engine's modes with
+// SHARDLAB_COMM_ENGINE=thread|spin|inline.
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/util/cli.h"
 #include "../common/comm.h"
+#include "../common/threads.h"
 #include "../common/util/errors.h"
 #include "../common/util/timer.h"
 
@@ -25,14 +31,95 @@ static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) 
     return timer_now() - start;
 }
 
+// The stand-in for a unit's forward or backward: sgemms of 256 x 256 matrices.
+#define GEMM_N 256
+
+static void compute(const float *x, float *y, int reps) {
+    for (int i = 0; i < reps; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, GEMM_N, GEMM_N, GEMM_N, 1.0f, x, GEMM_N, x, GEMM_N,
+                    0.0f, y, GEMM_N);
+}
+
+// CPU seconds of every thread of this process.
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The slowest rank's mean of `seconds` over `iters` runs, in ms.
+static double slowest_ms(Comm *comm, double seconds, int iters) { return 1e3 * comm_metric_max(comm, seconds / iters); }
+
+// For each size: the all-reduce alone, the compute alone, and the compute run
+// between the all-reduce's start and its wait, with the wait that remains.
+static void bench_overlap(Comm *comm, float *a, size_t max_count, double overlap_ms) {
+    int threads = threads_configure(comm->local_size, NULL);
+    float *x = xcalloc(GEMM_N * GEMM_N, sizeof(float)), *y = xcalloc(GEMM_N * GEMM_N, sizeof(float));
+    for (int i = 0; i < GEMM_N * GEMM_N; i++) x[i] = (float)(i % 7) * 0.01f;
+    // how many sgemms take overlap_ms on this rank (the slowest rank's count, so all do the same work)
+    compute(x, y, 2);
+    double start = timer_now();
+    compute(x, y, 20);
+    double per_gemm = (timer_now() - start) / 20;
+    int reps = (int)comm_metric_max(comm, overlap_ms * 1e-3 / per_gemm + 1);
+    const char *mode = getenv("SHARDLAB_COMM_ENGINE");
+    if (comm->rank == 0)
+        printf("# overlap: all_reduce started, %d sgemms (%.1f ms) of compute on %d thread(s) per rank, then "
+               "the wait; engine %s; mean of the slowest rank\n# %10s %10s %11s %16s %9s %9s %9s %12s\n",
+               reps, 1e3 * reps * per_gemm, threads, comm->engine_thread ? (mode && *mode ? mode : "thread") : "inline",
+               "bytes", "alone_ms", "compute_ms", "compute_comm_ms", "wait_ms", "hidden_%", "saved_ms", "comm_cpu_ms");
+    const int iters = 10;
+    for (size_t bytes = 1 << 20; bytes <= max_count * sizeof(float); bytes *= 4) {
+        size_t count = bytes / sizeof(float);
+        double alone = 0, computing = 0, overlapped = 0, waiting = 0, cpu_alone = 0, cpu_overlapped = 0;
+        comm_all_reduce(comm, a, count, COMM_SUM);  // warm up
+        for (int i = 0; i < iters; i++) {
+            comm_barrier(comm);
+            start = timer_now();
+            comm_all_reduce(comm, a, count, COMM_SUM);
+            alone += timer_now() - start;
+            comm_barrier(comm);
+            start = timer_now();
+            double cpu = cpu_now();
+            compute(x, y, reps);
+            computing += timer_now() - start;
+            cpu_alone += cpu_now() - cpu;
+            comm_barrier(comm);
+            start = timer_now();
+            cpu = cpu_now();
+            CommHandle h = comm_all_reduce_start(comm, a, count, COMM_SUM);
+            compute(x, y, reps);
+            double waited = timer_now();
+            comm_wait(comm, &h);
+            cpu_overlapped += cpu_now() - cpu;
+            overlapped += waited - start;
+            waiting += timer_now() - waited;
+        }
+        double alone_ms = slowest_ms(comm, alone, iters), wait_ms = slowest_ms(comm, waiting, iters);
+        double compute_ms = slowest_ms(comm, computing, iters), overlapped_ms = slowest_ms(comm, overlapped, iters);
+        double comm_cpu_ms = slowest_ms(comm, cpu_overlapped - cpu_alone, iters);
+        double hidden = alone_ms > 0 ? 100 * (1 - wait_ms / alone_ms) : 100;
+        // against the compute and then the blocking all-reduce, one after the other
+        double saved_ms = compute_ms + alone_ms - overlapped_ms - wait_ms;
+        if (comm->rank == 0)
+            printf("  %10zu %10.2f %11.2f %16.2f %9.2f %9.0f %9.2f %12.2f\n", bytes, alone_ms, compute_ms, overlapped_ms,
+                   wait_ms, hidden < 0 ? 0 : hidden, saved_ms, comm_cpu_ms);
+    }
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     int max_mib = 64;
+    float overlap_ms = 0;
     const CliOption options[] = {
         {"--max-mib", "M", CLI_INT, &max_mib, 1, 1 << 20, "largest message, MiB (default 64)"},
+        {"--overlap-ms", "X", CLI_FLOAT, &overlap_ms, 0.1, 1e5,
+         "measure instead the all-reduce hidden behind X ms of compute, 1 MiB to M MiB"},
     };
-    CliSpec spec = {.synopsis = "[--max-mib M]   (under mpirun -np N)",
+    CliSpec spec = {.synopsis = "[--max-mib M] [--overlap-ms X]   (under mpirun -np N)",
                     .about = "times every collective from 1 KiB to M MiB: time per call, algorithm and bus bandwidth",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     // each rank parses its own command line; the worst outcome (ERROR over HELP over
@@ -48,8 +135,17 @@ int main(int argc, char **argv) {
     // every rank must run the same message sizes, or the collectives would not match
     if (comm_metric_max(&comm, max_mib) != -comm_metric_max(&comm, -max_mib))
         fatal("--max-mib differs across ranks (rank %d has %d): give every rank the same", comm.rank, max_mib);
+    if (comm_metric_max(&comm, overlap_ms) != -comm_metric_max(&comm, -overlap_ms))
+        fatal("--overlap-ms differs across ranks (rank %d has %g): give every rank the same", comm.rank, overlap_ms);
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);
     float *a = xcalloc(max_count, sizeof(float)), *b = xcalloc(max_count, sizeof(float));
+    if (overlap_ms > 0) {
+        bench_overlap(&comm, a, max_count, overlap_ms);
+        free(a);
+        free(b);
+        comm_finalize(&comm);
+        return 0;
+    }
     int N = comm.world;
     if (comm.rank == 0) printf("# bench_comm: %d ranks, backend %s\n", N, comm.backend == COMM_BACKEND_NCCL ? "nccl" : "mpi");
     for (int op = 0; op < COMM_BARRIER; op++) {

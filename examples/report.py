@@ -364,22 +364,24 @@ plot {lines}, {points}""", plots, "model_state_vs_ranks")
         step = max(e[1] for e in events)
         chosen = [e for e in events if e[1] == step]
         t0 = min(e[4] for e in chosen)
-        kinds = {"forward": [], "backward": [], "comm": [], "optim": []}
+        kinds = {"forward": [], "backward": [], "comm": [], "optim": [], "collective": []}
         for rank, _, cat, name, start, end in chosen:
-            kind = "comm" if cat == "comm" else "optim" if cat == "optim" else name.split()[0]
+            kind = cat if cat in ("comm", "optim", "collective") else name.split()[0]
             if kind == "comm" and end - start < 0.02:
                 continue  # hooks that did nothing
             kinds[kind].append((rank, start - t0, end - t0, name))
         for kind, evs in kinds.items():
             write_tsv(f"{data}/timeline_{s}_{kind}.tsv", ["rank", "start_ms", "end_ms", "name"],
                       [[r, a, b, nm.replace(" ", "_")] for r, a, b, nm in evs] or [[-10, 0, 0, "none"]])
-        colors = {"forward": "#1f77b4", "backward": "#ff7f0e", "comm": "#d62728", "optim": "#9467bd"}
-        heights = {"forward": 0.35, "backward": 0.35, "comm": 0.15, "optim": 0.35}
-        offsets = {"forward": 0.0, "backward": 0.0, "comm": -0.3, "optim": 0.0}
+        colors = {"forward": "#1f77b4", "backward": "#ff7f0e", "comm": "#d62728", "optim": "#9467bd",
+                  "collective": "#7f7f7f"}
+        heights = {"forward": 0.35, "backward": 0.35, "comm": 0.15, "optim": 0.35, "collective": 0.08}
+        offsets = {"forward": 0.0, "backward": 0.0, "comm": -0.3, "optim": 0.0, "collective": 0.3}
+        titles = {"comm": "communication hooks (below)", "collective": "collectives in flight, start to completion (above)"}
         series = ", ".join(
             f"'{data}/timeline_{s}_{k}.tsv' using (($2+$3)/2):($1+{offsets[k]}):(($3-$2)/2):({heights[k]}) "
-            f"with boxxyerror fs solid 0.85 lc rgb '{colors[k]}' title '{k if k != 'comm' else 'communication (below)'}'"
-            for k in kinds)
+            f"with boxxyerror fs solid 0.85 lc rgb '{colors[k]}' title '{titles.get(k, k)}'"
+            for k in kinds if k != "collective" or kinds[k])
         gnuplot(f"""set title "{s}: training step {step} on each rank"
 set xlabel "time since the step began (ms)"
 set ylabel "rank"

@@ -1,6 +1,7 @@
 // comm_misuse MODE: misuses the communication layer on purpose, for
 // tests/run_tests.sh to check that each misuse ends every rank with a clear
-// error instead of a hang. Modes: counts, null, root, divisible, rank-exit.
+// error instead of a hang. Modes: counts, null, root, divisible, rank-exit,
+// rank-exit-in-flight (rank 1 exits while its engine carries a collective).
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,7 +13,7 @@ int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     comm.debug_checks = 1;
-    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|rank-exit");
+    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|rank-exit|rank-exit-in-flight");
     const char *mode = argv[1];
     float buf[64] = {0}, out[64];
     if (strcmp(mode, "counts") == 0) {
@@ -28,6 +29,15 @@ int main(int argc, char **argv) {
         sleep(1);
         comm_all_reduce(&comm, buf, 8, COMM_SUM);  // the others would wait here forever
         comm_barrier(&comm);
+    } else if (strcmp(mode, "rank-exit-in-flight") == 0) {
+        size_t n = (size_t)1 << 22;
+        float *big = xcalloc(n, sizeof(float));
+        CommHandle h = comm_all_reduce_start(&comm, big, n, COMM_SUM);
+        if (comm.rank == 1) fatal("rank 1 stops on purpose, its all-reduce in flight");
+        sleep(1);
+        comm_wait(&comm, &h);  // the others' engines would wait for rank 1 forever
+        comm_barrier(&comm);
+        free(big);
     } else {
         fatal("unknown mode '%s'", mode);
     }

@@ -18,11 +18,17 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 echo "== communication layer under mpirun"
 for n in 1 2 3 4; do run "test_comm -np $n" $MPIRUN -np $n "$BUILD/tests/test_comm"; done
 run "test_comm without mpirun" "$BUILD/tests/test_comm"
+run "test_comm -np 3, collectives on the calling thread" env SHARDLAB_COMM_ENGINE=inline $MPIRUN -np 3 "$BUILD/tests/test_comm"
+run "test_comm -np 2, the engine waiting in MPI_Wait" env SHARDLAB_COMM_ENGINE=spin $MPIRUN -np 2 "$BUILD/tests/test_comm"
+fails "an unknown SHARDLAB_COMM_ENGINE" "SHARDLAB_COMM_ENGINE is 'stream': give thread, spin or inline" \
+    env SHARDLAB_COMM_ENGINE=stream "$BUILD/tests/test_comm"
 fails "counts that differ across ranks" "counts differ across ranks" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" counts
 fails "a null buffer" "null buffer" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" null
 fails "an unknown root" "root outside" $MPIRUN -np 2 "$BUILD/tests/comm_misuse" root
 fails "reduce_scatter count not divisible" "not divisible by the 4 ranks" $MPIRUN -np 4 "$BUILD/tests/comm_misuse" divisible
 fails "a rank exits mid-run" "rank 1 stops on purpose" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit
+fails "a rank exits with a collective in flight" "rank 1 stops on purpose, its all-reduce in flight" \
+    $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit-in-flight
 
 echo "== llmc_check against an independent PyTorch GPT-2"
 for ref in tests/data/torch_*; do
@@ -260,6 +266,11 @@ fails "bench_comm: one rank of two with an unknown flag (no hang)" "unknown flag
     $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 1 --bogus
 fails "bench_comm: ranks with different --max-mib" "--max-mib differs across ranks" \
     $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 4
+fails "bench_comm: ranks with different --overlap-ms" "--overlap-ms differs across ranks" \
+    $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 1 : -np 1 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 2
+if $MPIRUN -np 2 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 1 >"$tmp/out" 2>&1 &&
+   grep -qE '^ +1048576( +-?[0-9.]+){7}$' "$tmp/out"; then
+    ok "bench_comm --overlap-ms: a row for 1 MiB"; else bad "bench_comm --overlap-ms: a row for 1 MiB"; cat "$tmp/out"; fi
 fails "plan: --layout for more ranks than a picture holds" "--layout draws up to 4096 ranks" \
     "$BUILD/plan" --config d2 --ranks 5000 --layout
 
@@ -320,6 +331,16 @@ fails "report: an unknown strategy" "--strategies: unknown strategy 'zero4'" pyt
 fails "report: a strategy's log missing" "subset/ddp.jsonl: missing" python3 examples/report.py "$tmp/runs/subset" \
     --build "$BUILD" --strategies ddp,zero2
 fails "compare: an existing run is not overwritten" "already exists; not overwriting" "${cmp_env[@]}" bash examples/compare.sh
+# the trace's collective lane: the timeline draws it above the rank's compute
+cp -r "$tmp/runs/tiny" "$tmp/runs/lane"
+# (during the first event of the last step, on rank 1)
+awk -F'\t' '!/^#/ && (s == "" || $2 > s) {s = $2; a = $5; b = $6} END {printf "1\t%d\tcollective\tall_reduce 1024\t%s\t%s\n", s, a, b}' \
+    "$tmp/runs/lane/ddp.trace.tsv" >> "$tmp/runs/lane/ddp.trace.tsv"
+if python3 examples/report.py "$tmp/runs/lane" --build "$BUILD" >"$tmp/out" 2>&1 &&
+   grep -qP '^1\t[0-9.e-]+\t[0-9.e-]+\tall_reduce_1024$' "$tmp/runs/lane/data/timeline_ddp_collective.tsv" &&
+   [ -s "$tmp/runs/lane/plots/timeline_ddp.svg" ] && grep -q "collectives in flight" "$tmp/runs/lane/plots/timeline_ddp.svg"; then
+    ok "report: collectives in a trace get their own lane on the timeline"
+else bad "report: collectives in a trace get their own lane on the timeline"; cat "$tmp/out"; fi
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
 head -n 1 "$tmp/runs/tiny/ddp.jsonl" > "$tmp/runs/cut/ddp.jsonl"
 fails "report: truncated log" "cut/ddp.jsonl: truncated: no summary line" python3 examples/report.py "$tmp/runs/cut" --build "$BUILD"

@@ -1,13 +1,28 @@
 // The communication layer under mpirun -np 1..4: every collective on
 // integer-valued floats, checked exactly on every rank; non-blocking calls
-// overlapped with work; counters against the ring formulas written out by hand.
+// overlapped with work; counters against the ring formulas written out by hand;
+// the engine (collectives completing in the background and in order, results
+// bitwise those of MPI's own non-blocking calls); the records and the trace's
+// collective lane. SHARDLAB_COMM_ENGINE picks the engine's mode, as in training.
 #include <check.h>
+#include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/comm.h"
+#include "../common/trace.h"
+#include "../common/util/timer.h"
 
 static Comm comm;
+
+// Arithmetic that makes no MPI call, to run while a collective is in flight.
+static double work(int n) {
+    double acc = 0;
+    for (int i = 0; i < n; i++) acc += (double)(i % 13) * 0.5;
+    return acc;
+}
 
 START_TEST(test_all_reduce_sum_and_average) {
     int N = comm.world, r = comm.rank;
@@ -142,6 +157,269 @@ START_TEST(test_counters_follow_the_ring_formulas) {
 }
 END_TEST
 
+START_TEST(test_engine_mode_follows_the_environment) {
+    const char *mode = getenv("SHARDLAB_COMM_ENGINE");
+    ck_assert_int_eq(comm.engine_thread, !(mode && strcmp(mode, "inline") == 0));
+}
+END_TEST
+
+// The engine's thread carries a collective to completion while the rank
+// computes without a single MPI call: comm_test (no MPI call in this mode)
+// reports it complete before comm_wait is ever called.
+START_TEST(test_engine_completes_in_the_background) {
+    if (!comm.engine_thread) return;  // inline: collectives advance only inside MPI calls
+    int N = comm.world, r = comm.rank;
+    size_t n = 1 << 20;  // 4 MiB: several rounds of a ring
+    float *buf = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(r + (int)(i % 5));
+    CommHandle h = comm_all_reduce_start(&comm, buf, n, COMM_SUM);
+    double deadline = timer_now() + 50, acc = 0;
+    while (!comm_test(&comm, &h) && timer_now() < deadline) acc += work(100000);
+    ck_assert_msg(comm_test(&comm, &h), "rank %d: the all-reduce did not complete in the background", r);
+    ck_assert(acc >= 0);
+    ck_assert(h.active);  // complete, yet the handle waits for comm_wait
+    comm_wait(&comm, &h);
+    ck_assert(!h.active);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq(buf[i], (float)(N * (N - 1) / 2 + N * (int)(i % 5)));
+    free(buf);
+}
+END_TEST
+
+// Many collectives in flight at once, of every kind: the engine runs them in the
+// order they were started, so when the last is complete all the others are.
+START_TEST(test_many_in_flight_complete_in_order) {
+    enum { K = 48 };
+    int N = comm.world, r = comm.rank;
+    size_t part = 100;
+    float *bufs[K], *recvs[K];
+    CommHandle h[K];
+    for (int k = 0; k < K; k++) {
+        size_t n = part * N * (size_t)(1 + k % 3);
+        bufs[k] = malloc(n * sizeof(float));
+        recvs[k] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) bufs[k][i] = (float)(k + r * (int)(i % 3));
+        switch (k % 4) {
+        case 0: h[k] = comm_all_reduce_start(&comm, bufs[k], n, COMM_SUM); break;
+        case 1: h[k] = comm_reduce_scatter_start(&comm, bufs[k], recvs[k], n, COMM_SUM); break;
+        case 2: h[k] = comm_all_gather_start(&comm, bufs[k], recvs[k], n); break;
+        default: h[k] = comm_broadcast_start(&comm, bufs[k], n, k % N); break;
+        }
+    }
+    comm_wait(&comm, &h[K - 1]);
+    if (comm.engine_thread)
+        for (int k = 0; k < K - 1; k++) ck_assert_msg(comm_test(&comm, &h[k]), "collective %d of %d not complete", k, K);
+    for (int k = K - 2; k >= 0; k--) comm_wait(&comm, &h[k]);  // in any order
+    for (int k = 0; k < K; k++) {
+        size_t n = part * N * (size_t)(1 + k % 3), p = n / N;
+        for (size_t i = 0; i < (k % 4 == 1 ? p : n); i++) {
+            size_t j = k % 4 == 1 ? r * p + i : i;  // the element of the whole buffer
+            float sum = (float)(N * k) + (float)(N * (N - 1) / 2 * (int)(j % 3));
+            float got = k % 4 == 1 ? recvs[k][i] : k % 4 == 2 ? recvs[k][i] : bufs[k][i];
+            // all_gather: rank q's part of the whole is its own buffer's first p elements
+            float gathered = (float)(k + (int)(j / p) * (int)((j % p) % 3));
+            float want = k % 4 <= 1 ? sum : k % 4 == 2 ? gathered : (float)(k + (k % N) * (int)(i % 3));
+            ck_assert_msg(got == want, "collective %d element %zu: %g, want %g", k, i, got, want);
+        }
+        free(bufs[k]);
+        free(recvs[k]);
+    }
+}
+END_TEST
+
+// The engine's results are bitwise those of MPI's own non-blocking calls (the
+// path before the engine) on values whose sum depends on the order of addition.
+START_TEST(test_results_bitwise_equal_to_mpi) {
+    int N = comm.world, r = comm.rank;
+    size_t n = 3 * 4096 * (size_t)N;
+    float *mine = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    unsigned state = 12345u + 7919u * (unsigned)r;
+    for (size_t i = 0; i < n; i++) {
+        state = state * 1664525u + 1013904223u;
+        mine[i] = (float)(state >> 8) / (float)(1 << 24) * 3.7f - 1.1f;
+    }
+    MPI_Comm world;
+    ck_assert_int_eq(MPI_Comm_dup(MPI_COMM_WORLD, &world), MPI_SUCCESS);
+    MPI_Request req;
+    // all-reduce: sum, average (MPI's sum times 1/N), blocking and non-blocking alike
+    memcpy(ref, mine, n * sizeof(float));
+    ck_assert_int_eq(MPI_Iallreduce(MPI_IN_PLACE, ref, (int)n, MPI_FLOAT, MPI_SUM, world, &req), MPI_SUCCESS);
+    ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
+    memcpy(got, mine, n * sizeof(float));
+    CommHandle h = comm_all_reduce_start(&comm, got, n, COMM_SUM);
+    comm_wait(&comm, &h);
+    ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
+    memcpy(got, mine, n * sizeof(float));
+    comm_all_reduce(&comm, got, n, COMM_AVG);
+    for (size_t i = 0; i < n; i++) ref[i] *= 1.0f / (float)N;
+    ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
+    // reduce-scatter
+    size_t p = n / N;
+    ck_assert_int_eq(MPI_Ireduce_scatter_block(mine, ref, (int)p, MPI_FLOAT, MPI_SUM, world, &req), MPI_SUCCESS);
+    ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
+    comm_reduce_scatter(&comm, mine, got, n, COMM_SUM);
+    ck_assert(memcmp(got, ref, p * sizeof(float)) == 0);
+    // reduce to the last rank
+    ck_assert_int_eq(MPI_Ireduce(mine, ref, (int)n, MPI_FLOAT, MPI_SUM, N - 1, world, &req), MPI_SUCCESS);
+    ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
+    comm_reduce(&comm, mine, got, n, N - 1, COMM_SUM);
+    if (r == N - 1) ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
+    ck_assert_int_eq(MPI_Comm_free(&world), MPI_SUCCESS);
+    free(mine);
+    free(ref);
+    free(got);
+}
+END_TEST
+
+// A record per collective waited for while recording, with its times in order.
+START_TEST(test_records) {
+    int N = comm.world;
+    float buf[24 * 5] = {0};
+    comm_all_reduce(&comm, buf, 8, COMM_SUM);  // not recording yet
+    size_t count;
+    ck_assert_ptr_null(comm_records(&comm, &count));
+    ck_assert_uint_eq(count, 0);
+    comm_record(&comm, 1);
+    double before = timer_now();
+    comm_all_reduce(&comm, buf, 8, COMM_SUM);
+    CommHandle h = comm_broadcast_start(&comm, buf, 24 * 5, N - 1);
+    double started = timer_now();
+    while (!comm_test(&comm, &h)) work(1000);
+    double seen = timer_now();
+    comm_wait(&comm, &h);
+    comm_all_gather(&comm, buf, buf + 24, 24);
+    comm_barrier(&comm);
+    comm_metric_max(&comm, 1.0);  // the uncounted helpers are not collectives of the engine
+    double after = timer_now();
+    const CommRecord *rec = comm_records(&comm, &count);
+    ck_assert_uint_eq(count, 4);
+    CommOp ops[4] = {COMM_ALL_REDUCE, COMM_BROADCAST, COMM_ALL_GATHER, COMM_BARRIER};
+    size_t counts[4] = {8, 24 * 5, 24, 0};
+    for (size_t i = 0; i < count; i++) {
+        ck_assert_int_eq(rec[i].op, ops[i]);
+        ck_assert_uint_eq(rec[i].count, counts[i]);
+        ck_assert(before <= rec[i].issued && rec[i].issued <= rec[i].done && rec[i].done <= after);
+        ck_assert(rec[i].issued <= rec[i].waited && rec[i].waited <= after);
+        if (i > 0) ck_assert(rec[i - 1].done <= rec[i].done);
+    }
+    // started, completed while the rank worked, then waited for
+    ck_assert(rec[1].issued < started && rec[1].done <= seen && rec[1].waited > seen);
+    comm_clear_records(&comm);
+    ck_assert_ptr_nonnull(comm_records(&comm, &count));
+    ck_assert_uint_eq(count, 0);
+    comm_record(&comm, 0);
+    comm_all_reduce(&comm, buf, 8, COMM_SUM);
+    ck_assert_ptr_null(comm_records(&comm, &count));
+    ck_assert_uint_eq(count, 0);
+}
+END_TEST
+
+static int count_lines_with(const char *path, const char *text) {
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, text)) n++;
+    fclose(f);
+    return n;
+}
+
+// The collectives waited for inside a span land on the trace, on a lane of their
+// own; those waited for outside spans or while the trace is off do not.
+START_TEST(test_trace_collective_lane) {
+    int N = comm.world;
+    float buf[4 * 12] = {0};
+    Trace trace;
+    trace_init(&trace, 1);
+    trace_attach_comm(&trace, &comm);
+    trace.step = 3;
+    double t0 = trace_begin(&trace);
+    comm_all_reduce(&comm, buf, 7, COMM_SUM);
+    CommHandle h = comm_all_gather_start(&comm, buf, buf + 12, 4 * (size_t)N);
+    trace_end(&trace, t0, "compute", "forward u0");
+    comm_broadcast(&comm, buf, 5, 0);  // outside any span
+    t0 = trace_begin(&trace);
+    comm_wait(&comm, &h);  // started in the span before, waited for in this one
+    trace_end(&trace, t0, "comm", "gather u1");
+    trace.enabled = 0;
+    comm_broadcast(&comm, buf, 6, 0);  // the trace is off
+    trace.enabled = 1;
+    t0 = trace_begin(&trace);
+    trace_end(&trace, t0, "optim", "optimizer");
+    ck_assert_uint_eq(trace.count, 5);
+    const char *names[5] = {"forward u0", "all_reduce 7", "gather u1", "all_gather 8", "optimizer"};
+    if (N != 2) names[3] = N == 1 ? "all_gather 4" : N == 3 ? "all_gather 12" : "all_gather 16";
+    for (int i = 0; i < 5; i++) {
+        ck_assert_str_eq(trace.events[i].name, names[i]);
+        ck_assert_int_eq(trace.events[i].step, 3);
+        ck_assert(trace.events[i].start <= trace.events[i].end);
+        ck_assert_int_eq(strcmp(trace.events[i].category, "collective") == 0, i == 1 || i == 3);
+    }
+    // the all-gather, started in the first span, begins before the second
+    ck_assert(trace.events[3].start < trace.events[2].start);
+
+    char dir[] = "/tmp/shardlab_trace_XXXXXX", prefix[64], path[96];
+    if (comm.rank == 0) ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(prefix, sizeof prefix, "%s/t", dir);
+    trace_write(&trace, &comm, prefix);
+    if (comm.rank == 0) {
+        snprintf(path, sizeof path, "%s.tsv", prefix);
+        ck_assert_int_eq(count_lines_with(path, "\t3\tcollective\tall_reduce 7\t"), N);
+        ck_assert_int_eq(count_lines_with(path, "\tcollective\t"), 2 * N);
+        ck_assert_int_eq(count_lines_with(path, "broadcast"), 0);
+        unlink(path);
+        snprintf(path, sizeof path, "%s.json", prefix);
+        ck_assert_int_eq(count_lines_with(path, "\"name\": \"all_reduce 7\", \"cat\": \"collective\""), N);
+        ck_assert_int_eq(count_lines_with(path, "\"cat\": \"comm\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0,"), 1);
+        ck_assert_int_eq(count_lines_with(path, "\"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"steps\"}"), 1);
+        ck_assert_int_eq(count_lines_with(path, "\"tid\": 1, \"args\": {\"name\": \"collectives\"}"), N);
+        unlink(path);
+        rmdir(dir);
+    }
+    trace_free(&trace);
+    ck_assert_ptr_null(comm.log);  // detached: recording is off again
+}
+END_TEST
+
+// Collectives that overlap in time go on separate Chrome trace threads, the
+// first free one each time; the spans stay on thread 0.
+START_TEST(test_trace_overlapping_collectives_get_threads) {
+    Trace trace;
+    trace_init(&trace, 1);
+    // (start, end) in seconds: c0 and c1 overlap, c2 starts after c0 ended, c3 inside c1
+    const double spans[4][2] = {{0.000, 0.010}, {0.005, 0.020}, {0.012, 0.030}, {0.014, 0.016}};
+    const int want[4] = {1, 2, 1, 3};
+    for (int i = 0; i < 4; i++) {
+        double t0 = trace_begin(&trace);
+        trace_end(&trace, t0, "collective", "c%d", i);
+        trace.events[i].start = spans[i][0];
+        trace.events[i].end = spans[i][1];
+    }
+    double t0 = trace_begin(&trace);
+    trace_end(&trace, t0, "compute", "forward u0");
+    char dir[] = "/tmp/shardlab_trace_XXXXXX", prefix[64], path[96], line[160];
+    if (comm.rank == 0) ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(prefix, sizeof prefix, "%s/t", dir);
+    trace_write(&trace, &comm, prefix);
+    if (comm.rank == 0) {
+        snprintf(path, sizeof path, "%s.json", prefix);
+        for (int i = 0; i < 4; i++) {
+            snprintf(line, sizeof line, "\"name\": \"c%d\", \"cat\": \"collective\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d,",
+                     i, want[i]);
+            ck_assert_msg(count_lines_with(path, line) == 1, "c%d is not on thread %d", i, want[i]);
+        }
+        ck_assert_int_eq(count_lines_with(path, "\"name\": \"forward u0\", \"cat\": \"compute\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0,"), 1);
+        ck_assert_int_eq(count_lines_with(path, "\"pid\": 0, \"tid\": 3, \"args\": {\"name\": \"collectives 3\"}"), 1);
+        ck_assert_int_eq(count_lines_with(path, "\"tid\": 4"), 0);
+        unlink(path);
+        snprintf(path, sizeof path, "%s.tsv", prefix);
+        unlink(path);
+        rmdir(dir);
+    }
+    trace_free(&trace);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     comm_init(&comm, &argc, &argv);
     comm.debug_checks = 1;
@@ -155,6 +433,13 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_reduce_to_every_root);
     tcase_add_test(tc, test_non_blocking_overlaps_work);
     tcase_add_test(tc, test_counters_follow_the_ring_formulas);
+    tcase_add_test(tc, test_engine_mode_follows_the_environment);
+    tcase_add_test(tc, test_engine_completes_in_the_background);
+    tcase_add_test(tc, test_many_in_flight_complete_in_order);
+    tcase_add_test(tc, test_results_bitwise_equal_to_mpi);
+    tcase_add_test(tc, test_records);
+    tcase_add_test(tc, test_trace_collective_lane);
+    tcase_add_test(tc, test_trace_overlapping_collectives_get_threads);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);  // MPI ranks must not fork
