@@ -230,6 +230,7 @@ static void setup(Run *run) {
     gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
     run->model.grad_accum = o->grad_accum;
     trace_init(&run->trace, o->trace_prefix != NULL);
+    trace_attach_comm(&run->trace, &run->comm);  // collectives on a lane of their own, from start to completion
     StrategyContext ctx = {
         .model = &run->model, .comm = &run->comm, .mem = &run->mem,
         .source = {.checkpoint_path = o->model_path, .seed = o->seed},
