@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ typedef struct {
     CommStats comm_last_step;  // the last training step alone
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
+    long minor_faults;         // page faults served without I/O during the training steps: each
+                               // is a page the OS handed this process afresh (first touch)
 } RankSummary;
 
 typedef struct {
@@ -67,6 +70,12 @@ typedef struct {
     int first_step;             // 1, or the step after the checkpoint resumed from
     LrSchedule schedule;
 } Run;
+
+static long minor_faults_so_far(void) {
+    struct rusage usage;
+    CHECK(getrusage(RUSAGE_SELF, &usage) == 0, "getrusage: %s", strerror(errno));
+    return usage.ru_minflt;
+}
 
 static double comm_seconds(const CommStats *s) {
     double total = 0;
@@ -403,7 +412,8 @@ static void write_summary(Run *run, double tokens_per_s) {
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);
         fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
-                   "\"last_grad_norm\": ", s->compute_s, s->comm_wait_s, s->optim_s);
+                   "\"minor_faults\": %ld, \"last_grad_norm\": ", s->compute_s, s->comm_wait_s, s->optim_s,
+                s->minor_faults);
         if (isnan(s->last_grad_norm)) fprintf(f, "null}");
         else fprintf(f, "%.17g}", s->last_grad_norm);
     }
@@ -463,6 +473,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     signal(SIGTERM, on_stop_signal);
     signal(SIGUSR1, on_stop_signal);
     run.last_step = run.first_step - 1;
+    long faults_before = minor_faults_so_far();
     for (int step = run.first_step; step <= o->steps; step++) {
         double loss, step_s, norm;
         train_step(&run, step, &loss, &step_s, &norm);
@@ -512,6 +523,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             break;
         }
     }
+    run.summary.minor_faults = minor_faults_so_far() - faults_before;
     double tokens_per_s = total_s > 0 ? tokens_per_step * steps_run / total_s : 0;
     write_summary(&run, tokens_per_s);  // before the final gather, which is not training
     if (run.log) check_log_written(&run);
