@@ -59,7 +59,7 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-asan test-tsan-comm test-gpu bench bench-gpu compare fuzz clean
+.PHONY: all gpu deps test test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
 
@@ -161,6 +161,10 @@ fuzz:
 bench: $(BUILD)/bench_step
 	$(BUILD)/bench_step --config d4 --batch 4 --seq 64
 	$(BUILD)/bench_step --config d12 --batch 4 --seq 64
+
+# ZeRO-3 and FSDP with and without prefetch, next to DDP (docs/comparison.md).
+bench-overlap: all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash examples/bench_overlap.sh
 
 # The main job: the four trainers side by side, plots and a report in runs/.
 compare: deps

@@ -252,6 +252,9 @@ fails "report.py: unknown flag" "unknown flag '--bogus'" python3 examples/report
 fails "report.py: --build without a value" "--build needs a value" python3 examples/report.py "$tmp" --build
 help_ok "compare.sh --help" bash examples/compare.sh --help
 fails "compare.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/compare.sh --bogus
+help_ok "bench_overlap.sh --help" bash examples/bench_overlap.sh --help
+fails "bench_overlap.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_overlap.sh --bogus
+fails "bench_overlap.sh: STEPS=1" "give at least 2" env STEPS=1 bash examples/bench_overlap.sh
 help_ok "bench_gpu.sh --help" bash examples/bench_gpu.sh --help
 fails "bench_gpu.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_gpu.sh --bogus
 for tool in train_ddp train_zero3 train_fsdp bench_comm; do
