@@ -134,8 +134,9 @@ typedef enum {
 
 extern const char *const gpt2_op_names[GPT2_NUM_OPS];  // "matmul qkv", ...
 
-// Wall seconds of each op kind, summed over every call. A block's forward run
-// again by recompute counts as forward. The residual's backward is the
+// Wall seconds of each op kind, summed over every call (models/gpt2_cpu.c; the
+// GPU's kernels run asynchronously and are not timed here). A block's forward
+// run again by recompute counts as forward. The residual's backward is the
 // identity, done in place by its callers: it stays 0.
 typedef struct {
     double forward_s[GPT2_NUM_OPS];
