@@ -1,7 +1,10 @@
 // bench_step: how close a whole training step on the CPU comes to the machine's
-// matrix-multiply rate. Prints the achieved GFLOP/s of forward + backward + AdamW
-// (model FLOPs: 6 * params * tokens + attention) next to cblas_sgemm's GFLOP/s
-// measured here, now, with the same threads (every core, or OMP_NUM_THREADS).
+// matrix-multiply rate, and where the step's time goes. Prints the achieved
+// GFLOP/s of forward + backward + AdamW (model FLOPs: 6 * params * tokens +
+// attention) next to cblas_sgemm's GFLOP/s measured between the steps, with the
+// same threads (every core, or OMP_NUM_THREADS), then the best step's time per op
+// kind: forward and backward milliseconds and the share of the step, timed
+// through the model's op_times table (models/gpt2.h) in the same steps.
 //   build/bench_step [--config d4] [--batch 4] [--seq 64] [--steps 5]
 #include <cblas.h>
 #include <stdio.h>
@@ -15,20 +18,73 @@
 #include "../common/util/timer.h"
 #include "../models/gpt2.h"
 
-static double sgemm_gflops(int n) {
-    float *a = xcalloc((size_t)n * n, sizeof(float)), *b = xcalloc((size_t)n * n, sizeof(float));
-    float *c = xcalloc((size_t)n * n, sizeof(float));
-    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);  // warm up
-    int reps = 0;
+// The n^3 sgemm the step is compared with. It runs for half a second after each
+// step, so that on a shared machine both sides see the same load, and the best
+// of these rates counts, as the best step does.
+typedef struct {
+    int n;
+    float *a, *b, *c;  // (n,n) each
+} Sgemm;
+
+#define SGEMM_SECONDS_PER_STEP 0.5
+
+static Sgemm sgemm_init(int n) {
+    Sgemm g = {.n = n, .a = xcalloc((size_t)n * n, sizeof(float)), .b = xcalloc((size_t)n * n, sizeof(float)),
+               .c = xcalloc((size_t)n * n, sizeof(float))};
+    for (size_t i = 0; i < (size_t)n * n; i++) { g.a[i] = (float)(i % 7) * 0.1f; g.b[i] = (float)(i % 5) * 0.1f; }
+    return g;
+}
+
+// GFLOP/s of back-to-back calls over at least `seconds`.
+static double sgemm_gflops(const Sgemm *g, double seconds) {
+    int calls = 0;
     double start = timer_now(), elapsed;
     do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        reps++;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->n, g->n, g->n, 1, g->a, g->n, g->b, g->n, 0,
+                    g->c, g->n);
+        calls++;
         elapsed = timer_now() - start;
-    } while (elapsed < 1.0);
-    free(a); free(b); free(c);
-    return 2.0 * n * n * (double)n * reps / elapsed / 1e9;
+    } while (elapsed < seconds);
+    return 2.0 * g->n * g->n * (double)g->n * calls / elapsed / 1e9;
+}
+
+static void sgemm_free(Sgemm *g) {
+    free(g->a);
+    free(g->b);
+    free(g->c);
+}
+
+// One step's time outside the model's ops, in the order the step runs them.
+typedef struct {
+    double adamw_s;       // adamw_update over every parameter
+    double zero_grads_s;  // the memset of the gradients for the next step
+    double step_s;        // the whole step, ops and everything between them
+} StepTimes;
+
+static void print_row(const char *name, double forward_s, double backward_s, double total_s, double step_s) {
+    char forward[16] = "-", backward[16] = "-";
+    if (forward_s >= 0) snprintf(forward, sizeof forward, "%.3f", 1e3 * forward_s);
+    if (backward_s >= 0) snprintf(backward, sizeof backward, "%.3f", 1e3 * backward_s);
+    printf("  %-16s %12s %12s %12.3f %9.1f%%\n", name, forward, backward, 1e3 * total_s,
+           100.0 * total_s / step_s);
+}
+
+// The per-op table of one step. "other" is what no row timed: the zeroing of
+// the backward's scratch, the loss's mean, the calls between the ops.
+static void print_op_table(const GPT2OpTimes *ops, const StepTimes *step) {
+    printf("  %-16s %12s %12s %12s %10s\n", "op", "forward ms", "backward ms", "total ms", "of step");
+    double forward_s = 0, backward_s = 0;
+    for (int op = 0; op < GPT2_NUM_OPS; op++) {
+        print_row(gpt2_op_names[op], ops->forward_s[op], ops->backward_s[op],
+                  ops->forward_s[op] + ops->backward_s[op], step->step_s);
+        forward_s += ops->forward_s[op];
+        backward_s += ops->backward_s[op];
+    }
+    print_row("adamw", -1, -1, step->adamw_s, step->step_s);
+    print_row("zero grads", -1, -1, step->zero_grads_s, step->step_s);
+    double timed_s = forward_s + backward_s + step->adamw_s + step->zero_grads_s;
+    print_row("other", -1, -1, step->step_s - timed_s, step->step_s);
+    print_row("step", forward_s, backward_s, step->step_s, step->step_s);
 }
 
 int main(int argc, char **argv) {
@@ -62,22 +118,36 @@ int main(int argc, char **argv) {
     for (int i = 0; i < B * (T + 1); i++) tokens[i] = (i * 7919) % config.vocab_size;
     gpt2_set_batch(&model, tokens, tokens + 1);
 
-    double best = 1e30;
+    GPT2OpTimes ops, best_ops = {0};
+    StepTimes best = {.step_s = 1e30};
+    model.op_times = &ops;
+    Sgemm sgemm = sgemm_init(1024);
+    double sgemm_best = 0;  // GFLOP/s
     for (int step = 0; step <= steps; step++) {  // step 0 warms up
+        memset(&ops, 0, sizeof ops);
         double start = timer_now();
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
         for (int u = layout->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
+        double adamw_start = timer_now();
         adamw_update(params, grads, m, v, P, step + 1, adamw_config(1e-4f, 0.0f));
+        double zero_start = timer_now();
         memset(grads, 0, P * sizeof(float));
-        double elapsed = timer_now() - start;
-        if (step > 0 && elapsed < best) best = elapsed;
+        double end = timer_now();
+        if (step > 0 && end - start < best.step_s) {
+            best = (StepTimes){.adamw_s = zero_start - adamw_start, .zero_grads_s = end - zero_start,
+                               .step_s = end - start};
+            best_ops = ops;
+        }
+        double sgemm_rate = sgemm_gflops(&sgemm, SGEMM_SECONDS_PER_STEP);
+        if (step > 0 && sgemm_rate > sgemm_best) sgemm_best = sgemm_rate;
     }
-    double step_gflops = gpt2_flops_per_step(&config, B, T) / best / 1e9;
-    double peak = sgemm_gflops(1024);
-    printf("%s B=%d T=%d: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; "
-           "sgemm 1024^3 %.2f GFLOP/s (%d threads, OpenBLAS kernels for %s); step/sgemm = %.0f%%\n",
-           config_name, B, T, P, 1e3 * best, steps, step_gflops, peak, openblas_get_num_threads(),
-           openblas_get_corename(), 100.0 * step_gflops / peak);
+    double step_gflops = gpt2_flops_per_step(&config, B, T) / best.step_s / 1e9;
+    printf("%s B=%d T=%d: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; sgemm 1024^3 %.2f GFLOP/s "
+           "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s); step/sgemm = %.0f%%\n",
+           config_name, B, T, P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
+           openblas_get_num_threads(), openblas_get_corename(), 100.0 * step_gflops / sgemm_best);
+    print_op_table(&best_ops, &best);
+    sgemm_free(&sgemm);
     free(tokens);
     mem_free_floats(&mem, MEM_PARAMS, params, P);
     mem_free_floats(&mem, MEM_GRADS, grads, P);

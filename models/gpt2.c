@@ -18,6 +18,11 @@ static const char *const kind_names[GPT2_NUM_KINDS] = {
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
 };
 
+const char *const gpt2_op_names[GPT2_NUM_OPS] = {
+    "encoder", "layernorm", "matmul qkv", "attention", "matmul attproj", "residual",
+    "matmul fc", "gelu", "matmul fcproj", "matmul lm head", "softmax + xent",
+};
+
 int gpt2_config_preset(const char *name, int vocab_size, GPT2Config *out) {
     int depth;
     if (strcmp(name, "d2") == 0) depth = 2;
@@ -185,9 +190,9 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
     size_t L = recompute ? 1 : (size_t)c->num_layers, C = c->channels, NH = c->num_heads;
     size_t Vp = c->padded_vocab_size, all_layers = c->num_layers;
     size_t BT = (size_t)B * T;
-    // the GPU's attention backward needs one layer's (B,NH,T,T) gradient whole,
-    // the CPU's two (T,T) matrices, which is more when B * NH = 1
-    size_t attention_scratch = (B * NH > 2 ? B * NH : 2) * (size_t)T * T;
+    // the attention backward holds one layer's (B,NH,T,T) gradient whole: the
+    // GPU's kernels need it all at once, the CPU's (batch, head) pairs run in parallel
+    size_t attention_scratch = (size_t)B * NH * T * T;
     struct { float **ptr; size_t count; } parts[] = {
         {&a->encoded, BT * C},        {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
         {&a->ln1_rstd, L * BT},       {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},

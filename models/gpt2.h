@@ -101,7 +101,7 @@ typedef struct {
     float *datty;       // (B,T,C)
     float *dfch_gelu;   // (B,T,4C)
     float *dfch;        // (B,T,4C)
-    float *att_scratch; // (max(B*NH,2),T,T) attention backward (the CPU uses 2 T*T of it)
+    float *att_scratch; // (B,NH,T,T) attention backward: d(att) of each (batch, head)
 } GPT2Activations;
 
 // Block l's slices of the per-layer activations, and its input.
@@ -122,6 +122,27 @@ typedef struct {
 // The batch arrays on the device: inputs, targets, positions_by_token.
 #define GPT2_BATCH_ARRAYS 3
 
+// The kinds of op a CPU step runs, for per-op timing (bench_step). The five
+// matrix products of the model are told apart; attention includes its own
+// small products and softmax.
+typedef enum {
+    GPT2_OP_ENCODER, GPT2_OP_LAYERNORM, GPT2_OP_MATMUL_QKV, GPT2_OP_ATTENTION,
+    GPT2_OP_MATMUL_ATTPROJ, GPT2_OP_RESIDUAL, GPT2_OP_MATMUL_FC, GPT2_OP_GELU,
+    GPT2_OP_MATMUL_FCPROJ, GPT2_OP_MATMUL_LM_HEAD, GPT2_OP_SOFTMAX_XENT,
+    GPT2_NUM_OPS
+} GPT2Op;
+
+extern const char *const gpt2_op_names[GPT2_NUM_OPS];  // "matmul qkv", ...
+
+// Wall seconds of each op kind, summed over every call (models/gpt2_cpu.c; the
+// GPU's kernels run asynchronously and are not timed here). A block's forward
+// run again by recompute counts as forward. The residual's backward is the
+// identity, done in place by its callers: it stays 0.
+typedef struct {
+    double forward_s[GPT2_NUM_OPS];
+    double backward_s[GPT2_NUM_OPS];
+} GPT2OpTimes;
+
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // this rank's batch rows and sequence length
@@ -138,6 +159,7 @@ typedef struct {
     const int *targets;        // (B,T) next-token ids (points into batch), or NULL
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over this rank's B*T tokens
+    GPT2OpTimes *op_times;     // NULL (off), or where the CPU ops add their wall time
 } GPT2;
 
 // "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).

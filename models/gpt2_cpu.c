@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../common/util/errors.h"
+#include "../common/util/timer.h"
 #include "gpt2.h"
 #include "gpt2_ops.h"
 
@@ -10,22 +11,39 @@
 #define P(kind, l) model->params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->grads[gpt2_tensor_id(&model->layout, (kind), (l))]
 
+// Runs one op call. With model->op_times set (bench_step) it also adds the
+// call's wall time to op_times->forward_s[op] or ->backward_s[op] (`pass`); the
+// ops finish their threads before returning, so the wall time is the op's.
+#define TIMED(pass, op, call)                                                   \
+    do {                                                                        \
+        if (!model->op_times) { call; break; }                                  \
+        double start_ = timer_now();                                            \
+        call;                                                                   \
+        model->op_times->pass[op] += timer_now() - start_;                      \
+    } while (0)
+
 static void block_forward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
     size_t BTC = (size_t)B * T * C;
 
-    layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C);
-    matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
-    attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
-    matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
-    residual_forward(x.residual2, x.residual, x.attproj, (int)BTC);
-    layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C);
-    matmul_forward(x.fch, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
-    gelu_forward(x.fch_gelu, x.fch, (int)(4 * BTC));
-    matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
-    residual_forward(x.residual3, x.residual2, x.fcproj, (int)BTC);
+    TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual,
+                                                          P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C));
+    TIMED(forward_s, GPT2_OP_MATMUL_QKV,
+          matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C));
+    TIMED(forward_s, GPT2_OP_ATTENTION, attention_forward(x.atty, x.att, x.qkv, B, T, C, NH));
+    TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ,
+          matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C));
+    TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual2, x.residual, x.attproj, (int)BTC));
+    TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2,
+                                                          P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C));
+    TIMED(forward_s, GPT2_OP_MATMUL_FC,
+          matmul_forward(x.fch, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C));
+    TIMED(forward_s, GPT2_OP_GELU, gelu_forward(x.fch_gelu, x.fch, (int)(4 * BTC)));
+    TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ,
+          matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C));
+    TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual3, x.residual2, x.fcproj, (int)BTC));
 }
 
 // a->dresidual holds d(residual3) on entry and d(block input) on return: the
@@ -40,22 +58,31 @@ static void block_backward(GPT2 *model, int l) {
     memset(a->dfch_gelu, 0, 4 * BTC * sizeof(float));
     memset(a->dfch, 0, 4 * BTC * sizeof(float));
     memset(a->dln, 0, BTC * sizeof(float));
-    matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
-                    P(GPT2_FCPROJW, l), B, T, 4 * C, C);
-    gelu_backward(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC));
-    matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C, 4 * C);
-    layernorm_backward(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2, P(GPT2_LN2W, l),
-                       x.ln2_mean, x.ln2_rstd, B, T, C);
+    TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
+          matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
+                          P(GPT2_FCPROJW, l), B, T, 4 * C, C));
+    TIMED(backward_s, GPT2_OP_GELU, gelu_backward(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC)));
+    TIMED(backward_s, GPT2_OP_MATMUL_FC,
+          matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C,
+                          4 * C));
+    TIMED(backward_s, GPT2_OP_LAYERNORM,
+          layernorm_backward(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2,
+                             P(GPT2_LN2W, l), x.ln2_mean, x.ln2_rstd, B, T, C));
 
     memset(a->datty, 0, BTC * sizeof(float));
     memset(a->dqkv, 0, 3 * BTC * sizeof(float));
     memset(a->dln, 0, BTC * sizeof(float));
-    matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
-                    P(GPT2_ATTPROJW, l), B, T, C, C);
-    attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, B, T, C, NH);
-    matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C, 3 * C);
-    layernorm_backward(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual, P(GPT2_LN1W, l),
-                       x.ln1_mean, x.ln1_rstd, B, T, C);
+    TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
+          matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
+                          P(GPT2_ATTPROJW, l), B, T, C, C));
+    TIMED(backward_s, GPT2_OP_ATTENTION,
+          attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, B, T, C, NH));
+    TIMED(backward_s, GPT2_OP_MATMUL_QKV,
+          matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
+                          3 * C));
+    TIMED(backward_s, GPT2_OP_LAYERNORM,
+          layernorm_backward(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual,
+                             P(GPT2_LN1W, l), x.ln1_mean, x.ln1_rstd, B, T, C));
 }
 
 static void head_forward(GPT2 *model) {
@@ -63,12 +90,14 @@ static void head_forward(GPT2 *model) {
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0),
-                      B, T, C);
-    matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size);
+    TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual,
+                                                          P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C));
+    TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD,
+          matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size));
     if (!model->targets) return;
-    softmax_crossentropy_forward(a->losses, a->probs, a->logits, model->targets, B, T,
-                                 c->vocab_size, c->padded_vocab_size);
+    TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
+          softmax_crossentropy_forward(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
+                                       c->padded_vocab_size));
     double sum = 0;
     for (int i = 0; i < B * T; i++) sum += a->losses[i];
     model->mean_loss = (float)(sum / (B * T));
@@ -82,22 +111,25 @@ static void head_backward(GPT2 *model) {
     CHECK(model->targets, "backward needs targets");
     // the loss is the mean over this rank's tokens, of all its micro-batches
     float dloss = 1.0f / ((float)B * T * model->grad_accum);
-    softmax_crossentropy_backward(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
-                                  c->padded_vocab_size);
+    TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
+          softmax_crossentropy_backward(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
+                                        c->padded_vocab_size));
     memset(a->dln, 0, (size_t)B * T * C * sizeof(float));
     memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
-    matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
-                    c->padded_vocab_size);
-    layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,
-                       P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C);
+    TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD,
+          matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
+                          c->padded_vocab_size));
+    TIMED(backward_s, GPT2_OP_LAYERNORM,
+          layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,
+                             P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C));
 }
 
 void gpt2_forward_unit(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     CHECK(model->inputs, "forward before gpt2_set_batch");
     if (unit == 0)
-        encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B,
-                        model->T, c->channels);
+        TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0),
+                                                          P(GPT2_WPE, 0), model->B, model->T, c->channels));
     else if (unit <= c->num_layers)
         block_forward(model, unit - 1);
     else
@@ -107,8 +139,8 @@ void gpt2_forward_unit(GPT2 *model, int unit) {
 void gpt2_backward_unit(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     if (unit == 0) {
-        encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
-                         model->B, model->T, c->channels);
+        TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual,
+                                                            model->inputs, model->B, model->T, c->channels));
     } else if (unit <= c->num_layers) {
         if (model->recompute) block_forward(model, unit - 1);  // the same arithmetic: bitwise the same values
         block_backward(model, unit - 1);

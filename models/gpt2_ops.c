@@ -172,10 +172,14 @@ static void causal_softmax_rows(real_t *att, int T) {
     }
 }
 
-// For head h of row b, q, k and v are (T, hs) matrices inside qkv with row stride 3C.
+// For head h of row b, q, k and v are (T, hs) matrices inside qkv with row
+// stride 3C. The (b, h) pairs are independent (each writes its own columns of
+// out and its own att) and run in parallel, one pair per thread at a time;
+// OpenBLAS runs a product called inside a parallel region on that one thread.
 void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
     real_t scale = 1 / sqrt((real_t)hs);
+#pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const real_t *q = qkv + (size_t)b * T * 3 * C + h * hs;
@@ -194,12 +198,14 @@ void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T
     }
 }
 
+// Parallel over (b, h) like the forward: each pair adds into its own columns of
+// dqkv and works in its own (T,T) slice of scratch, so no two threads touch the
+// same number and each sum runs in the same order whatever the thread count.
 void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,
                         real_t *scratch, int B, int T, int C, int NH) {
     int hs = C / NH;
     real_t scale = 1 / sqrt((real_t)hs);
-    real_t *datt = scratch;          // (T,T)
-    real_t *dpreatt = scratch + (size_t)T * T;  // (T,T)
+#pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             size_t qkv_offset = (size_t)b * T * 3 * C + h * hs;
@@ -207,21 +213,22 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
             real_t *dq = dqkv + qkv_offset, *dk = dq + C, *dv = dq + 2 * C;
             const real_t *att_bh = att + ((size_t)b * NH + h) * T * T;
             const real_t *dout_bh = dout + (size_t)b * T * C + h * hs;
+            real_t *datt = scratch + ((size_t)b * NH + h) * T * T;  // (T,T)
             // datt (T,T) = dout (T,hs) @ v^T ;  dv (T,hs) += att^T @ dout
             cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1, dout_bh, C, v, 3 * C,
                        0, datt, T);
             cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1, att_bh, T, dout_bh, C,
                        1, dv, 3 * C);
-            // softmax backward, row by row: dpre = att * (datt - sum(att * datt))
+            // softmax backward, row by row and in place: dpre = att * (datt - sum(att * datt))
             for (int t = 0; t < T; t++) {
                 const real_t *a = att_bh + (size_t)t * T;
-                const real_t *da = datt + (size_t)t * T;
-                real_t *dp = dpreatt + (size_t)t * T;
+                real_t *d = datt + (size_t)t * T;
                 real_t dot = 0;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
-                for (int t2 = 0; t2 <= t; t2++) dp[t2] = a[t2] * (da[t2] - dot);
-                for (int t2 = t + 1; t2 < T; t2++) dp[t2] = 0;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * d[t2];
+                for (int t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - dot);
+                for (int t2 = t + 1; t2 < T; t2++) d[t2] = 0;
             }
+            const real_t *dpreatt = datt;
             // dq += scale * dpre @ k ;  dk += scale * dpre^T @ q
             cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpreatt, T, k,
                        3 * C, 1, dq, 3 * C);

@@ -45,7 +45,7 @@ void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t 
                      const real_t *inp, const real_t *weight, int B, int T, int C, int OC);
 
 // Causal self-attention on the packed qkv projection. att keeps the softmax
-// probabilities for the backward pass; scratch holds 2 * T * T values.
+// probabilities for the backward pass; scratch holds B * NH * T * T values.
 void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C,
                        int NH);  // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
 void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,

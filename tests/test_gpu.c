@@ -127,7 +127,7 @@ START_TEST(test_attention) {
     size_t nqkv = B * T * 3 * C, n = B * T * C, natt = B * NH * T * T;
     float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1);
     float *out = calloc(n, 4), *att = calloc(natt, 4), *dqkv = random_host(nqkv, 21, 1);
-    float *scratch = calloc(2 * T * T, 4);
+    float *scratch = calloc(natt, 4);
     float *d_qkv = to_device(qkv, nqkv), *d_out = to_device(out, n), *d_att = to_device(att, natt);
     float *d_dqkv = to_device(dqkv, nqkv);
     float *d_scratch = device_alloc(&mem, MEM_ACTIVATIONS, 4 * n), *d_dscratch = device_alloc(&mem, MEM_ACTIVATIONS, 3 * n);

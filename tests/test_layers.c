@@ -111,7 +111,7 @@ START_TEST(test_attention_backward) {
     size_t nqkv = (size_t)c.B * c.T * 3 * c.C, nout = (size_t)c.B * c.T * c.C;
     c.qkv = random_array(nqkv, 9, 1.0); c.dout = random_array(nout, 10, 1.0);
     c.out = zeros(nout); c.att = zeros((size_t)c.B * c.NH * c.T * c.T);
-    double *dqkv = zeros(nqkv), *scratch = zeros(2 * (size_t)c.T * c.T);
+    double *dqkv = zeros(nqkv), *scratch = zeros((size_t)c.B * c.NH * c.T * c.T);
     att_loss(&c);
     attention_backward(dqkv, c.dout, c.qkv, c.att, scratch, c.B, c.T, c.C, c.NH);
     check_gradient("dqkv", c.qkv, nqkv, dqkv, att_loss, &c);

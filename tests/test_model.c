@@ -1,10 +1,14 @@
 // Whole-model checks on a tiny GPT-2: gradients against finite differences of
-// the loss, unit by unit execution, and the tied embedding.
+// the loss, unit by unit execution, the tied embedding, results that do not
+// depend on the thread count, and the per-op timing table.
+#include <cblas.h>
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/util/timer.h"
 #include "../models/gpt2.h"
 #include "check_main.h"
 
@@ -129,6 +133,69 @@ START_TEST(test_tied_embedding_sums_both_uses) {
 }
 END_TEST
 
+// Loss and gradients of one forward + backward on `threads` threads.
+static float *grads_on_threads(Tiny *t, int threads, float *loss) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    backward(t);
+    *loss = t->model.mean_loss;
+    size_t bytes = t->model.layout.num_params * sizeof(float);
+    float *copy = malloc(bytes);
+    memcpy(copy, t->grads, bytes);
+    return copy;
+}
+
+// Every layer splits its work among threads so that each number is computed
+// the same way whatever their count (attention by (batch, head), sums over
+// rows by columns): 1 and 3 threads (an uneven split of the 2 x 2 pairs and of
+// every row count here) give the same bits.
+START_TEST(test_results_do_not_depend_on_thread_count) {
+    Tiny t;
+    tiny_init(&t);
+    float loss1, loss3;
+    float *one = grads_on_threads(&t, 1, &loss1), *three = grads_on_threads(&t, 3, &loss3);
+    ck_assert_msg(memcmp(&loss1, &loss3, sizeof loss1) == 0, "loss %.9g on 1 thread, %.9g on 3", loss1, loss3);
+    for (size_t i = 0; i < t.model.layout.num_params; i++)
+        ck_assert_msg(memcmp(&one[i], &three[i], sizeof(float)) == 0, "gradient %zu: %.9g on 1 thread, %.9g on 3",
+                      i, one[i], three[i]);
+    free(one);
+    free(three);
+    tiny_free(&t);
+}
+END_TEST
+
+// With model->op_times set, every op kind reports time in each pass it runs
+// in (the residual's backward is no call: 0), the times fit inside the passes
+// that contain them, and the numbers the model computes do not change.
+START_TEST(test_op_times) {
+    Tiny t;
+    tiny_init(&t);
+    size_t bytes = t.model.layout.num_params * sizeof(float);
+    backward(&t);
+    float *untimed = malloc(bytes);
+    memcpy(untimed, t.grads, bytes);
+    float untimed_loss = t.model.mean_loss;
+
+    GPT2OpTimes times = {0};
+    t.model.op_times = &times;
+    double start = timer_now();
+    backward(&t);
+    double elapsed = timer_now() - start;
+    ck_assert_msg(memcmp(untimed, t.grads, bytes) == 0, "timing the ops changed the gradients");
+    ck_assert(memcmp(&untimed_loss, &t.model.mean_loss, sizeof untimed_loss) == 0);
+    double sum = 0;
+    for (int op = 0; op < GPT2_NUM_OPS; op++) {
+        ck_assert_msg(times.forward_s[op] > 0, "%s: no forward time", gpt2_op_names[op]);
+        if (op == GPT2_OP_RESIDUAL) ck_assert_double_eq(times.backward_s[op], 0);
+        else ck_assert_msg(times.backward_s[op] > 0, "%s: no backward time", gpt2_op_names[op]);
+        sum += times.forward_s[op] + times.backward_s[op];
+    }
+    ck_assert_msg(sum <= elapsed, "the ops' times add up to %.9g s, more than the %.9g s around them", sum, elapsed);
+    free(untimed);
+    tiny_free(&t);
+}
+END_TEST
+
 START_TEST(test_token_out_of_vocab_is_rejected) {
     Tiny t;
     tiny_init(&t);
@@ -174,6 +241,8 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_gradients_match_finite_differences);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
+    tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
+    tcase_add_test(tc, test_op_times);
     tcase_add_exit_test(tc, test_token_out_of_vocab_is_rejected, 1);
     tcase_add_test(tc, test_positions_by_token);
     tcase_add_test(tc, test_presets);
