@@ -395,6 +395,12 @@ plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
     write_report(run, logs, world, cfg, worst, tput, strategies)
 
 
+def exposed_share(time):
+    """The share of a rank's step spent waiting for communication (summary "time", docs/logs.md)."""
+    total = time["compute_s"] + time["comm_wait_s"] + time["optim_s"]
+    return time["comm_wait_s"] / total if total > 0 else 0.0
+
+
 def write_report(run, logs, world, cfg, worst, tput, strategies):
     runs = ["single"] + strategies
     table = []
@@ -408,6 +414,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
             "peak": max(r["peak_bytes"] for r in ranks) / MB,
             "rss": max(r["rss_peak_bytes"] for r in ranks) / MB,
             "sent": max(sum(c["bytes_sent"] for c in r["comm_last_step"].values()) for r in ranks) / MB,
+            "exposed": max(exposed_share(r["time"]) for r in ranks),
         })
     row = {t["run"]: t for t in table}
     base = "ddp" if "ddp" in row else "single"  # what the others are measured against
@@ -426,6 +433,10 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
                          + f" against {row[base]['sent']:.1f} MB for {NAMES[base]}." if len(strategies) > 1 else "")
     elif all(row[s]["sent"] == 0 for s in strategies):
         sentences.append("With one rank nothing moves between ranks.")
+    if any(row[s]["exposed"] > 0 for s in strategies):
+        sentences.append("Communication a rank waited for (not hidden under compute), as a share of its step: "
+                         + ", ".join(f"{NAMES[s]} {100 * row[s]['exposed']:.0f}%" for s in strategies)
+                         + " (the largest rank's; ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
     if "zero3" in row:
         z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
         imbalance = max(z3) / (sum(z3) / len(z3)) if sum(z3) else 1.0
@@ -451,9 +462,11 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
              ("sharding", "Who keeps which parameters")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
-    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step"]
+    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step",
+              "comm waited"]
     cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
-              f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}"] for t in table]
+              f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}", f"{100 * t['exposed']:.0f}%"]
+             for t in table]
     # compare.sh samples the reference model's continuation of a prompt (build/sample)
     sample_path, sampled = os.path.join(run, "sample.txt"), None
     sample_title = "Text sampled from the trained model (train_single's, build/sample)"
@@ -467,7 +480,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
         for c in cells:
             f.write("| " + " | ".join(str(x) for x in c) + " |\n")
         f.write("\nMemory columns are the largest rank's; MB = 10^6 bytes. Sent bytes follow the ring model "
-                "(docs/communication.md).\n\n")
+                "(docs/communication.md). Comm waited: the time the rank was blocked on a collective, as a share "
+                "of its step (the largest rank's).\n\n")
         for name, title in plots:
             f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
         if sampled is not None:  # indented: a code block, whatever the text holds

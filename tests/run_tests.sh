@@ -353,6 +353,20 @@ if grep -q "^## Text sampled from the trained model" "$tmp/runs/tiny/report.md" 
 if grep -q '^| zero1 | 2 |' "$tmp/runs/tiny/report.md" && grep -q '^| zero2 | 2 |' "$tmp/runs/tiny/report.md" &&
    grep -q '"strategy": "zero2"' "$tmp/runs/tiny/zero2.jsonl"; then
     ok "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; else bad "compare: ZeRO-1 and ZeRO-2 run by default, under their names"; fi
+# the report's "comm waited" column is each run's largest rank's comm_wait_s over its step time
+if python3 - "$tmp/runs/tiny" <<'PY'
+import json, sys
+run = sys.argv[1]
+rows = {l.split("|")[1].strip(): l.split("|")[-2].strip() for l in open(f"{run}/report.md") if l.startswith("| ")}
+for s in ("ddp", "zero3", "fsdp"):
+    ranks = json.loads(open(f"{run}/{s}.jsonl").read().splitlines()[-1])["ranks"]
+    share = max(r["time"]["comm_wait_s"] / (r["time"]["compute_s"] + r["time"]["comm_wait_s"] + r["time"]["optim_s"])
+                for r in ranks)
+    assert rows[s] == f"{100 * share:.0f}%", (s, rows[s], share)
+    assert any(r["minor_faults"] > 0 for r in ranks), s
+PY
+then ok "report: comm waited is comm_wait_s over the step, per run; minor faults are counted"
+else bad "report: comm waited is comm_wait_s over the step, per run; minor faults are counted"; fi
 run "compare.sh STRATEGIES=\"zero2 fsdp\"" "${cmp_env[@]}" NAME=subset STRATEGIES="zero2 fsdp" bash examples/compare.sh
 if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subset/ddp.jsonl" ] &&
    [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&
