@@ -47,8 +47,14 @@ float *device_host_alloc(size_t count);
 void device_host_free(float *ptr);
 // Waits for all queued device work (the CPU build has none).
 void device_synchronize(void);
-// Bytes of device memory in use at the peak, as the driver saw it (0 on the CPU).
-size_t device_peak_bytes(void);
+// Bytes the allocator behind device_alloc holds: buffers in use plus memory it
+// keeps for reuse, now and at the peak. The CPU build: the cache in `acct`
+// (cache.h); the CUDA build: this process's stream-ordered pool, whatever the
+// account (its buffers all come from that one pool).
+typedef struct {
+    size_t current, peak;
+} DeviceReserved;
+DeviceReserved device_reserved(const MemAccount *acct);
 
 #ifdef __cplusplus
 }

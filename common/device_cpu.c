@@ -1,4 +1,5 @@
-// device_cpu.c: the CPU build's device: host memory and plain loops.
+// device_cpu.c: the CPU build's device: host memory (from the account's cache,
+// memory.h) and plain loops.
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +19,11 @@ void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t coun
 }
 
 int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
-    int *ptr = xcalloc(count, sizeof(int));
-    mem_account_add(acct, category, count * sizeof(int));
-    return ptr;
+    return mem_alloc_ints(acct, category, count);
 }
 
 void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
-    if (!ptr) return;
-    mem_account_sub(acct, category, count * sizeof(int));
-    free(ptr);
+    mem_free_ints(acct, category, ptr, count);
 }
 
 void device_ints_from_host(int *dst, const int *host, size_t count) { memcpy(dst, host, count * sizeof(int)); }
@@ -54,4 +51,7 @@ void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, c
 float *device_host_alloc(size_t count) { return xcalloc(count, sizeof(float)); }
 void device_host_free(float *ptr) { free(ptr); }
 void device_synchronize(void) {}
-size_t device_peak_bytes(void) { return 0; }
+
+DeviceReserved device_reserved(const MemAccount *acct) {
+    return (DeviceReserved){mem_reserved_bytes(acct), mem_reserved_peak_bytes(acct)};
+}

@@ -177,13 +177,17 @@ extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
 
 extern "C" void device_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-extern "C" size_t device_peak_bytes(void) {
-    if (cuda_device < 0) return 0;
+// The pool's reserved memory: what it holds from the driver, buffers in use and
+// freed ones it keeps (device_init sets no release threshold), now and at the peak.
+extern "C" DeviceReserved device_reserved(const MemAccount *acct) {
+    (void)acct;
+    if (cuda_device < 0) return DeviceReserved{0, 0};
     cudaMemPool_t pool;
-    uint64_t high = 0;
+    uint64_t current = 0, high = 0;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &current));
     CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
-    return (size_t)high;
+    return DeviceReserved{(size_t)current, (size_t)high};
 }
 
 extern "C" float *device_host_alloc(size_t count) {

@@ -27,17 +27,37 @@ void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes) {
     acct->total_current -= bytes;
 }
 
-float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count) {
-    float *ptr = xcalloc(count, sizeof(float));
-    mem_account_add(acct, category, count * sizeof(float));
+static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count, size_t size) {
+    if (count > SIZE_MAX / size) fatal("out of memory: %zu elements of %zu bytes overflow a size", count, size);
+    void *ptr = cache_alloc(&acct->cache, count * size);
+    mem_account_add(acct, category, count * size);
     return ptr;
 }
 
-void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
-    if (!ptr) return;
-    mem_account_sub(acct, category, count * sizeof(float));
-    free(ptr);
+static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
+    if (!ptr && !acct->cache.dry) return;
+    mem_account_sub(acct, category, bytes);
+    cache_free(&acct->cache, ptr, bytes);
 }
+
+float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count) {
+    return alloc_counted(acct, category, count, sizeof(float));
+}
+
+void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+    free_counted(acct, category, ptr, count * sizeof(float));
+}
+
+int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
+    return alloc_counted(acct, category, count, sizeof(int));
+}
+
+void mem_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
+    free_counted(acct, category, ptr, count * sizeof(int));
+}
+
+size_t mem_reserved_bytes(const MemAccount *acct) { return cache_reserved(&acct->cache); }
+size_t mem_reserved_peak_bytes(const MemAccount *acct) { return acct->cache.reserved_peak; }
 
 size_t mem_rss_peak_bytes(void) {
     struct rusage usage;

@@ -1,10 +1,14 @@
 // memory.h: the accounting allocator. Every buffer a rank holds for training is
 // allocated here under one category, so the per-rank memory plots count bytes
-// that really exist rather than bytes a formula predicts.
+// that really exist rather than bytes a formula predicts. The memory comes from
+// the account's cache (cache.h), which keeps freed blocks for reuse: the
+// categories count the bytes in use, the cache's `reserved` what it holds.
 #ifndef SHARDLAB_MEMORY_H
 #define SHARDLAB_MEMORY_H
 
 #include <stddef.h>
+
+#include "cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,14 +30,25 @@ typedef struct {
     size_t peak[MEM_NUM_CATEGORIES];
     size_t total_current;
     size_t total_peak;  // peak of the sum over categories (not the sum of peaks)
+    Cache cache;        // where mem_alloc_floats' memory comes from; empty again once all is freed
 } MemAccount;
 
 extern const char *const mem_category_names[MEM_NUM_CATEGORIES];
 
-// Zero-filled float buffer counted under `category`.
+// Zero-filled float buffer counted under `category`, from the account's cache.
+// On a dry account (acct->cache.dry set before first use: build/plan) the same
+// books are kept and NULL comes back.
 float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count);
-// Frees a buffer from mem_alloc_floats; `count` must be the count it was allocated with.
+// Gives a buffer from mem_alloc_floats back to the cache; `count` must be the
+// count it was allocated with. NULL is nothing to free, except on a dry account,
+// where every buffer is NULL.
 void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count);
+// The same for ints (token ids).
+int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count);
+void mem_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count);
+// Bytes the account's cache holds (in use + cached), now and at the peak.
+size_t mem_reserved_bytes(const MemAccount *acct);
+size_t mem_reserved_peak_bytes(const MemAccount *acct);
 // Records bytes held elsewhere (e.g. device memory) without allocating host memory.
 void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes);
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes);

@@ -41,7 +41,7 @@ static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
 typedef struct {
     MemAccount mem;
     size_t rss_peak_bytes;
-    size_t device_peak_bytes;  // the GPU allocator's high-water mark (0 on the CPU)
+    size_t reserved_peak_bytes;  // the peak of what the allocator held: in use + cached (device.h)
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
     double compute_s, comm_wait_s, optim_s;
@@ -376,7 +376,7 @@ static void write_counter(FILE *f, const CommStats *stats) {
 static void write_summary(Run *run, double tokens_per_s) {
     run->summary.mem = run->mem;
     run->summary.rss_peak_bytes = mem_rss_peak_bytes();
-    run->summary.device_peak_bytes = device_peak_bytes();
+    run->summary.reserved_peak_bytes = device_reserved(&run->mem).peak;
     run->summary.comm_total = run->comm.stats;
     size_t *counts = NULL;
     RankSummary *all = comm_metric_gather(&run->comm, &run->summary, sizeof run->summary, &counts);
@@ -406,8 +406,8 @@ static void write_summary(Run *run, double tokens_per_s) {
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
             fprintf(f, "%s\"%s\": {\"current\": %zu, \"peak\": %zu}", k ? ", " : "",
                     mem_category_names[k], s->mem.current[k], s->mem.peak[k]);
-        fprintf(f, "}, \"peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"device_peak_bytes\": %zu, \"comm\": ",
-                s->mem.total_peak, s->rss_peak_bytes, s->device_peak_bytes);
+        fprintf(f, "}, \"peak_bytes\": %zu, \"reserved_peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"comm\": ",
+                s->mem.total_peak, s->reserved_peak_bytes, s->rss_peak_bytes);
         write_counter(f, &s->comm_total);
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);

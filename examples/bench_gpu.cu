@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
     }
     double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T);
     printf("%s B=%d T=%d, fp32 parameters, tf32 products: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model, "
-           "MFU %.1f%% of the bf16 peak, %.1f%% of the tf32 peak; device peak %.2f GB (accounted %.2f GB)\n",
+           "MFU %.1f%% of the bf16 peak, %.1f%% of the tf32 peak; reserved peak %.2f GB (accounted %.2f GB)\n",
            config_name, B, T, 1e3 * step_s, B * T / step_s, flops / step_s / 1e12, 100 * flops / step_s / 1e12 / bf16_peak,
-           100 * flops / step_s / 1e12 / tf32_peak, device_peak_bytes() / 1e9, mem.total_peak / 1e9);
+           100 * flops / step_s / 1e12 / tf32_peak, device_reserved(&mem).peak / 1e9, mem.total_peak / 1e9);
     return 0;
 }

@@ -42,8 +42,8 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 summary = lines[-1]
 steps = [l for l in lines if "step" in l][1:]  # the first step warms up
 tps = len(steps) * 8 * 1024 / sum(s["step_ms"] / 1e3 for s in steps)
-peak = max(r["device_peak_bytes"] for r in summary["ranks"]) / 1e9
-print(f"{sys.argv[2]:6s} {sys.argv[3]} rank(s): {tps:8.0f} tokens/s, device peak {peak:.2f} GB per rank")
+peak = max(r["reserved_peak_bytes"] for r in summary["ranks"]) / 1e9
+print(f"{sys.argv[2]:6s} {sys.argv[3]} rank(s): {tps:8.0f} tokens/s, reserved peak {peak:.2f} GB per rank")
 PY
     done
 done

@@ -249,13 +249,14 @@ plot {lines}""", plots, "loss")
     stacked_bars(f"{data}/memory.tsv", CATEGORIES, palette, "Memory per rank by category (peak of each category)",
                  "MB (million bytes)", "run and rank", plots, "memory_by_category")
 
-    # ---- accounted peak vs OS peak RSS ----
+    # ---- accounted peak vs reserved vs OS peak RSS ----
     rows = []
     for s in runs:
         for r in logs[s][1]["ranks"]:
-            rows.append([f"{s}-r{r['rank']}", r["peak_bytes"] / MB, r["rss_peak_bytes"] / MB])
-    write_tsv(f"{data}/peak.tsv", ["run", "accounted_peak_mb", "rss_peak_mb"], rows)
-    gnuplot(f"""set title "Peak memory per rank: what the accountant counted vs what the OS saw"
+            rows.append([f"{s}-r{r['rank']}", r["peak_bytes"] / MB, r["reserved_peak_bytes"] / MB,
+                         r["rss_peak_bytes"] / MB])
+    write_tsv(f"{data}/peak.tsv", ["run", "accounted_peak_mb", "reserved_peak_mb", "rss_peak_mb"], rows)
+    gnuplot(f"""set title "Peak memory per rank: in use (accountant), held by the allocator (reserved), seen by the OS (RSS)"
 set ylabel "MB (million bytes)"
 set style data histograms
 set style histogram clustered gap 1
@@ -265,8 +266,9 @@ set key top right
 set grid ytics
 set xtics rotate by -45 font ',8'
 set xlabel "run and rank"
-plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (training buffers)', \\
-     '' using 3 lc rgb '#ff7f0e' title 'OS peak RSS (adds program, MPI, allocator)'""", plots, "peak_memory", 1000, 520)
+plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (training buffers in use)', \\
+     '' using 3 lc rgb '#2ca02c' title 'reserved peak (in use + cached for reuse)', \\
+     '' using 4 lc rgb '#ff7f0e' title 'OS peak RSS (adds program, MPI, C library)'""", plots, "peak_memory", 1000, 520)
 
     # ---- throughput ----
     tput = {s: logs[s][1]["tokens_per_s"] for s in runs}
@@ -318,8 +320,8 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
             fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
         peak, state = {}, {}
         for line in r.stdout.splitlines():
-            f = line.split("\t")  # strategy, ranks, then CATEGORIES' bytes and the peak
-            peak[f[0]] = max(peak.get(f[0], 0), int(f[-1]))
+            f = line.split("\t")  # strategy, ranks, then CATEGORIES' bytes, the peak and the reserved peak
+            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES)]))
             state[f[0]] = max(state.get(f[0], 0), sum(int(f[2 + CATEGORIES.index(c)]) for c in MODEL_STATE))
         plan_rows.append([n] + [peak[s] / MB for s in strategies])
         state_rows.append([n] + [state[s] / MB for s in strategies])
@@ -412,6 +414,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
             "final_loss": logs[s][0][-1]["loss"],
             "resident": max(sum(r["mem"][c]["peak"] for c in MODEL_STATE) for r in ranks) / MB,
             "peak": max(r["peak_bytes"] for r in ranks) / MB,
+            "reserved": max(r["reserved_peak_bytes"] for r in ranks) / MB,
             "rss": max(r["rss_peak_bytes"] for r in ranks) / MB,
             "sent": max(sum(c["bytes_sent"] for c in r["comm_last_step"].values()) for r in ranks) / MB,
             "exposed": max(exposed_share(r["time"]) for r in ranks),
@@ -456,17 +459,17 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
                 f"({cfg['num_params']:,} parameters), global batch {cfg['batch']} x {cfg['seq']} tokens, "
                 f"{cfg['steps']} AdamW steps at lr {cfg['lr']}, seed {cfg['seed']}, {world} ranks")
     plots = [("loss", "Loss per step"), ("memory_by_category", "Memory per rank by category"),
-             ("peak_memory", "Accounted peak vs OS peak RSS"), ("throughput", "Throughput"),
+             ("peak_memory", "Accounted peak vs reserved vs OS peak RSS"), ("throughput", "Throughput"),
              ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
              ("sharding", "Who keeps which parameters")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
-    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "RSS MB", "sent MB/step",
-              "comm waited"]
+    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
+              "sent MB/step", "comm waited"]
     cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
-              f"{t['peak']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}", f"{100 * t['exposed']:.0f}%"]
-             for t in table]
+              f"{t['peak']:.2f}", f"{t['reserved']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}",
+              f"{100 * t['exposed']:.0f}%"] for t in table]
     # compare.sh samples the reference model's continuation of a prompt (build/sample)
     sample_path, sampled = os.path.join(run, "sample.txt"), None
     sample_title = "Text sampled from the trained model (train_single's, build/sample)"
@@ -479,9 +482,10 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
         f.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
         for c in cells:
             f.write("| " + " | ".join(str(x) for x in c) + " |\n")
-        f.write("\nMemory columns are the largest rank's; MB = 10^6 bytes. Sent bytes follow the ring model "
-                "(docs/communication.md). Comm waited: the time the rank was blocked on a collective, as a share "
-                "of its step (the largest rank's).\n\n")
+        f.write("\nMemory columns are the largest rank's; MB = 10^6 bytes. Peak: training buffers in use; "
+                "reserved: what the allocator held, in use + freed blocks cached for reuse (docs/memory.md). "
+                "Sent bytes follow the ring model (docs/communication.md). Comm waited: the time the rank was "
+                "blocked on a collective, as a share of its step (the largest rank's).\n\n")
         for name, title in plots:
             f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
         if sampled is not None:  # indented: a code block, whatever the text holds

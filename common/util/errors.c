@@ -64,6 +64,12 @@ void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
+void *xrealloc(void *ptr, size_t bytes) {
+    void *p = realloc(ptr, bytes ? bytes : 1);
+    if (!p) fatal("out of memory growing a buffer to %.3f GB (%zu bytes)", bytes / 1e9, bytes);
+    return p;
+}
+
 static const char *file_kind(mode_t mode) {
     if (S_ISDIR(mode)) return "a directory";
     if (S_ISFIFO(mode)) return "a FIFO";

@@ -20,6 +20,7 @@ void fatal_at(const char *file, int line, const char *fmt, ...)
 // Checked wrappers for the C library: they name the file or what was asked for.
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *ptr, size_t bytes);
 // For reading ("r", "rb") the path must be a regular file: a directory, FIFO or
 // device is refused by name, and opening a FIFO never waits for a writer.
 FILE *xfopen(const char *path, const char *mode);
