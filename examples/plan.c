@@ -5,7 +5,8 @@
 // trainers use, with the same partitioner, so its numbers, `reserved` included,
 // can be held against a real run's summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--tsv | --layout]
+//              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode M]
+//              [--prefetch K] [--tsv | --layout]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order), the peak, and the cache's reserved peak.
@@ -15,11 +16,13 @@
 // (see print_layout), for the report's sharding picture.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../common/util/cli.h"
 #include "../common/util/errors.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
+#include "../common/strategy.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"
 
@@ -70,13 +73,27 @@ static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, ModelBuffers mo
     give_model(acct, model);
 }
 
+// How a step runs, beyond the strategy: the trainers' --grad-accum, --accum-mode,
+// --prefetch (ZeRO-3, FSDP) and --reshard-after-forward (FSDP).
+typedef struct {
+    int micro_batches;  // K: forward and backward K times per step
+    int sync_each;      // ZeRO-2/3, FSDP: reduce every micro-batch (1) or only the last (0: no-sync)
+    int prefetch;       // units ahead whose gathers start early (capped at L, as the strategies do)
+    int reshard;        // FSDP: free gathered parameters after forward
+} StepShape;
+
+// Whether a micro-batch's backward reduces: the last one always, the others in sync-each.
+static int reduces_now(const StepShape *shape, int micro) { return micro == shape->micro_batches - 1 || shape->sync_each; }
+
 // ZeRO-1/2, as ddp/zero12.c runs a step: the whole parameter replica (padded to
 // N ranges of S), AdamW moments of this rank's range, and gradients whole
 // (ZeRO-1) or of the range alone (ZeRO-2). ZeRO-2's full-size gradients live
 // from the first backward that writes them until their bucket's reduce is
 // waited for, after the next unit's backward (the head's wte until unit 0's);
-// the all-gather after AdamW sends from a copy of the range.
-static void plan_zero12(const GPT2Layout *layout, int world, int stage, MemAccount *acct, ModelBuffers model) {
+// with no-sync they live until the last micro-batch's. The all-gather after
+// AdamW sends from a copy of the range.
+static void plan_zero12(const GPT2Layout *layout, int world, int stage, const StepShape *shape, MemAccount *acct,
+                        ModelBuffers model) {
     size_t S = zero12_range_numel(layout->num_params, world), grads = stage == 1 ? layout->num_params : S;
     take_model(acct, model);
     take(acct, MEM_PARAMS, S * (size_t)world);
@@ -85,18 +102,27 @@ static void plan_zero12(const GPT2Layout *layout, int world, int stage, MemAccou
     take(acct, MEM_OPTIM, S);
     if (stage == 2) {
         int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
-        for (int u = layout->num_units - 1; u >= -1; u--) {  // u = -1: finish_grads
-            for (int i = 0; u >= 0 && i < layout->unit_num_tensors[u]; i++) {
-                int t = layout->unit_tensors[u][i];
-                if (!held[t]) take(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
-                held[t] = 1;
-            }
-            for (int t = 0; t < layout->num_tensors; t++)  // after unit u: unit u+1's bucket is freed
-                if (layout->tensors[t].home_unit == u + 1 && held[t]) {
-                    give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
-                    held[t] = 0;
+        for (int micro = 0; micro < shape->micro_batches; micro++) {
+            int last = micro == shape->micro_batches - 1;
+            for (int u = layout->num_units - 1; u >= 0; u--) {
+                for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
+                    int t = layout->unit_tensors[u][i];
+                    if (!held[t]) take(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+                    held[t] = 1;
                 }
+                if (!reduces_now(shape, micro)) continue;
+                // after unit u: unit u+1's bucket is freed (and unit 0's before the next micro-batch)
+                for (int t = 0; t < layout->num_tensors; t++) {
+                    int home = layout->tensors[t].home_unit;
+                    if (held[t] && (home == u + 1 || (u == 0 && !last && home == 0))) {
+                        give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+                        held[t] = 0;
+                    }
+                }
+            }
         }
+        for (int t = 0; t < layout->num_tensors; t++)  // finish_grads: unit 0's bucket
+            if (held[t]) give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
         free(held);
     }
     take(acct, MEM_COMM_BUFFERS, S);
@@ -108,94 +134,161 @@ static void plan_zero12(const GPT2Layout *layout, int world, int stage, MemAccou
     give_model(acct, model);
 }
 
-// ZeRO-3, as zero3/zero3.c runs a step: per unit, each tensor owned elsewhere is
-// broadcast into a temporary; in backward, every tensor of the unit also gets a
-// temporary gradient, freed as it is reduced, before the parameters are.
-static void plan_zero3(const GPT2Layout *layout, const int *owner, int rank, MemAccount *acct, ModelBuffers model) {
-    size_t owned = zero3_owned_bytes(layout, owner, rank) / sizeof(float);
-    take_model(acct, model);
-    take_resident(acct, owned);
-    for (int pass = 0; pass < 2; pass++) {  // forward, then backward (same sets, other order)
-        for (int k = 0; k < layout->num_units; k++) {
-            int u = pass == 0 ? k : layout->num_units - 1 - k;
-            const int *tensors = layout->unit_tensors[u];
-            int count = layout->unit_num_tensors[u];
-            for (int i = 0; i < count; i++)
-                if (owner[tensors[i]] != rank) take(acct, MEM_PARAMS_GATHERED, layout->tensors[tensors[i]].numel);
-            for (int i = 0; pass == 1 && i < count; i++) take(acct, MEM_GRADS_GATHERED, layout->tensors[tensors[i]].numel);
-            for (int i = 0; pass == 1 && i < count; i++) give(acct, MEM_GRADS_GATHERED, layout->tensors[tensors[i]].numel);
-            for (int i = 0; i < count; i++)
-                if (owner[tensors[i]] != rank) give(acct, MEM_PARAMS_GATHERED, layout->tensors[tensors[i]].numel);
-        }
-    }
-    give_resident(acct, owned);
-    give_model(acct, model);
+// A sharded strategy's temporaries through a step, replayed in the order
+// zero3/zero3.c and fsdp/fsdp.c make them: tensor states, and which units have
+// a gather or a reduce in flight.
+typedef struct {
+    const GPT2Layout *layout;
+    int world, rank;
+    const int *owner;          // ZeRO-3: the owner of each tensor; NULL for FSDP
+    MemAccount *acct;
+    TensorState *state;        // (num_tensors)
+    int *has_grad;             // (num_tensors) a full gradient is allocated
+    size_t *gather_pack;       // (num_units) FSDP: elements of this rank's part in flight; 0 if none
+    int *gathering;            // (num_units) 1 while the unit's gather is in flight
+    size_t *reduce_pack;       // (num_units) FSDP: the same for the reduce-scatter
+    int *reducing;             // (num_units) 1 while the unit's reduce is in flight
+} Replay;
+
+static size_t full_numel(const Replay *r, int t) {
+    return r->owner ? r->layout->tensors[t].numel : fsdp_padded_numel(&r->layout->tensors[t], r->world);
 }
 
-// FSDP's all-gather of the unit's tensors not held yet (fsdp.c gather_unit): a
-// send buffer of this rank's slices and a receive buffer of everyone's, then
-// the full (padded) tensors, then the two buffers go.
-static void plan_fsdp_gather(const GPT2Layout *layout, int world, int unit, int *held, MemAccount *acct) {
+static size_t slice_numel(const Replay *r, int t) { return fsdp_slice_numel(&r->layout->tensors[t], r->world); }
+
+// ZeRO-3: a temporary per tensor owned elsewhere; FSDP: send and receive buffers.
+static void replay_start_gather(Replay *r, int unit) {
+    const GPT2Layout *layout = r->layout;
     size_t pack = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!held[t]) pack += fsdp_slice_numel(&layout->tensors[t], world);
+        if (r->state[t] != TENSOR_SHARDED) continue;
+        if (r->owner && r->owner[t] != r->rank) take(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        if (!r->owner) pack += slice_numel(r, t);
+        r->state[t] = TENSOR_GATHERING;
+        r->gathering[unit] = 1;
     }
     if (pack == 0) return;
-    take(acct, MEM_COMM_BUFFERS, pack);
-    take(acct, MEM_COMM_BUFFERS, pack * (size_t)world);
+    take(r->acct, MEM_COMM_BUFFERS, pack);
+    take(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+    r->gather_pack[unit] = pack;
+}
+
+// FSDP unpacks into full tensors, then frees its buffers.
+static void replay_finish_gather(Replay *r, int unit) {
+    const GPT2Layout *layout = r->layout;
+    if (!r->gathering[unit]) return;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (held[t]) continue;
-        take(acct, MEM_PARAMS_GATHERED, fsdp_padded_numel(&layout->tensors[t], world));
-        held[t] = 1;
+        if (r->state[t] != TENSOR_GATHERING) continue;
+        if (!r->owner) take(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        r->state[t] = TENSOR_GATHERED;
     }
-    give(acct, MEM_COMM_BUFFERS, pack);
-    give(acct, MEM_COMM_BUFFERS, pack * (size_t)world);
+    size_t pack = r->gather_pack[unit];
+    if (pack > 0) {
+        give(r->acct, MEM_COMM_BUFFERS, pack);
+        give(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+    }
+    r->gather_pack[unit] = 0;
+    r->gathering[unit] = 0;
 }
 
-// After backward (fsdp.c before_backward, reduce_unit): full gradients for the
-// unit; the reduce-scatter's send and receive buffers while they are alive.
-static void plan_fsdp_grads(const GPT2Layout *layout, int world, int unit, MemAccount *acct) {
-    const int *tensors = layout->unit_tensors[unit];
-    int count = layout->unit_num_tensors[unit];
+static void replay_gather_unit(Replay *r, int unit, int direction, int prefetch) {
+    replay_start_gather(r, unit);
+    for (int k = 1; k <= prefetch; k++) {
+        int ahead = unit + direction * k;
+        if (ahead >= 0 && ahead < r->layout->num_units) replay_start_gather(r, ahead);
+    }
+    replay_finish_gather(r, unit);
+}
+
+static void replay_release(Replay *r, int unit) {
+    for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
+        int t = r->layout->unit_tensors[unit][i];
+        if (r->state[t] != TENSOR_GATHERED) continue;
+        if (!r->owner || r->owner[t] != r->rank) give(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        r->state[t] = TENSOR_SHARDED;
+    }
+}
+
+static void replay_start_reduce(Replay *r, int unit) {
     size_t pack = 0;
-    for (int i = 0; i < count; i++) {
-        take(acct, MEM_GRADS_GATHERED, fsdp_padded_numel(&layout->tensors[tensors[i]], world));
-        pack += fsdp_slice_numel(&layout->tensors[tensors[i]], world);
+    for (int i = 0; !r->owner && i < r->layout->unit_num_tensors[unit]; i++) pack += slice_numel(r, r->layout->unit_tensors[unit][i]);
+    if (pack > 0) {
+        take(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+        take(r->acct, MEM_COMM_BUFFERS, pack);
     }
-    take(acct, MEM_COMM_BUFFERS, pack * (size_t)world);
-    take(acct, MEM_COMM_BUFFERS, pack);
-    for (int i = 0; i < count; i++) give(acct, MEM_GRADS_GATHERED, fsdp_padded_numel(&layout->tensors[tensors[i]], world));
-    give(acct, MEM_COMM_BUFFERS, pack * (size_t)world);
-    give(acct, MEM_COMM_BUFFERS, pack);
+    r->reduce_pack[unit] = pack;
+    r->reducing[unit] = 1;
 }
 
-// FSDP, as fsdp/fsdp.c runs a step: gather before each unit, forward and
-// backward; free the full tensors after backward, and after forward too when
-// resharding (otherwise they stay for the unit's backward: the tied wte then
-// stays from unit 0's forward to the head's backward).
-static void plan_fsdp(const GPT2Layout *layout, int world, int reshard, MemAccount *acct, ModelBuffers model) {
-    size_t slices = fsdp_padded_params(layout, world) / (size_t)world;
-    int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
-    take_model(acct, model);
-    take_resident(acct, slices);
-    for (int pass = 0; pass < 2; pass++) {
-        for (int k = 0; k < layout->num_units; k++) {
-            int u = pass == 0 ? k : layout->num_units - 1 - k;
-            plan_fsdp_gather(layout, world, u, held, acct);
-            if (pass == 1) plan_fsdp_grads(layout, world, u, acct);
-            for (int i = 0; (pass == 1 || reshard) && i < layout->unit_num_tensors[u]; i++) {
+// The full gradients go, then FSDP's buffers.
+static void replay_finish_reduce(Replay *r, int unit) {
+    if (!r->reducing[unit]) return;
+    for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
+        int t = r->layout->unit_tensors[unit][i];
+        give(r->acct, MEM_GRADS_GATHERED, full_numel(r, t));
+        r->has_grad[t] = 0;
+    }
+    size_t pack = r->reduce_pack[unit];
+    if (pack > 0) {
+        give(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+        give(r->acct, MEM_COMM_BUFFERS, pack);
+    }
+    r->reducing[unit] = 0;
+}
+
+// One step of ZeRO-3 (owner != NULL) or FSDP: the strategies' hooks around every
+// unit, micro-batch after micro-batch, then finish_grads.
+static void replay_step(Replay *r, const StepShape *shape) {
+    const GPT2Layout *layout = r->layout;
+    int units = layout->num_units, prefetch = shape->prefetch < units - 2 ? shape->prefetch : units - 2;
+    int reshard = r->owner ? 1 : shape->reshard;
+    for (int micro = 0; micro < shape->micro_batches; micro++) {
+        int last = micro == shape->micro_batches - 1;
+        for (int u = 0; u < units; u++) {
+            replay_gather_unit(r, u, +1, prefetch);
+            if (reshard) replay_release(r, u);
+        }
+        for (int u = units - 1; u >= 0; u--) {
+            replay_gather_unit(r, u, -1, prefetch);
+            for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
                 int t = layout->unit_tensors[u][i];
-                if (!held[t]) continue;
-                give(acct, MEM_PARAMS_GATHERED, fsdp_padded_numel(&layout->tensors[t], world));
-                held[t] = 0;
+                if (!r->has_grad[t]) take(r->acct, MEM_GRADS_GATHERED, full_numel(r, t));
+                r->has_grad[t] = 1;
             }
+            if (reduces_now(shape, micro)) {
+                replay_start_reduce(r, u);
+                if (prefetch == 0) replay_finish_reduce(r, u);
+                if (u + 1 < units) replay_finish_reduce(r, u + 1);
+                if (u == 0 && !last) replay_finish_reduce(r, 0);
+            }
+            replay_release(r, u);
         }
     }
-    give_resident(acct, slices);
+    replay_finish_reduce(r, 0);
+}
+
+// ZeRO-3 (owner: each tensor's owner) or FSDP (owner NULL) on rank `rank`:
+// resident state, two steps (the second shows the cache reusing the first's
+// blocks), then everything freed.
+static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, int rank, const StepShape *shape,
+                         MemAccount *acct, ModelBuffers model) {
+    size_t resident = owner ? zero3_owned_bytes(layout, owner, rank) / sizeof(float)
+                            : fsdp_padded_params(layout, world) / (size_t)world;
+    Replay r = {.layout = layout, .world = world, .rank = rank, .owner = owner, .acct = acct,
+                .state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState)),
+                .has_grad = xcalloc((size_t)layout->num_tensors, sizeof(int)),
+                .gather_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
+                .gathering = xcalloc((size_t)layout->num_units, sizeof(int)),
+                .reduce_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
+                .reducing = xcalloc((size_t)layout->num_units, sizeof(int))};
+    take_model(acct, model);
+    take_resident(acct, resident);
+    for (int step = 0; step < 2; step++) replay_step(&r, shape);
+    give_resident(acct, resident);
     give_model(acct, model);
-    free(held);
+    free(r.state); free(r.has_grad); free(r.gather_pack); free(r.gathering); free(r.reduce_pack); free(r.reducing);
 }
 
 // `ranks` is "r", or "first-last" for a run of ranks with the same numbers.
@@ -214,7 +307,7 @@ static void print_row(const char *strategy, const char *ranks, const MemAccount 
 // ZeRO-3's rows: one per rank that owns a tensor, and one for the ranks that own
 // none (when N exceeds the number of tensors), which all hold the same. The
 // partition is computed once, so the work grows with the tensors, not with N.
-static void print_zero3(const GPT2Layout *layout, int world, ModelBuffers model, int tsv) {
+static void print_zero3(const GPT2Layout *layout, int world, const StepShape *shape, ModelBuffers model, int tsv) {
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, world, owner);
     int owning = world < layout->num_tensors ? world : layout->num_tensors;  // ranks [0, owning) own a tensor
@@ -222,13 +315,13 @@ static void print_zero3(const GPT2Layout *layout, int world, ModelBuffers model,
     char ranks[32];
     for (int r = 0; r < owning && (tsv || r == 0 || world <= 8); r++) {
         MemAccount acct = {.cache.dry = 1};
-        plan_zero3(layout, owner, r, &acct, model);
+        plan_sharded(layout, world, owner, r, shape, &acct, model);
         snprintf(ranks, sizeof ranks, "%d", r);
         print_row("zero3", ranks, &acct, tsv);
     }
     if (owning < world && (tsv || world <= 8)) {
         MemAccount acct = {.cache.dry = 1};
-        plan_zero3(layout, owner, owning, &acct, model);
+        plan_sharded(layout, world, owner, owning, shape, &acct, model);
         if (owning == world - 1) snprintf(ranks, sizeof ranks, "%d", owning);
         else snprintf(ranks, sizeof ranks, "%d-%d", owning, world - 1);
         print_row("zero3", ranks, &acct, tsv);
@@ -282,6 +375,8 @@ static void print_layout(const GPT2Layout *layout, int world) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
+    int micro_batches = 1, prefetch = 1;
+    const char *accum_mode = "sync-each";
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
@@ -291,6 +386,9 @@ int main(int argc, char **argv) {
         {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
         {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
+        {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
+        {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
+        {"--prefetch", "K", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
@@ -298,7 +396,8 @@ int main(int argc, char **argv) {
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
-                                "[--reshard-after-forward 0|1] [--recompute] [--tsv | --layout]",
+                                "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
+                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -311,6 +410,14 @@ int main(int argc, char **argv) {
     else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     if (!B) B = 4 * world;
     if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);
+    if (B / world % micro_batches != 0)
+        fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
+              micro_batches, B / world, B, world, micro_batches);
+    if (strcmp(accum_mode, "sync-each") != 0 && strcmp(accum_mode, "no-sync") != 0)
+        fatal("--accum-mode: give sync-each or no-sync");
+    StepShape shape = {.micro_batches = micro_batches, .sync_each = strcmp(accum_mode, "sync-each") == 0,
+                       .prefetch = prefetch, .reshard = reshard};
+    int rows = B / world / micro_batches;  // the model is built for one micro-batch
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
@@ -320,13 +427,14 @@ int main(int argc, char **argv) {
         gpt2_layout_free(&layout);
         return 0;
     }
-    ModelBuffers model = {gpt2_num_activations(&config, B / world, T, recompute),
-                          GPT2_BATCH_ARRAYS * (size_t)(B / world) * T};
+    ModelBuffers model = {gpt2_num_activations(&config, rows, T, recompute), GPT2_BATCH_ARRAYS * (size_t)rows * T};
     if (!tsv) {
         double psi = (double)layout.num_params;
-        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d rows per rank)%s\n",
+        printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
+               "rows per rank, %s)%s; ZeRO-3 and FSDP prefetch %d unit(s)\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
-               B, T, B / world, recompute ? ", activations recomputed in backward" : "");
+               B, T, micro_batches, rows, accum_mode, recompute ? ", activations recomputed in backward" : "",
+               prefetch);
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (fp32 here: 16P resident for DDP); reserved: what the allocator's cache "
@@ -339,12 +447,12 @@ int main(int argc, char **argv) {
     print_row("ddp", "0", &acct, tsv);
     for (int stage = 1; stage <= 2; stage++) {
         acct = (MemAccount){.cache.dry = 1};
-        plan_zero12(&layout, world, stage, &acct, model);
+        plan_zero12(&layout, world, stage, &shape, &acct, model);
         print_row(stage == 1 ? "zero1" : "zero2", "0", &acct, tsv);
     }
-    print_zero3(&layout, world, model, tsv);
+    print_zero3(&layout, world, &shape, model, tsv);
     acct = (MemAccount){.cache.dry = 1};
-    plan_fsdp(&layout, world, reshard, &acct, model);
+    plan_sharded(&layout, world, NULL, 0, &shape, &acct, model);
     print_row("fsdp", "0", &acct, tsv);
     if (!tsv)
         printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n",

@@ -4,7 +4,8 @@ N = 1..4 for each strategy (ddp, zero1, zero2, zero3, fsdp), every rank. params,
 exact; the other categories and the total peak within 5% (they come out exact today). The
 allocator's reserved peak must be exact: the planner replays every buffer through the same
 cache, and the runs train two steps, so a second step that took a new block would show. FSDP
-without resharding at N = 2, 3: every number exact.
+without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
+with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3).
 Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
 ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
@@ -70,6 +71,37 @@ for n in (1, 2, 3, 4):
             got = rank["reserved_peak_bytes"]
             check(got == reserved and reserved >= peak,
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
+
+# The step's shape: --prefetch (ZeRO-3, FSDP), --grad-accum and --accum-mode change
+# what is held at once. The planner replays the strategies' order for each, so every
+# number, reserved included, must be a real run's.
+VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
+            ["--grad-accum", "2", "--accum-mode", "no-sync"], ["--grad-accum", "4", "--prefetch", "0"],
+            ["--grad-accum", "2", "--accum-mode", "no-sync", "--prefetch", "2"]]
+for variant in VARIANTS:
+    for n in (2, 3):
+        batch = 24
+        predicted = {}
+        for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
+                                                         "--batch", str(batch), "--seq", "16", *variant]):
+            for r in range(first, last + 1):
+                predicted[(strategy, r)] = numbers
+        for strategy in ("zero2", "zero3", "fsdp"):
+            pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]  # ZeRO-2 has no --prefetch
+            flags = [f for pair in pairs if strategy != "zero2" or pair[0] != "--prefetch" for f in pair]
+            trainer = [f"{BUILD}/train_ddp", "--zero-stage", "2"] if strategy == "zero2" else [f"{BUILD}/train_{strategy}"]
+            tag = " ".join([strategy, f"N={n}", *flags])
+            log = os.path.join(tmp, "variant.jsonl")
+            r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
+                                "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
+            if r.returncode != 0:
+                continue
+            for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+                want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
+                got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
+                check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
 
 # FSDP without resharding keeps each unit's parameters from its forward to its
 # backward (the tied wte from unit 0's forward to the head's backward): other
