@@ -217,7 +217,10 @@ fails "init_model: --vocab beyond uint16 token ids" "--vocab: '70000' is not an 
     "$BUILD/init_model" --layers 1 --heads 1 --channels 8 --vocab 70000 --max-seq 8 --out "$tmp/x.bin"
 fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an integer in \[0, 1\]" \
     "$BUILD/plan" --config d2 --ranks 2 --reshard-after-forward 7
-if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (4 rows per rank)" "$tmp/out"; then
+fails "plan: --grad-accum that does not divide the rows" "do not split into 3 micro-batches" \
+    "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
+fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
+if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
     ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
 mkdir -p "$tmp/tinyvocab"
 printf '{"a": 0, "b": 1}' > "$tmp/tinyvocab/encoder.json"
