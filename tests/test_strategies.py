@@ -11,7 +11,8 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
   - the last step's traffic per collective equals its formula on every rank;
   - ZeRO-3 and FSDP with --prefetch 1, 2 (and 9, capped at L) give bitwise the losses and final
     model of --prefetch 0, the same traffic, and the peaks of a replay of the
-    prefetching step (prefetch_peaks);
+    prefetching step (prefetch_peaks); on the --trace timeline some collectives
+    overlap compute with --prefetch 1, none with --prefetch 0;
   - with --grad-accum K (K = 2, 4; both --accum-mode values where gradients are
     sharded), 6 steps give train_single's losses and parameters without
     accumulation (within 1e-5), the same memory and traffic formulas for K
@@ -365,6 +366,35 @@ def check_accumulation(tmp, model, data):
           "--accum-mode later is refused")
 
 
+def check_trace_overlap(tmp, model, data):
+    """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
+    travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
+    every one is waited for as soon as it starts, inside the rank's own comm spans."""
+    for strategy in ("zero3", "fsdp"):
+        overlaps = {}
+        for prefetch in (0, 1):
+            prefix = os.path.join(tmp, f"trace_{strategy}{prefetch}")
+            rc = run([*strategy_command(strategy, 2, ["--prefetch", str(prefetch)]), "--model", model, "--data", data,
+                      "--batch", str(BATCH), "--seq", str(SEQ), "--steps", "3", "--quiet", "--trace", prefix])
+            check(rc == 0, f"{strategy} N=2 --prefetch {prefetch} --trace runs")
+            if rc != 0:
+                return
+            events = [line.rstrip("\n").split("\t") for line in open(prefix + ".tsv") if not line.startswith("#")]
+            lanes = {}
+            for rank, step, category, name, start, end in events:
+                lanes.setdefault((rank, category), []).append((float(start), float(end)))
+            count = 0
+            for (rank, category), spans in lanes.items():
+                if category != "collective":
+                    continue
+                compute = lanes.get((rank, "compute"), [])
+                count += sum(1 for a, b in spans if any(min(b, d) - max(a, c) > 0 for c, d in compute))
+            overlaps[prefetch] = (count, len(lanes.get(("0", "collective"), [])))
+        check(overlaps[1][0] > 0 and overlaps[0][0] == 0 and overlaps[0][1] > 0,
+              f"{strategy} N=2: collectives under compute, on the trace's collective lane: --prefetch 1 "
+              f"{overlaps[1][0]}, --prefetch 0 {overlaps[0][0]} of {overlaps[0][1]} on rank 0")
+
+
 def check_weight_decay(tmp, model, data):
     lr, wd = 1e-2, 0.5
     outs = []
@@ -463,6 +493,7 @@ def main():
                 check(outputs.get((strategy, n, reshard)) == (losses, model_bytes),
                       f"{tag}: bitwise the losses and final model of --prefetch 0")
     check_accumulation(tmp, model, data)
+    check_trace_overlap(tmp, model, data)
     CHECKS.finish()
 
 
