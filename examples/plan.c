@@ -291,6 +291,32 @@ static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, 
     free(r.state); free(r.has_grad); free(r.gather_pack); free(r.gathering); free(r.reduce_pack); free(r.reducing);
 }
 
+// --params P: the model states alone, per rank, for P parameters on N ranks, by
+// the ZeRO paper's accounting (its Figure 1): parameters, gradients and
+// optimizer state, without activations, temporaries or padding. fp32 is how
+// shardlab trains, 4 + 4 + 8 bytes per parameter (the parameters are AdamW's
+// master copy; m and v); bf16 is the paper's mixed precision, 2 + 2 + 12 (bf16
+// parameters and gradients; fp32 master weights, m and v).
+static void print_model_states(uint64_t P, int world, const char *precision) {
+    int bf16 = strcmp(precision, "bf16") == 0;
+    double params = bf16 ? 2 : 4, grads = bf16 ? 2 : 4, optim = bf16 ? 12 : 8, N = world, psi = (double)P;
+    // what each rung divides by N: ZeRO-1 the optimizer state, ZeRO-2 the gradients too, ZeRO-3 everything
+    const struct { const char *name; double params, grads, optim; } rungs[] = {
+        {"ddp", params, grads, optim},
+        {"zero1", params, grads, optim / N},
+        {"zero2", params, grads / N, optim / N},
+        {"zero3", params / N, grads / N, optim / N},
+        {"fsdp", params / N, grads / N, optim / N},
+    };
+    printf("model states per rank: P = %llu parameters, N = %d ranks, %s (%g + %g + %g bytes per parameter); "
+           "GB = 1e9 bytes\n%-6s %12s %12s %12s %12s\n",
+           (unsigned long long)P, world, precision, params, grads, optim, "", "params", "grads", "optim", "total");
+    for (size_t i = 0; i < sizeof rungs / sizeof rungs[0]; i++)
+        printf("%-6s %12.3f %12.3f %12.3f %12.3f\n", rungs[i].name, rungs[i].params * psi / 1e9,
+               rungs[i].grads * psi / 1e9, rungs[i].optim * psi / 1e9,
+               (rungs[i].params + rungs[i].grads + rungs[i].optim) * psi / 1e9);
+}
+
 // `ranks` is "r", or "first-last" for a run of ranks with the same numbers.
 static void print_row(const char *strategy, const char *ranks, const MemAccount *acct, int tsv) {
     if (tsv) {
@@ -376,7 +402,8 @@ int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
     int micro_batches = 1, prefetch = 1;
-    const char *accum_mode = "sync-each";
+    const char *accum_mode = "sync-each", *precision = "fp32";
+    uint64_t params_only = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
@@ -389,21 +416,35 @@ int main(int argc, char **argv) {
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "K", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
+        {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
+         "instead of a model: the model states per rank for P parameters (the ZeRO paper's Figure 1)"},
+        {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
+         "with --params: shardlab's fp32 (4 + 4 + 8 bytes per parameter, default) or bf16 mixed precision (2 + 2 + 12)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
         {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
-    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B] [--seq T] "
+    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P [--precision fp32|bf16]) "
+                                "--ranks N [--batch B] [--seq T] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch K] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
-    if (!config_name == !model_path) fatal("give exactly one of --config dN and --model FILE.bin (%s --help)", argv[0]);
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
+    if (strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0) fatal("--precision: give fp32 or bf16");
+    if (params_only) {
+        if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
+        print_model_states(params_only, world, precision);
+        return 0;
+    }
+    if (strcmp(precision, "fp32") != 0)
+        fatal("--precision %s goes with --params P: the trainers train in fp32, so a model is planned in fp32", precision);
+    if (!config_name == !model_path)
+        fatal("give exactly one of --config dN, --model FILE.bin and --params P (%s --help)", argv[0]);
     if (model_path && vocab) fatal("--vocab goes with --config; a --model file has its own vocab");
     GPT2Config config;
     if (model_path) gpt2_checkpoint_read_config(model_path, &config);

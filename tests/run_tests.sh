@@ -220,6 +220,23 @@ fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an 
 fails "plan: --grad-accum that does not divide the rows" "do not split into 3 micro-batches" \
     "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
 fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
+# --params: the ZeRO paper's Figure 1 (P = 7.5e9, N = 64, mixed precision: 120, 31.4, 16.6, 1.9 GB per
+# rank), and shardlab's fp32 accounting written out by hand for P = 1e9, N = 4 (16, 4 + 4 + 8/4, 4 + (4 + 8)/4, 16/4)
+if "$BUILD/plan" --params 7500000000 --ranks 64 --precision bf16 > "$tmp/fig1" 2>&1 &&
+   "$BUILD/plan" --params 1000000000 --ranks 4 > "$tmp/fp32" 2>&1 && python3 - "$tmp/fig1" "$tmp/fp32" <<'PY'
+import sys
+def totals(path):
+    return {f[0]: float(f[4]) for f in (l.split() for l in open(path)) if len(f) == 5 and f[0] in
+            ("ddp", "zero1", "zero2", "zero3", "fsdp")}
+fig1, fp32 = totals(sys.argv[1]), totals(sys.argv[2])
+assert {k: round(v, 1) for k, v in fig1.items()} == {"ddp": 120.0, "zero1": 31.4, "zero2": 16.6, "zero3": 1.9, "fsdp": 1.9}, fig1
+assert fp32 == {"ddp": 16.0, "zero1": 10.0, "zero2": 7.0, "zero3": 4.0, "fsdp": 4.0}, fp32
+PY
+then ok "plan --params: the ZeRO paper's Figure 1 in bf16, and fp32 by hand"
+else bad "plan --params: the ZeRO paper's Figure 1 in bf16, and fp32 by hand"; cat "$tmp/fig1" "$tmp/fp32"; fi
+fails "plan: --precision bf16 with a model" "goes with --params P" "$BUILD/plan" --config d2 --ranks 2 --precision bf16
+fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
+fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
     ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
 mkdir -p "$tmp/tinyvocab"
