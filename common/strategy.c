@@ -11,3 +11,8 @@ void strategy_note(const StrategyContext *ctx, const char *fmt, ...) {
     vprintf(fmt, args);
     va_end(args);
 }
+
+int prefetch_window(const GPT2Layout *layout, int prefetch) {
+    int blocks = layout->num_units - 2;
+    return prefetch < blocks ? prefetch : blocks;
+}

@@ -46,8 +46,9 @@ typedef struct {
     CommStats comm_last_step;  // the last training step alone
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
-    long minor_faults;         // page faults served without I/O during the training steps: each
-                               // is a page the OS handed this process afresh (first touch)
+    long minor_faults;         // page faults served without I/O from the first training step to the
+                               // last (checkpoints and evaluations included): each is a page the OS
+                               // handed this process afresh (first touch)
 } RankSummary;
 
 typedef struct {

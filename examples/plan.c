@@ -78,12 +78,21 @@ static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, ModelBuffers mo
 typedef struct {
     int micro_batches;  // K: forward and backward K times per step
     int sync_each;      // ZeRO-2/3, FSDP: reduce every micro-batch (1) or only the last (0: no-sync)
-    int prefetch;       // units ahead whose gathers start early (capped at L, as the strategies do)
+    int prefetch;       // units ahead whose gathers start early (prefetch_window: at most L)
     int reshard;        // FSDP: free gathered parameters after forward
 } StepShape;
 
 // Whether a micro-batch's backward reduces: the last one always, the others in sync-each.
 static int reduces_now(const StepShape *shape, int micro) { return micro == shape->micro_batches - 1 || shape->sync_each; }
+
+// ZeRO-2's finish_bucket: the full-size gradients of the tensors homed in `unit` go.
+static void give_bucket(const GPT2Layout *layout, int unit, int *held, MemAccount *acct) {
+    for (int t = 0; t < layout->num_tensors; t++)
+        if (held[t] && layout->tensors[t].home_unit == unit) {
+            give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+            held[t] = 0;
+        }
+}
 
 // ZeRO-1/2, as ddp/zero12.c runs a step: the whole parameter replica (padded to
 // N ranges of S), AdamW moments of this rank's range, and gradients whole
@@ -111,18 +120,12 @@ static void plan_zero12(const GPT2Layout *layout, int world, int stage, const St
                     held[t] = 1;
                 }
                 if (!reduces_now(shape, micro)) continue;
-                // after unit u: unit u+1's bucket is freed (and unit 0's before the next micro-batch)
-                for (int t = 0; t < layout->num_tensors; t++) {
-                    int home = layout->tensors[t].home_unit;
-                    if (held[t] && (home == u + 1 || (u == 0 && !last && home == 0))) {
-                        give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
-                        held[t] = 0;
-                    }
-                }
+                // after unit u: unit u+1's bucket is freed, then unit 0's before the next micro-batch
+                give_bucket(layout, u + 1, held, acct);
+                if (u == 0 && !last) give_bucket(layout, 0, held, acct);
             }
         }
-        for (int t = 0; t < layout->num_tensors; t++)  // finish_grads: unit 0's bucket
-            if (held[t]) give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+        give_bucket(layout, 0, held, acct);  // finish_grads
         free(held);
     }
     take(acct, MEM_COMM_BUFFERS, S);
@@ -242,7 +245,7 @@ static void replay_finish_reduce(Replay *r, int unit) {
 // unit, micro-batch after micro-batch, then finish_grads.
 static void replay_step(Replay *r, const StepShape *shape) {
     const GPT2Layout *layout = r->layout;
-    int units = layout->num_units, prefetch = shape->prefetch < units - 2 ? shape->prefetch : units - 2;
+    int units = layout->num_units, prefetch = shape->prefetch;
     int reshard = r->owner ? 1 : shape->reshard;
     for (int micro = 0; micro < shape->micro_batches; micro++) {
         int last = micro == shape->micro_batches - 1;
@@ -462,6 +465,7 @@ int main(int argc, char **argv) {
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
+    shape.prefetch = prefetch_window(&layout, prefetch);
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         print_layout(&layout, world);
@@ -475,7 +479,7 @@ int main(int argc, char **argv) {
                "rows per rank, %s)%s; ZeRO-3 and FSDP prefetch %d unit(s)\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, rows, accum_mode, recompute ? ", activations recomputed in backward" : "",
-               prefetch);
+               shape.prefetch);
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (fp32 here: 16P resident for DDP); reserved: what the allocator's cache "

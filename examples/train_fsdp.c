@@ -9,7 +9,8 @@ int main(int argc, char **argv) {
         {"--reshard-after-forward", "0|1", CLI_INT, &fsdp.reshard_after_forward, 0, 1,
          "free a unit's gathered parameters after its forward (1, default) or keep them for backward (0)"},
         {"--prefetch", "K", CLI_INT, &fsdp.prefetch, 0, 1 << 20,
-         "start the all-gathers of the next K units while one computes (default 1; 0: gather when needed)"},
+         "start the all-gathers of the next K units while one computes, and reduce a unit's gradients behind the "
+         "next unit's backward (default 1; 0: every collective waited for at once)"},
     };
     StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 2, .options = &fsdp};
     return train_main(argc, argv, &plugin);

@@ -104,6 +104,7 @@ static void start_gather(State *s, int unit) {
     InFlight *g = &s->gathers[unit];
     size_t pack = unit_slice_numel(s, unit, 1);
     if (pack == 0) return;
+    CHECK(!g->send, "fsdp: unit %d's all-gather started twice", unit);
     g->pack = pack;
     g->send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
     g->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * s->comm->world);
@@ -176,6 +177,7 @@ static void add_reduced_slices(State *s, int unit, const float *recv) {
 static void start_reduce(State *s, int unit) {
     InFlight *r = &s->reduces[unit];
     int world = s->comm->world;
+    CHECK(!r->send, "fsdp: unit %d's reduce-scatter started twice", unit);
     r->pack = unit_slice_numel(s, unit, 0);
     r->send = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack * world);
     r->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack);
@@ -272,6 +274,8 @@ static int local_grads(void *state, float **grads, size_t *count) {
 
 static void destroy(void *state) {
     State *s = state;
+    // without resharding, a forward-only pass (evaluation) leaves its units gathered
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);
     resident_free(&s->resident, s->mem);
     free(s->tensor_state);
     free(s->gathers);
@@ -288,9 +292,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     const FsdpOptions *options = ctx->options;
     s->reshard_after_forward = options->reshard_after_forward;
-    // the head and unit 0 share wte: a window reaching from one to the other would
-    // gather it for one while the other still holds it
-    s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
+    s->prefetch = prefetch_window(layout, options->prefetch);
     if (s->prefetch < options->prefetch)
         strategy_note(ctx, "fsdp: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
                       options->prefetch, layout->num_units - 2, s->prefetch);

@@ -145,7 +145,7 @@ typedef struct {
 
 typedef struct {
     GPT2Layout layout;
-    int B, T;                  // this rank's batch rows and sequence length
+    int B, T;                  // rows of one micro-batch (B/N/K of the global batch) and sequence length
     int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
     int grad_accum;            // micro-batches per optimizer step (--grad-accum): each backward adds
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
@@ -158,7 +158,7 @@ typedef struct {
     const int *inputs;         // (B,T) token ids (points into batch)
     const int *targets;        // (B,T) next-token ids (points into batch), or NULL
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
-    float mean_loss;           // mean of losses over this rank's B*T tokens
+    float mean_loss;           // mean of losses over the micro-batch's B*T tokens
     GPT2OpTimes *op_times;     // NULL (off), or where the CPU ops add their wall time
 } GPT2;
 

@@ -37,9 +37,10 @@ typedef struct {
     MemAccount *mem;
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
-    TensorState *tensor_state;       // (num_tensors) GATHERED while every rank has tensor t whole
+    TensorState *tensor_state;       // (num_tensors) GATHERING while its broadcast travels, GATHERED
+                                     // while every rank has tensor t whole
     int prefetch;                    // units ahead whose broadcasts start before they run
-    CommHandle *fetches, *reductions; // (num_tensors) tensor t's broadcast, gradient reduce in flight
+    CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
 
@@ -69,7 +70,7 @@ static void start_gather(State *s, int unit) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
         if (!owns(s, t)) s->model->params[t] = device_alloc(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
-        s->fetches[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
+        s->gathers[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
 }
@@ -80,7 +81,7 @@ static void finish_gather(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
-        comm_wait(s->comm, &s->fetches[t]);
+        comm_wait(s->comm, &s->gathers[t]);
         s->tensor_state[t] = TENSOR_GATHERED;
     }
 }
@@ -116,7 +117,7 @@ static void start_reduce(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         float *local = s->model->grads[t];
-        s->reductions[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel,
+        s->reduces[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel,
                                              s->owner[t], COMM_AVG);
     }
 }
@@ -128,9 +129,9 @@ static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!s->reductions[t].active) continue;
+        if (!s->reduces[t].active) continue;
         size_t numel = layout->tensors[t].numel;
-        comm_wait(s->comm, &s->reductions[t]);
+        comm_wait(s->comm, &s->reduces[t]);
         if (owns(s, t)) device_add(s->resident.grads + s->resident.flat.offset[t], s->model->grads[t], numel);
         device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], numel);
         s->model->grads[t] = NULL;
@@ -211,8 +212,8 @@ static void destroy(void *state) {
     resident_free(&s->resident, s->mem);
     free(s->owner);
     free(s->tensor_state);
-    free(s->fetches);
-    free(s->reductions);
+    free(s->gathers);
+    free(s->reduces);
     free(s);
 }
 
@@ -224,15 +225,13 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->comm = ctx->comm;
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
-    // the head and unit 0 share wte: a window reaching from one to the other would
-    // fetch it for one while the other still holds it
     const Zero3Options *options = ctx->options;
-    s->prefetch = options->prefetch < layout->num_units - 2 ? options->prefetch : layout->num_units - 2;
+    s->prefetch = prefetch_window(layout, options->prefetch);
     if (s->prefetch < options->prefetch)
         strategy_note(ctx, "zero3: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
                       options->prefetch, layout->num_units - 2, s->prefetch);
-    s->fetches = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
-    s->reductions = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
+    s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
+    s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
     report_balance(s, ctx);
