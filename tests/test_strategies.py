@@ -355,6 +355,22 @@ def check_accumulation(tmp, model, data):
                     want = activations[batch // (n * accum)]
                     check(got == {want}, f"{tag}: activations {got} are a micro-batch's, {want}")
                     check_rank_formulas(tag, summary, strategy, n, 1, accum, mode, prefetch)
+    # accumulation with FSDP's unsharded forward-to-backward and a wider prefetch window
+    for strategy, n, flags, reshard, accum, mode, prefetch in (
+            ("fsdp", 3, ["--reshard-after-forward", "0", "--grad-accum", "2", "--accum-mode", "no-sync",
+                         "--prefetch", "2"], 0, 2, "no-sync", 2),
+            ("fsdp", 2, ["--reshard-after-forward", "0", "--grad-accum", "4", "--prefetch", "1"], 0, 4, "sync-each", 1),
+            ("zero3", 4, ["--grad-accum", "4", "--prefetch", "2"], 1, 4, "sync-each", 2)):
+        tag = " ".join([strategy, f"N={n}", *flags])
+        log, out = os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin")
+        if run([*strategy_command(strategy, n, flags), *common, "--log", log, "--out-model", out]) != 0:
+            check(False, f"{tag}: runs")
+            continue
+        steps, summary = read_log(log)
+        worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
+        pdiff = max(abs(a - b) for a, b in zip(read_params(out), ref_params))
+        check(worst <= 1e-5 and pdiff <= 1e-5, f"{tag}: follows train_single ({worst:.2e}, params {pdiff:.2e})")
+        check_rank_formulas(tag, summary, strategy, n, reshard, accum, mode, prefetch)
     for launch, bad in (([], ["--batch", "12", "--grad-accum", "5"]), ([*MPIRUN, "-np", "4"], ["--batch", "8", "--grad-accum", "4"])):
         trainer = "train_single" if not launch else "train_fsdp"
         r = subprocess.run([*launch, f"{BUILD}/{trainer}", *common[:6], *bad, "--steps", "1"],
