@@ -295,6 +295,20 @@ def strategy_command(strategy, n, extra):
     return [*MPIRUN, "-np", str(n), f"{BUILD}/train_{trainer}", *extra]
 
 
+def run_logged(tag, command, log, out):
+    """Runs a trainer with --log and --out-model: its step lines, summary and final parameters, or None."""
+    rc = run([*command, "--log", log, "--out-model", out])
+    check(rc == 0, f"{tag}: runs")
+    if rc != 0:
+        return None
+    steps, summary = read_log(log)
+    return steps, summary, read_params(out)
+
+
+def worst_loss_diff(steps, ref_steps):
+    return max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
+
+
 def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each", prefetch=0):
     for rank_info in summary["ranks"]:
         r = rank_info["rank"]
@@ -329,47 +343,35 @@ def check_accumulation(tmp, model, data):
                    "--quiet", "--log", log]) == 0, f"train_single --batch {rows} runs")
         activations[rows] = read_log(log)[1]["ranks"][0]["mem"]["activations"]["peak"]
     check(activations[3] < activations[6] < activations[12], f"activations grow with the batch {activations}")
+    runs = []  # (strategy, N, K, mode, prefetch, reshard)
     for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
         modes = ("sync-each", "no-sync") if strategy in ("zero2", "zero3", "fsdp") else ("sync-each",)
-        for n in (1, 2, 3, 4):
-            for accum in (2, 4):
-                for mode in modes:
-                    prefetch = 1 if accum == 4 and strategy in ("zero3", "fsdp") else 0
-                    flags = ["--grad-accum", str(accum), "--accum-mode", mode] + \
-                            (["--prefetch", str(prefetch)] if strategy in ("zero3", "fsdp") else [])
-                    tag = " ".join([strategy, f"N={n}", *flags])
-                    log, out = os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin")
-                    rc = run([*strategy_command(strategy, n, flags), *common, "--log", log, "--out-model", out])
-                    check(rc == 0, f"{tag}: runs")
-                    if rc != 0:
-                        continue
-                    steps, summary = read_log(log)
-                    worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
-                    pdiff = max(abs(a - b) for a, b in zip(read_params(out), ref_params))
-                    check(len(steps) == 6 and worst <= 1e-5 and pdiff <= 1e-5,
-                          f"{tag}: losses and parameters of train_single without accumulation (worst loss diff "
-                          f"{worst:.2e}, params {pdiff:.2e})")
-                    check(summary["config"]["grad_accum"] == accum and summary["config"]["accum_mode"] == mode,
-                          f"{tag}: the summary names K and the mode")
-                    got = {r["mem"]["activations"]["peak"] for r in summary["ranks"]}
-                    want = activations[batch // (n * accum)]
-                    check(got == {want}, f"{tag}: activations {got} are a micro-batch's, {want}")
-                    check_rank_formulas(tag, summary, strategy, n, 1, accum, mode, prefetch)
-    # accumulation with FSDP's unsharded forward-to-backward and a wider prefetch window
-    for strategy, n, flags, reshard, accum, mode, prefetch in (
-            ("fsdp", 3, ["--reshard-after-forward", "0", "--grad-accum", "2", "--accum-mode", "no-sync",
-                         "--prefetch", "2"], 0, 2, "no-sync", 2),
-            ("fsdp", 2, ["--reshard-after-forward", "0", "--grad-accum", "4", "--prefetch", "1"], 0, 4, "sync-each", 1),
-            ("zero3", 4, ["--grad-accum", "4", "--prefetch", "2"], 1, 4, "sync-each", 2)):
+        runs += [(strategy, n, accum, mode, 1 if accum == 4 and strategy in ("zero3", "fsdp") else 0, 1)
+                 for n in (1, 2, 3, 4) for accum in (2, 4) for mode in modes]
+    # FSDP's unsharded forward-to-backward, and wider prefetch windows
+    runs += [("fsdp", 3, 2, "no-sync", 2, 0), ("fsdp", 2, 4, "sync-each", 1, 0), ("zero3", 4, 4, "sync-each", 2, 1)]
+    for strategy, n, accum, mode, prefetch, reshard in runs:
+        flags = ["--grad-accum", str(accum), "--accum-mode", mode]
+        if strategy in ("zero3", "fsdp"):
+            flags += ["--prefetch", str(prefetch)]
+        if not reshard:
+            flags += ["--reshard-after-forward", "0"]
         tag = " ".join([strategy, f"N={n}", *flags])
-        log, out = os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin")
-        if run([*strategy_command(strategy, n, flags), *common, "--log", log, "--out-model", out]) != 0:
-            check(False, f"{tag}: runs")
+        result = run_logged(tag, [*strategy_command(strategy, n, flags), *common],
+                            os.path.join(tmp, "acc.jsonl"), os.path.join(tmp, "acc.bin"))
+        if result is None:
             continue
-        steps, summary = read_log(log)
-        worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
-        pdiff = max(abs(a - b) for a, b in zip(read_params(out), ref_params))
-        check(worst <= 1e-5 and pdiff <= 1e-5, f"{tag}: follows train_single ({worst:.2e}, params {pdiff:.2e})")
+        steps, summary, params = result
+        worst = worst_loss_diff(steps, ref_steps)
+        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+        check(len(steps) == 6 and worst <= 1e-5 and pdiff <= 1e-5,
+              f"{tag}: losses and parameters of train_single without accumulation (worst loss diff "
+              f"{worst:.2e}, params {pdiff:.2e})")
+        check(summary["config"]["grad_accum"] == accum and summary["config"]["accum_mode"] == mode,
+              f"{tag}: the summary names K and the mode")
+        got = {r["mem"]["activations"]["peak"] for r in summary["ranks"]}
+        want = activations[batch // (n * accum)]
+        check(got == {want}, f"{tag}: activations {got} are a micro-batch's, {want}")
         check_rank_formulas(tag, summary, strategy, n, reshard, accum, mode, prefetch)
     for launch, bad in (([], ["--batch", "12", "--grad-accum", "5"]), ([*MPIRUN, "-np", "4"], ["--batch", "8", "--grad-accum", "4"])):
         trainer = "train_single" if not launch else "train_fsdp"
@@ -482,18 +484,16 @@ def main():
         log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
         extra = ([] if reshard else ["--reshard-after-forward", "0"]) + \
                 (["--prefetch", str(prefetch)] if strategy in ("zero3", "fsdp") else [])
-        rc = run([*strategy_command(strategy, n, extra), *common, "--log", log, "--out-model", out])
-        check(rc == 0, f"{tag}: runs")
-        if rc != 0:
+        result = run_logged(tag, [*strategy_command(strategy, n, extra), *common], log, out)
+        if result is None:
             continue
-        steps, summary = read_log(log)
-        worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
+        steps, summary, params = result
+        worst = worst_loss_diff(steps, ref_steps)
         check(len(steps) == STEPS and worst <= 1e-5, f"{tag}: losses match train_single (worst relative diff {worst:.2e})")
         val = [(a["val_loss"], b["val_loss"]) for a, b in zip(steps, ref_steps) if b["val_loss"] is not None]
         worst = max(abs(a - b) / abs(b) if a is not None else 1 for a, b in val)
         check(len(val) == STEPS // 5 and worst <= 1e-5,
               f"{tag}: validation losses match train_single (worst relative diff {worst:.2e})")
-        params = read_params(out)
         pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
         check(len(params) == len(ref_params) and pdiff <= 1e-5, f"{tag}: final parameters match (max diff {pdiff:.2e})")
         check(summary["world_size"] == n and len(summary["ranks"]) == n, f"{tag}: summary has every rank")
