@@ -237,7 +237,7 @@ static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layou
             device_copy(assembled + 2 * tensor->numel + at, rows.v, n);
             step = *rows.adam_step;
         }
-        comm_reduce(comm, assembled, root ? assembled : NULL, 3 * tensor->numel, 0, COMM_SUM);
+        comm_reduce(comm, assembled, root ? assembled : NULL, 3 * tensor->numel, DTYPE_FP32, 0, COMM_SUM);
         step = comm_metric_max(comm, step);
         float *full = root ? xmalloc(3 * tensor->numel * sizeof(float)) : NULL;
         if (root) device_to_host(full, assembled, 3 * tensor->numel);
@@ -449,6 +449,7 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
         if (covered != rows.row_count)
             fatal("%s: rows %d..%d of %s are not all in the checkpoint (%ld of %d found)", manifest_path,
                   rows.row_begin, rows.row_begin + rows.row_count - 1, tensor->name, covered, rows.row_count);
+        if (rows.working) device_round(rows.working, rows.params, (size_t)rows.row_count * tensor->cols);
     }
     for (int f = 0; f < m->num_files; f++)
         if (open_files[f]) fclose(open_files[f]);

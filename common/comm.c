@@ -57,7 +57,8 @@
 // One collective as MPI sees it.
 typedef struct EngineOp {
     CommOp op;
-    MPI_Datatype type;      // MPI_FLOAT, or MPI_DOUBLE for comm_all_reduce_double
+    MPI_Datatype type;      // MPI_FLOAT, MPI_UINT16_T for bf16, or MPI_DOUBLE for comm_all_reduce_double
+    MPI_Op sum;             // MPI_SUM, or the engine's bf16_sum
     const void *send;       // MPI_IN_PLACE where the collective works in place
     void *recv;
     int count;              // elements per MPI's convention for the call
@@ -78,6 +79,7 @@ struct CommEngine {
     int waiters;            // callers blocked in comm_wait
     int stop;
     int spin;               // SHARDLAB_COMM_ENGINE=spin: MPI_Wait, no pauses
+    MPI_Op bf16_sum;        // MPI knows no bf16: the sum of bf16 elements (bf16_sum below)
 };
 
 // The records kept for the trace; events[i] is record i's NCCL completion event
@@ -95,20 +97,29 @@ const char *const comm_op_names[COMM_NUM_OPS] = {
 
 // ---- the engine ----
 
+// MPI's user function for summing bf16 (sent as MPI_UINT16_T): in += inout
+// element by element, each sum in fp32 rounded to bf16.
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16 *a = in;
+    bf16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = bf16_from_float(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
 static void issue(MPI_Comm comm, EngineOp *o) {
     switch (o->op) {
     case COMM_ALL_REDUCE:
-        MPI_CHECK(MPI_Iallreduce(o->send, o->recv, o->count, o->type, MPI_SUM, comm, &o->request));
+        MPI_CHECK(MPI_Iallreduce(o->send, o->recv, o->count, o->type, o->sum, comm, &o->request));
         break;
     case COMM_REDUCE_SCATTER:
-        MPI_CHECK(MPI_Ireduce_scatter_block(o->send, o->recv, o->count, o->type, MPI_SUM, comm, &o->request));
+        MPI_CHECK(MPI_Ireduce_scatter_block(o->send, o->recv, o->count, o->type, o->sum, comm, &o->request));
         break;
     case COMM_ALL_GATHER:
         MPI_CHECK(MPI_Iallgather(o->send, o->count, o->type, o->recv, o->count, o->type, comm, &o->request));
         break;
     case COMM_BROADCAST: MPI_CHECK(MPI_Ibcast(o->recv, o->count, o->type, o->root, comm, &o->request)); break;
     case COMM_REDUCE:
-        MPI_CHECK(MPI_Ireduce(o->send, o->recv, o->count, o->type, MPI_SUM, o->root, comm, &o->request));
+        MPI_CHECK(MPI_Ireduce(o->send, o->recv, o->count, o->type, o->sum, o->root, comm, &o->request));
         break;
     case COMM_BARRIER: MPI_CHECK(MPI_Ibarrier(comm, &o->request)); break;
     default: fatal("comm: %d is not a collective", (int)o->op);
@@ -173,6 +184,7 @@ static void *engine_main(void *arg) {
 static CommEngine *engine_start(int threaded, int spin) {
     CommEngine *e = xcalloc(1, sizeof *e);
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &e->comm));
+    MPI_CHECK(MPI_Op_create(bf16_sum, 1, &e->bf16_sum));
     MPI_CHECK(MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN));
     e->spin = spin;
     if (!threaded) return e;
@@ -207,6 +219,7 @@ static void engine_stop(Comm *comm) {
         PTHREAD_CHECK(pthread_mutex_destroy(&e->lock));
     }
     MPI_CHECK(MPI_Comm_free(&e->comm));
+    MPI_CHECK(MPI_Op_free(&e->bf16_sum));
     free(e);
     comm->engine = NULL;
 }
@@ -318,13 +331,14 @@ void comm_use_device_buffers(Comm *comm, int gpus_on_node) {
 // Staged MPI: copy the device input to a pinned host buffer, run MPI there, and
 // copy the result back in comm_wait. *send and *recv are redirected to the host
 // copies; in-place collectives (send == recv) share one.
-static void stage(Comm *comm, CommHandle *h, const float **send, size_t send_count, float **recv,
+static void stage(Comm *comm, CommHandle *h, const void **send, size_t send_count, void **recv,
                   size_t recv_count) {
     if (!comm->staged) return;
     int in_place = *send == *recv;
-    h->staged_send = device_host_alloc(send_count);
-    if (*send) device_to_host(h->staged_send, *send, send_count);
-    h->staged_recv = in_place ? h->staged_send : (*recv ? device_host_alloc(recv_count) : NULL);
+    size_t size = dtype_size(h->dtype);
+    h->staged_send = device_host_alloc(send_count * size);
+    if (*send) device_to_host_as(h->staged_send, *send, send_count, h->dtype);
+    h->staged_recv = in_place ? h->staged_send : (*recv ? device_host_alloc(recv_count * size) : NULL);
     h->device_recv = *recv;
     h->staged_recv_count = *recv ? recv_count : 0;
     if (h->result) h->result = h->staged_recv;
@@ -334,15 +348,15 @@ static void stage(Comm *comm, CommHandle *h, const float **send, size_t send_cou
 
 static void unstage(CommHandle *h) {
     if (!h->staged_send) return;
-    if (h->device_recv) device_from_host(h->device_recv, h->staged_recv, h->staged_recv_count);
+    if (h->device_recv) device_from_host_as(h->device_recv, h->staged_recv, h->staged_recv_count, h->dtype);
     if (h->staged_recv != h->staged_send) device_host_free(h->staged_recv);
     device_host_free(h->staged_send);
     h->staged_send = h->staged_recv = h->device_recv = NULL;
 }
 
-void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uint64_t *sent,
+void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, int root, uint64_t *sent,
                      uint64_t *recv) {
-    uint64_t S = (uint64_t)count * sizeof(float), N = (uint64_t)world;
+    uint64_t S = (uint64_t)count * dtype_size(dtype), N = (uint64_t)world;
     *sent = *recv = 0;
     if (world == 1) return;
     switch (op) {
@@ -361,9 +375,9 @@ void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uin
     }
 }
 
-static void count_call(Comm *comm, CommOp op, size_t count, int root) {
+static void count_call(Comm *comm, CommOp op, size_t count, DType dtype, int root) {
     uint64_t sent, recv;
-    comm_ring_bytes(op, count, comm->rank, comm->world, root, &sent, &recv);
+    comm_ring_bytes(op, count, dtype, comm->rank, comm->world, root, &sent, &recv);
     CommCounter *c = &comm->stats.ops[op];
     c->calls++;
     c->elements += count;
@@ -374,7 +388,7 @@ static void count_call(Comm *comm, CommOp op, size_t count, int root) {
 // Debug mode: every rank compares its arguments with everyone else's before the
 // collective starts, so a mismatch becomes the same clear error on all ranks
 // instead of a hang or a silent corruption.
-static void check_arguments(Comm *comm, CommOp op, size_t count, int root, int buffers_ok) {
+static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, int root, int buffers_ok) {
     int root_ok = root >= 0 && root < comm->world;
     int divisible = !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER) && count % (size_t)comm->world);
     if (!comm->debug_checks) {
@@ -385,10 +399,10 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, int root, int b
             fatal("%s: count %zu is not divisible by the %d ranks", comm_op_names[op], count, comm->world);
         return;
     }
-    long long mine[5] = {op, (long long)count, root, buffers_ok && root_ok, divisible};
-    long long lo[5], hi[5];
-    MPI_CHECK(MPI_Allreduce(mine, lo, 5, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Allreduce(mine, hi, 5, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+    long long mine[6] = {op, (long long)count, root, buffers_ok && root_ok, divisible, dtype};
+    long long lo[6], hi[6];
+    MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
     if (lo[0] != hi[0]) fatal("rank %d: ranks called different collectives (%s here)", comm->rank, comm_op_names[op]);
     if (lo[1] != hi[1])
         fatal("rank %d: %s counts differ across ranks (%lld..%lld, %zu here)", comm->rank,
@@ -401,75 +415,102 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, int root, int b
     if (!lo[4])
         fatal("rank %d: %s: count %zu is not divisible by the %d ranks", comm->rank,
               comm_op_names[op], count, comm->world);
+    if (lo[5] != hi[5])
+        fatal("rank %d: %s element types differ across ranks (%s here)", comm->rank, comm_op_names[op],
+              dtype_name(dtype));
 }
 
-static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, float *result, size_t result_count, size_t count) {
-    CommHandle h = {.active = 1, .op = op, .reduce_op = reduce_op, .result = result,
+static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, void *result, size_t result_count, size_t count,
+                             DType dtype) {
+    CommHandle h = {.active = 1, .op = op, .reduce_op = reduce_op, .dtype = dtype, .result = result,
                     .result_count = reduce_op == COMM_AVG ? result_count : 0, .count = count,
                     .issued = timer_now()};
     return h;
 }
 
+// The engine's form of an element type and its sum.
+static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
+    int bf = dtype == DTYPE_BF16;
+    return (EngineOp){.op = op, .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
+}
+
 // MPI_IN_PLACE where a collective reads and writes the same buffer.
-CommHandle comm_all_reduce_start(Comm *comm, float *buf, size_t count, CommReduceOp op) {
-    check_arguments(comm, COMM_ALL_REDUCE, count, 0, buf != NULL);
-    count_call(comm, COMM_ALL_REDUCE, count, 0);
-    CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count, count);
+CommHandle comm_all_reduce_start(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op) {
+    check_arguments(comm, COMM_ALL_REDUCE, count, dtype, 0, buf != NULL);
+    count_call(comm, COMM_ALL_REDUCE, count, dtype, 0);
+    CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, 0);
-    const float *in = buf;
+    const void *in = buf;
     stage(comm, &h, &in, count, &buf, count);
-    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_FLOAT, .send = MPI_IN_PLACE, .recv = buf,
-                                       .count = mpi_count(COMM_ALL_REDUCE, count)});
+    EngineOp o = engine_op(comm, COMM_ALL_REDUCE, dtype);
+    o.send = MPI_IN_PLACE;
+    o.recv = buf;
+    o.count = mpi_count(COMM_ALL_REDUCE, count);
+    engine_submit(comm, &h, o);
     return h;
 }
 
-CommHandle comm_reduce_scatter_start(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op) {
-    check_arguments(comm, COMM_REDUCE_SCATTER, count, 0, send && recv);
-    count_call(comm, COMM_REDUCE_SCATTER, count, 0);
+CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype,
+                                     CommReduceOp op) {
+    check_arguments(comm, COMM_REDUCE_SCATTER, count, dtype, 0, send && recv);
+    count_call(comm, COMM_REDUCE_SCATTER, count, dtype, 0);
     size_t part = count / (size_t)comm->world;
-    CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part, count);
+    CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
     stage(comm, &h, &send, count, &recv, part);
-    engine_submit(comm, &h, (EngineOp){.op = COMM_REDUCE_SCATTER, .type = MPI_FLOAT, .send = send, .recv = recv,
-                                       .count = mpi_count(COMM_REDUCE_SCATTER, part)});
+    EngineOp o = engine_op(comm, COMM_REDUCE_SCATTER, dtype);
+    o.send = send;
+    o.recv = recv;
+    o.count = mpi_count(COMM_REDUCE_SCATTER, part);
+    engine_submit(comm, &h, o);
     return h;
 }
 
-CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, size_t count) {
-    check_arguments(comm, COMM_ALL_GATHER, count, 0, send && recv);
-    count_call(comm, COMM_ALL_GATHER, count, 0);
+CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
+    check_arguments(comm, COMM_ALL_GATHER, count, dtype, 0, send && recv);
+    count_call(comm, COMM_ALL_GATHER, count, dtype, 0);
     size_t part = count / (size_t)comm->world;
-    CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0, count);
+    CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
     stage(comm, &h, &send, part, &recv, count);
-    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_GATHER, .type = MPI_FLOAT, .send = send, .recv = recv,
-                                       .count = mpi_count(COMM_ALL_GATHER, part)});
+    EngineOp o = engine_op(comm, COMM_ALL_GATHER, dtype);
+    o.send = send;
+    o.recv = recv;
+    o.count = mpi_count(COMM_ALL_GATHER, part);
+    engine_submit(comm, &h, o);
     return h;
 }
 
-CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root) {
-    check_arguments(comm, COMM_BROADCAST, count, root, buf != NULL);
-    count_call(comm, COMM_BROADCAST, count, root);
-    CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0, count);
+CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root) {
+    check_arguments(comm, COMM_BROADCAST, count, dtype, root, buf != NULL);
+    count_call(comm, COMM_BROADCAST, count, dtype, root);
+    CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, root);
-    const float *in = buf;
+    const void *in = buf;
     stage(comm, &h, &in, count, &buf, count);
-    engine_submit(comm, &h, (EngineOp){.op = COMM_BROADCAST, .type = MPI_FLOAT, .recv = buf,
-                                       .count = mpi_count(COMM_BROADCAST, count), .root = root});
+    EngineOp o = engine_op(comm, COMM_BROADCAST, dtype);
+    o.recv = buf;
+    o.count = mpi_count(COMM_BROADCAST, count);
+    o.root = root;
+    engine_submit(comm, &h, o);
     return h;
 }
 
-CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op) {
+CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root,
+                             CommReduceOp op) {
     int is_root = comm->rank == root;
-    check_arguments(comm, COMM_REDUCE, count, root, send && (recv || !is_root));
-    count_call(comm, COMM_REDUCE, count, root);
-    CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0, count);
+    check_arguments(comm, COMM_REDUCE, count, dtype, root, send && (recv || !is_root));
+    count_call(comm, COMM_REDUCE, count, dtype, root);
+    CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, root);
     stage(comm, &h, &send, count, &recv, count);
+    EngineOp o = engine_op(comm, COMM_REDUCE, dtype);
     // the root may reduce in place (send == recv), which MPI spells MPI_IN_PLACE
-    const void *source = is_root && send == recv ? MPI_IN_PLACE : send;
-    engine_submit(comm, &h, (EngineOp){.op = COMM_REDUCE, .type = MPI_FLOAT, .send = source, .recv = recv,
-                                       .count = mpi_count(COMM_REDUCE, count), .root = root});
+    o.send = is_root && send == recv ? MPI_IN_PLACE : send;
+    o.recv = recv;
+    o.count = mpi_count(COMM_REDUCE, count);
+    o.root = root;
+    engine_submit(comm, &h, o);
     return h;
 }
 
@@ -502,6 +543,17 @@ static void keep_record(Comm *comm, const CommHandle *h, double waited, double d
     log->events[log->count++] = event;
 }
 
+// x *= factor on host elements (bf16: in fp32, rounded).
+static void host_scale(void *x, size_t count, DType dtype, float factor) {
+    if (dtype == DTYPE_FP32) {
+        float *f = x;
+        for (size_t i = 0; i < count; i++) f[i] *= factor;
+        return;
+    }
+    bf16 *b = x;
+    for (size_t i = 0; i < count; i++) b[i] = bf16_from_float(bf16_to_float(b[i]) * factor);
+}
+
 // Finishes a collective the engine carries: the wait, the average, the copy back
 // to the device (staged), the record.
 static void engine_finish(Comm *comm, CommHandle *h) {
@@ -510,7 +562,7 @@ static void engine_finish(Comm *comm, CommHandle *h) {
     engine_wait(comm, o);
     // MPI has no average: sum, then divide by the number of ranks.
     float scale = 1.0f / (float)comm->world;
-    for (size_t i = 0; i < h->result_count; i++) h->result[i] *= scale;
+    if (h->result_count > 0) host_scale(h->result, h->result_count, h->dtype, scale);
     unstage(h);
     keep_record(comm, h, waited, o->done, NULL);
     free(o);
@@ -560,45 +612,45 @@ int comm_test(Comm *comm, CommHandle *h) {
     return complete;
 }
 
-void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op) {
-    CommHandle h = comm_all_reduce_start(comm, buf, count, op);
+void comm_all_reduce(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op) {
+    CommHandle h = comm_all_reduce_start(comm, buf, count, dtype, op);
     comm_wait(comm, &h);
 }
 
-void comm_reduce_scatter(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op) {
-    CommHandle h = comm_reduce_scatter_start(comm, send, recv, count, op);
+void comm_reduce_scatter(Comm *comm, const void *send, void *recv, size_t count, DType dtype, CommReduceOp op) {
+    CommHandle h = comm_reduce_scatter_start(comm, send, recv, count, dtype, op);
     comm_wait(comm, &h);
 }
 
-void comm_all_gather(Comm *comm, const float *send, float *recv, size_t count) {
-    CommHandle h = comm_all_gather_start(comm, send, recv, count);
+void comm_all_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
+    CommHandle h = comm_all_gather_start(comm, send, recv, count, dtype);
     comm_wait(comm, &h);
 }
 
-void comm_broadcast(Comm *comm, float *buf, size_t count, int root) {
-    CommHandle h = comm_broadcast_start(comm, buf, count, root);
+void comm_broadcast(Comm *comm, void *buf, size_t count, DType dtype, int root) {
+    CommHandle h = comm_broadcast_start(comm, buf, count, dtype, root);
     comm_wait(comm, &h);
 }
 
-void comm_reduce(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op) {
-    CommHandle h = comm_reduce_start(comm, send, recv, count, root, op);
+void comm_reduce(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root, CommReduceOp op) {
+    CommHandle h = comm_reduce_start(comm, send, recv, count, dtype, root, op);
     comm_wait(comm, &h);
 }
 
 // The barrier and the double all-reduce are host collectives whatever the
 // backend: they go through the engine too, in order with the others.
 void comm_barrier(Comm *comm) {
-    check_arguments(comm, COMM_BARRIER, 0, 0, 1);
-    count_call(comm, COMM_BARRIER, 0, 0);
-    CommHandle h = new_handle(COMM_BARRIER, COMM_SUM, NULL, 0, 0);
+    check_arguments(comm, COMM_BARRIER, 0, DTYPE_FP32, 0, 1);
+    count_call(comm, COMM_BARRIER, 0, DTYPE_FP32, 0);
+    CommHandle h = new_handle(COMM_BARRIER, COMM_SUM, NULL, 0, 0, DTYPE_FP32);
     engine_submit(comm, &h, (EngineOp){.op = COMM_BARRIER});
     engine_finish(comm, &h);
 }
 
 double comm_all_reduce_double(Comm *comm, double value) {
-    check_arguments(comm, COMM_ALL_REDUCE, 2, 0, 1);
-    count_call(comm, COMM_ALL_REDUCE, 2, 0);  // 8 bytes: counted as two floats
-    CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2);
+    check_arguments(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0, 1);
+    count_call(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0);  // 8 bytes: counted as two floats
+    CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2, DTYPE_FP32);
     double sum = value;
     engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_DOUBLE, .send = MPI_IN_PLACE,
                                        .recv = &sum, .count = 1});

@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,14 +87,15 @@ typedef struct {
     int active;
     CommOp op;
     CommReduceOp reduce_op;
-    float *result;        // where the average must be applied on completion
+    DType dtype;          // of the elements
+    void *result;         // where the average must be applied on completion
     size_t result_count;  // 0: nothing to divide on this rank
     size_t count;         // elements of the whole buffer, as passed to the call
     double issued;        // timer_now() when it was started
     void *request;        // backend request (the engine's operation or a CUDA event)
-    float *staged_send;   // staged MPI: host copies of the buffers, and where the
-    float *staged_recv;   // result goes back to on the device
-    float *device_recv;
+    void *staged_send;    // staged MPI: host copies of the buffers, and where the
+    void *staged_recv;    // result goes back to on the device
+    void *device_recv;
     size_t staged_recv_count;
 } CommHandle;
 
@@ -107,25 +110,31 @@ void comm_finalize(Comm *comm);
 // refuses two ranks on one GPU). Says which on rank 0.
 void comm_use_device_buffers(Comm *comm, int gpus_on_node);
 
+// Buffers hold `count` elements of `dtype` (dtype.h): fp32, or bf16, whose sums
+// are worked out in fp32 and rounded (MPI: one rounding per pairwise sum, in the
+// order MPI's algorithm adds; NCCL: its own order).
+//
 // In place: every rank ends with the sum (or average) over ranks of buf.
-void comm_all_reduce(Comm *comm, float *buf, size_t count, CommReduceOp op);
+void comm_all_reduce(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op);
 // send has `count` elements (divisible by N); rank r receives the reduced
 // elements [r*count/N, (r+1)*count/N) into recv.
-void comm_reduce_scatter(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op);
+void comm_reduce_scatter(Comm *comm, const void *send, void *recv, size_t count, DType dtype, CommReduceOp op);
 // Each rank contributes count/N elements (count divisible by N); recv gets all
 // `count`, rank r's part at offset r*count/N.
-void comm_all_gather(Comm *comm, const float *send, float *recv, size_t count);
-void comm_broadcast(Comm *comm, float *buf, size_t count, int root);
+void comm_all_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
+void comm_broadcast(Comm *comm, void *buf, size_t count, DType dtype, int root);
 // recv (used only at root) gets the sum or average of send over ranks; the root
 // may pass send == recv to reduce in place.
-void comm_reduce(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
+void comm_reduce(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root, CommReduceOp op);
 void comm_barrier(Comm *comm);
 
-CommHandle comm_all_reduce_start(Comm *comm, float *buf, size_t count, CommReduceOp op);
-CommHandle comm_reduce_scatter_start(Comm *comm, const float *send, float *recv, size_t count, CommReduceOp op);
-CommHandle comm_all_gather_start(Comm *comm, const float *send, float *recv, size_t count);
-CommHandle comm_broadcast_start(Comm *comm, float *buf, size_t count, int root);
-CommHandle comm_reduce_start(Comm *comm, const float *send, float *recv, size_t count, int root, CommReduceOp op);
+CommHandle comm_all_reduce_start(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op);
+CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype,
+                                     CommReduceOp op);
+CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
+CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root);
+CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root,
+                             CommReduceOp op);
 void comm_wait(Comm *comm, CommHandle *handle);
 // Lets an in-flight collective advance without waiting for it. Needed only when
 // the collectives run on the calling thread (engine_thread 0): MPI then moves a
@@ -172,9 +181,9 @@ void comm_clear_records(Comm *comm);
 void comm_stats_reset(Comm *comm);
 // The counters of `after` minus those of `before`.
 CommStats comm_stats_diff(const CommStats *after, const CommStats *before);
-// Bytes this rank sends and receives for one collective of `count` floats, by the
-// formulas above (used by the counters and by the tests and the planner).
-void comm_ring_bytes(CommOp op, size_t count, int rank, int world, int root, uint64_t *sent,
+// Bytes this rank sends and receives for one collective of `count` elements of
+// `dtype`, by the formulas above (used by the counters and by the tests and the planner).
+void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, int root, uint64_t *sent,
                      uint64_t *recv);
 
 #ifdef __cplusplus

@@ -52,11 +52,12 @@ extern "C" void comm_nccl_free(Comm *comm) {
     comm->nccl = NULL;
 }
 
-extern "C" CommHandle comm_nccl_start(Comm *comm, CommHandle h, const float *send, float *recv, size_t count,
+extern "C" CommHandle comm_nccl_start(Comm *comm, CommHandle h, const void *send, void *recv, size_t count,
                                       int root) {
     CommNccl *nccl = comm->nccl;
     size_t part = count / (size_t)comm->world;
     ncclRedOp_t op = h.reduce_op == COMM_AVG ? ncclAvg : ncclSum;
+    ncclDataType_t type = h.dtype == DTYPE_BF16 ? ncclBfloat16 : ncclFloat;
     h.result_count = 0;  // NCCL averages itself
     cudaEvent_t ready, done;
     CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -65,19 +66,19 @@ extern "C" CommHandle comm_nccl_start(Comm *comm, CommHandle h, const float *sen
     CUDA_CHECK(cudaStreamWaitEvent(nccl->stream, ready, 0));
     switch (h.op) {
     case COMM_ALL_REDUCE:
-        NCCL_CHECK(ncclAllReduce(send, recv, count, ncclFloat, op, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclAllReduce(send, recv, count, type, op, nccl->comm, nccl->stream));
         break;
     case COMM_REDUCE_SCATTER:
-        NCCL_CHECK(ncclReduceScatter(send, recv, part, ncclFloat, op, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclReduceScatter(send, recv, part, type, op, nccl->comm, nccl->stream));
         break;
     case COMM_ALL_GATHER:
-        NCCL_CHECK(ncclAllGather(send, recv, part, ncclFloat, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclAllGather(send, recv, part, type, nccl->comm, nccl->stream));
         break;
     case COMM_BROADCAST:
-        NCCL_CHECK(ncclBroadcast(send, recv, count, ncclFloat, root, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclBroadcast(send, recv, count, type, root, nccl->comm, nccl->stream));
         break;
     case COMM_REDUCE:  // recv matters only at the root
-        NCCL_CHECK(ncclReduce(send, recv, count, ncclFloat, op, root, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclReduce(send, recv, count, type, op, root, nccl->comm, nccl->stream));
         break;
     default:
         fatal("comm_nccl_start: %s has no NCCL form", comm_op_names[h.op]);

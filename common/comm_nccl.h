@@ -17,7 +17,7 @@ void comm_nccl_free(Comm *comm);
 // work so far, and records its completion event (handle.request); comm_nccl_wait
 // makes the compute stream wait on that event (no host synchronisation) and
 // leaves the event to comm.c, which keeps it for a record or frees it.
-CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const float *send, float *recv,
+CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const void *send, void *recv,
                            size_t count, int root);
 void comm_nccl_wait(Comm *comm, CommHandle *handle);
 // 1 when the completion event has happened (never blocks).

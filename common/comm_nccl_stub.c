@@ -10,7 +10,7 @@ void comm_nccl_init(Comm *comm) {
 
 void comm_nccl_free(Comm *comm) { (void)comm; }
 
-CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const float *send, float *recv,
+CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const void *send, void *recv,
                            size_t count, int root) {
     (void)comm; (void)handle; (void)send; (void)recv; (void)count; (void)root;
     fatal("NCCL backend is not built");

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "dtype.h"
 #include "memory.h"
 #include "optim.h"
 
@@ -42,9 +43,31 @@ double device_sum_squares(const float *x, size_t count);
 void device_scale(float *x, size_t count, float factor);  // x *= factor
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
+
+// Parameters and gradients are buffers of a DType (dtype.h): fp32, or bf16 in a
+// --precision bf16 run. These are the calls above for either.
+void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DType dtype);
+void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype);
+void device_copy_as(void *dst, const void *src, size_t count, DType dtype);
+void device_zero_as(void *ptr, size_t count, DType dtype);
+// dst += src; in bf16 each sum is worked out in fp32 and rounded once.
+void device_add_as(void *dst, const void *src, size_t count, DType dtype);
+double device_sum_squares_as(const void *x, size_t count, DType dtype);
+void device_scale_as(void *x, size_t count, DType dtype, float factor);
+void device_to_host_as(void *host, const void *src, size_t count, DType dtype);
+void device_from_host_as(void *dst, const void *host, size_t count, DType dtype);
+// Device to host, widened to fp32 on the way (bf16 to fp32 is exact).
+void device_to_host_widened(float *host, const void *src, size_t count, DType dtype);
+// Host fp32 to device, rounded to dtype on the way.
+void device_from_host_rounded(void *dst, const float *host, size_t count, DType dtype);
+// The conversions of a bf16 run (round to nearest, ties to even: dtype.h).
+void device_widen(float *dst, const bf16 *src, size_t count);         // dst = src, exactly
+void device_round(bf16 *dst, const float *src, size_t count);         // dst = round(src)
+void device_add_rounded(bf16 *dst, const float *src, size_t count);   // dst = round(dst + src)
+
 // Host memory for staging device buffers through MPI (pinned in the CUDA build).
-float *device_host_alloc(size_t count);
-void device_host_free(float *ptr);
+void *device_host_alloc(size_t bytes);
+void device_host_free(void *ptr);
 // Waits for all queued device work (the CPU build has none).
 void device_synchronize(void);
 // Bytes the allocator behind device_alloc holds: buffers in use plus memory it

@@ -48,8 +48,79 @@ void device_scale(float *x, size_t count, float factor) {
 void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
 void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
-float *device_host_alloc(size_t count) { return xcalloc(count, sizeof(float)); }
-void device_host_free(float *ptr) { free(ptr); }
+void *device_host_alloc(size_t bytes) { return xcalloc(bytes, 1); }
+void device_host_free(void *ptr) { free(ptr); }
+
+void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    return mem_alloc_elements(acct, category, count, dtype_size(dtype));
+}
+
+void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype) {
+    mem_free_elements(acct, category, ptr, count, dtype_size(dtype));
+}
+
+void device_copy_as(void *dst, const void *src, size_t count, DType dtype) {
+    memcpy(dst, src, count * dtype_size(dtype));
+}
+
+void device_zero_as(void *ptr, size_t count, DType dtype) { memset(ptr, 0, count * dtype_size(dtype)); }
+
+void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_add(dst, src, count);
+        return;
+    }
+    bf16 *d = dst;
+    const bf16 *x = src;
+    for (size_t i = 0; i < count; i++) d[i] = bf16_from_float(bf16_to_float(d[i]) + bf16_to_float(x[i]));
+}
+
+double device_sum_squares_as(const void *x, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) return device_sum_squares(x, count);
+    const bf16 *b = x;
+    double sum = 0;
+    for (size_t i = 0; i < count; i++) sum += (double)bf16_to_float(b[i]) * bf16_to_float(b[i]);
+    return sum;
+}
+
+void device_scale_as(void *x, size_t count, DType dtype, float factor) {
+    if (dtype == DTYPE_FP32) {
+        device_scale(x, count, factor);
+        return;
+    }
+    bf16 *b = x;
+    for (size_t i = 0; i < count; i++) b[i] = bf16_from_float(bf16_to_float(b[i]) * factor);
+}
+
+void device_to_host_as(void *host, const void *src, size_t count, DType dtype) {
+    memcpy(host, src, count * dtype_size(dtype));
+}
+
+void device_from_host_as(void *dst, const void *host, size_t count, DType dtype) {
+    memcpy(dst, host, count * dtype_size(dtype));
+}
+
+void device_to_host_widened(float *host, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) device_to_host(host, src, count);
+    else device_widen(host, src, count);
+}
+
+void device_from_host_rounded(void *dst, const float *host, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) device_from_host(dst, host, count);
+    else device_round(dst, host, count);
+}
+
+void device_widen(float *dst, const bf16 *src, size_t count) {
+    for (size_t i = 0; i < count; i++) dst[i] = bf16_to_float(src[i]);
+}
+
+void device_round(bf16 *dst, const float *src, size_t count) {
+    for (size_t i = 0; i < count; i++) dst[i] = bf16_from_float(src[i]);
+}
+
+void device_add_rounded(bf16 *dst, const float *src, size_t count) {
+    for (size_t i = 0; i < count; i++) dst[i] = bf16_from_float(bf16_to_float(dst[i]) + src[i]);
+}
 void device_synchronize(void) {}
 
 DeviceReserved device_reserved(const MemAccount *acct) {

@@ -102,11 +102,23 @@ extern "C" void device_add(float *dst, const float *src, size_t count) {
 // gives the same sum every time.
 #define SUM_SQUARES_BLOCKS 256
 #define SUM_SQUARES_THREADS 256
-__global__ static void sum_squares_kernel(double *partial, const float *x, size_t count) {
+__device__ static float as_float(float x) { return x; }
+__device__ static float as_float(bf16 x) { return __uint_as_float((unsigned)x << 16); }
+
+// dtype.h's bf16_from_float, on the GPU: the same bits as the CPU's.
+__device__ static bf16 round_bf16(float f) {
+    unsigned bits = __float_as_uint(f);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (bf16)((bits >> 16) | 0x0040u);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return (bf16)(bits >> 16);
+}
+
+template <typename T>
+__global__ static void sum_squares_kernel(double *partial, const T *x, size_t count) {
     __shared__ double sums[SUM_SQUARES_THREADS];
     double sum = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
-        sum += (double)x[i] * x[i];
+        sum += (double)as_float(x[i]) * as_float(x[i]);
     sums[threadIdx.x] = sum;
     __syncthreads();
     for (int half = blockDim.x / 2; half > 0; half /= 2) {
@@ -116,11 +128,12 @@ __global__ static void sum_squares_kernel(double *partial, const float *x, size_
     if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
 }
 
-extern "C" double device_sum_squares(const float *x, size_t count) {
+template <typename T>
+static double sum_squares(const T *x, size_t count) {
     if (count == 0) return 0;
     double *partial = NULL, host[SUM_SQUARES_BLOCKS];
     CUDA_CHECK(cudaMallocAsync((void **)&partial, sizeof host, 0));
-    sum_squares_kernel<<<SUM_SQUARES_BLOCKS, SUM_SQUARES_THREADS>>>(partial, x, count);
+    sum_squares_kernel<T><<<SUM_SQUARES_BLOCKS, SUM_SQUARES_THREADS>>>(partial, x, count);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemcpy(host, partial, sizeof host, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFreeAsync(partial, 0));
@@ -128,6 +141,8 @@ extern "C" double device_sum_squares(const float *x, size_t count) {
     for (int b = 0; b < SUM_SQUARES_BLOCKS; b++) sum += host[b];
     return sum;
 }
+
+extern "C" double device_sum_squares(const float *x, size_t count) { return sum_squares(x, count); }
 
 __global__ static void scale_kernel(float *x, size_t count, float factor) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -150,18 +165,20 @@ extern "C" void device_from_host(float *dst, const float *host, size_t count) {
 
 // AdamW, fused: one pass reads g, m, v, p and writes m, v, p (common/optim.c is
 // the same arithmetic on the CPU).
-__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t count,
+__global__ static void adamw_kernel(float *params, const float *grads, const bf16 *grads_bf16, bf16 *working,
+                                    float *m, float *v, size_t count,
                                     float lr, float beta1, float beta2, float eps, float weight_decay,
                                     float beta1_correction, float beta2_correction) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
-    float g = grads[i];
+    float g = grads_bf16 ? as_float(grads_bf16[i]) : grads[i];
     float mi = beta1 * m[i] + (1.0f - beta1) * g;
     float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
     float m_hat = mi / beta1_correction, v_hat = vi / beta2_correction;
     params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
+    if (working) working[i] = round_bf16(params[i]);
 }
 
 extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
@@ -169,7 +186,8 @@ extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
     if (span->count == 0) return;
     float beta1_correction = 1.0f - powf(c.beta1, (float)span->step);
     float beta2_correction = 1.0f - powf(c.beta2, (float)span->step);
-    adamw_kernel<<<device_blocks(span->count, 256), 256>>>(span->params, span->grads, span->m, span->v, span->count,
+    adamw_kernel<<<device_blocks(span->count, 256), 256>>>(span->params, span->grads, span->grads_bf16, span->working,
+                                                            span->m, span->v, span->count,
                                                             c.lr, c.beta1, c.beta2, c.eps, c.weight_decay,
                                                             beta1_correction, beta2_correction);
     CUDA_CHECK_LAUNCH();
@@ -190,12 +208,129 @@ extern "C" DeviceReserved device_reserved(const MemAccount *acct) {
     return DeviceReserved{(size_t)current, (size_t)high};
 }
 
-extern "C" float *device_host_alloc(size_t count) {
-    float *ptr = NULL;
-    CUDA_CHECK(cudaMallocHost((void **)&ptr, (count ? count : 1) * sizeof(float)));
+extern "C" void *device_host_alloc(size_t bytes) {
+    void *ptr = NULL;
+    CUDA_CHECK(cudaMallocHost(&ptr, bytes ? bytes : 1));
     return ptr;
 }
 
-extern "C" void device_host_free(float *ptr) {
+extern "C" void device_host_free(void *ptr) {
     if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+// ---- buffers of either dtype (device.h) ----
+
+extern "C" void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    return alloc_zeroed(acct, category, count * dtype_size(dtype));
+}
+
+extern "C" void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype) {
+    free_counted(acct, category, ptr, count * dtype_size(dtype));
+}
+
+extern "C" void device_copy_as(void *dst, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDeviceToDevice, 0));
+}
+
+extern "C" void device_zero_as(void *ptr, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, count * dtype_size(dtype), 0));
+}
+
+__global__ static void add_bf16_kernel(bf16 *dst, const bf16 *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = round_bf16(as_float(dst[i]) + as_float(src[i]));
+}
+
+extern "C" void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_add((float *)dst, (const float *)src, count);
+        return;
+    }
+    if (count == 0) return;
+    add_bf16_kernel<<<device_blocks(count, 256), 256>>>((bf16 *)dst, (const bf16 *)src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" double device_sum_squares_as(const void *x, size_t count, DType dtype) {
+    return dtype == DTYPE_FP32 ? sum_squares((const float *)x, count) : sum_squares((const bf16 *)x, count);
+}
+
+__global__ static void scale_bf16_kernel(bf16 *x, size_t count, float factor) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) x[i] = round_bf16(as_float(x[i]) * factor);
+}
+
+extern "C" void device_scale_as(void *x, size_t count, DType dtype, float factor) {
+    if (dtype == DTYPE_FP32) {
+        device_scale((float *)x, count, factor);
+        return;
+    }
+    if (count == 0) return;
+    scale_bf16_kernel<<<device_blocks(count, 256), 256>>>((bf16 *)x, count, factor);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_to_host_as(void *host, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpy(host, src, count * dtype_size(dtype), cudaMemcpyDeviceToHost));
+}
+
+extern "C" void device_from_host_as(void *dst, const void *host, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * dtype_size(dtype), cudaMemcpyHostToDevice));
+}
+
+extern "C" void device_to_host_widened(float *host, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_to_host(host, (const float *)src, count);
+        return;
+    }
+    bf16 *staging = (bf16 *)malloc(count * sizeof(bf16) + 1);
+    if (!staging) fatal("out of host memory widening %zu bf16 elements", count);
+    device_to_host_as(staging, src, count, dtype);
+    for (size_t i = 0; i < count; i++) host[i] = bf16_to_float(staging[i]);
+    free(staging);
+}
+
+extern "C" void device_from_host_rounded(void *dst, const float *host, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_from_host((float *)dst, host, count);
+        return;
+    }
+    bf16 *staging = (bf16 *)malloc(count * sizeof(bf16) + 1);
+    if (!staging) fatal("out of host memory rounding %zu elements to bf16", count);
+    for (size_t i = 0; i < count; i++) staging[i] = bf16_from_float(host[i]);
+    device_from_host_as(dst, staging, count, dtype);
+    free(staging);
+}
+
+__global__ static void widen_kernel(float *dst, const bf16 *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = as_float(src[i]);
+}
+
+__global__ static void round_kernel(bf16 *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = round_bf16(src[i]);
+}
+
+__global__ static void add_rounded_kernel(bf16 *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = round_bf16(as_float(dst[i]) + src[i]);
+}
+
+extern "C" void device_widen(float *dst, const bf16 *src, size_t count) {
+    if (count == 0) return;
+    widen_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_round(bf16 *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    round_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_add_rounded(bf16 *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    add_rounded_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
 }

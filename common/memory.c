@@ -48,6 +48,14 @@ void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t 
     free_counted(acct, category, ptr, count * sizeof(float));
 }
 
+void *mem_alloc_elements(MemAccount *acct, MemCategory category, size_t count, size_t size) {
+    return alloc_counted(acct, category, count, size);
+}
+
+void mem_free_elements(MemAccount *acct, MemCategory category, void *ptr, size_t count, size_t size) {
+    free_counted(acct, category, ptr, count * size);
+}
+
 int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
     return alloc_counted(acct, category, count, sizeof(int));
 }

@@ -43,6 +43,9 @@ float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count);
 // count it was allocated with. NULL is nothing to free, except on a dry account,
 // where every buffer is NULL.
 void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count);
+// The same for `count` elements of `size` bytes each (bf16 buffers: size 2).
+void *mem_alloc_elements(MemAccount *acct, MemCategory category, size_t count, size_t size);
+void mem_free_elements(MemAccount *acct, MemCategory category, void *ptr, size_t count, size_t size);
 // The same for ints (token ids).
 int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count);
 void mem_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count);

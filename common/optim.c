@@ -7,24 +7,45 @@ AdamWConfig adamw_config(float lr, float weight_decay) {
     return cfg;
 }
 
+// One element's update; the bias corrections are 1 - beta^step.
+static inline void adamw_element(float *param, float grad, float *m, float *v, AdamWConfig cfg,
+                                 float beta1_correction, float beta2_correction) {
+    *m = cfg.beta1 * *m + (1.0f - cfg.beta1) * grad;
+    *v = cfg.beta2 * *v + (1.0f - cfg.beta2) * grad * grad;
+    float m_hat = *m / beta1_correction;
+    float v_hat = *v / beta2_correction;
+    *param -= cfg.lr * (m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * *param);
+}
+
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t count, int step,
                   AdamWConfig cfg) {
     float beta1_correction = 1.0f - powf(cfg.beta1, (float)step);
     float beta2_correction = 1.0f - powf(cfg.beta2, (float)step);
 #pragma omp parallel for  // element i touches only element i: any split gives the same result
-    for (size_t i = 0; i < count; i++) {
-        float g = grads[i];
-        m[i] = cfg.beta1 * m[i] + (1.0f - cfg.beta1) * g;
-        v[i] = cfg.beta2 * v[i] + (1.0f - cfg.beta2) * g * g;
-        float m_hat = m[i] / beta1_correction;
-        float v_hat = v[i] / beta2_correction;
-        params[i] -= cfg.lr * (m_hat / (sqrtf(v_hat) + cfg.eps) + cfg.weight_decay * params[i]);
-    }
+    for (size_t i = 0; i < count; i++)
+        adamw_element(&params[i], grads[i], &m[i], &v[i], cfg, beta1_correction, beta2_correction);
+}
+
+AdamWSpan adamw_span(float *params, void *grads, DType grad_dtype, float *m, float *v, bf16 *working, size_t count) {
+    AdamWSpan span = {.params = params, .m = m, .v = v, .count = count, .working = working};
+    if (grad_dtype == DTYPE_BF16) span.grads_bf16 = grads;
+    else span.grads = grads;
+    return span;
 }
 
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     span->step++;
-    adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
+    if (span->grads_bf16) {
+        float beta1_correction = 1.0f - powf(cfg.beta1, (float)span->step);
+        float beta2_correction = 1.0f - powf(cfg.beta2, (float)span->step);
+        for (size_t i = 0; i < span->count; i++)
+            adamw_element(&span->params[i], bf16_to_float(span->grads_bf16[i]), &span->m[i], &span->v[i], cfg,
+                          beta1_correction, beta2_correction);
+    } else {
+        adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
+    }
+    if (span->working)
+        for (size_t i = 0; i < span->count; i++) span->working[i] = bf16_from_float(span->params[i]);
 }
 
 // Step s of S (1-based), peak rate lr, warmup W, final rate min_lr:

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,11 +31,20 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 
 // A span with its own AdamW state and step count (one per tensor, or per slice
 // of a tensor that a rank owns).
+// In a --precision bf16 run (docs/precision.md) params is the fp32 master copy
+// and `working` the bf16 copy the model reads, rounded from it after each update;
+// with --reduce-dtype bf16 the gradients come as grads_bf16 instead of grads.
 typedef struct {
     float *params, *grads, *m, *v;  // (count) each
     size_t count;
     int step;                       // updates applied so far
+    const bf16 *grads_bf16;         // NULL, or (count) the gradients, in place of grads
+    bf16 *working;                  // NULL, or (count) where the updated params go, rounded
 } AdamWSpan;
+
+// A span over its buffers: gradients of grad_dtype; working NULL unless the
+// params are a bf16 run's master.
+AdamWSpan adamw_span(float *params, void *grads, DType grad_dtype, float *m, float *v, bf16 *working, size_t count);
 
 // Counts the step and applies it.
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);

@@ -20,6 +20,7 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     o->data_order = "sequential";
     o->grad_accum = 1;
     o->accum_mode = "sync-each";
+    o->precision = "fp32";
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &o->config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
         {"--vocab", "V", CLI_INT, &o->vocab_size, 1, 65536, "vocab of a --config model (default 50257)"},
@@ -60,6 +61,10 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &o->accum_mode, 0, 0,
          "ZeRO-2/3, FSDP: reduce every micro-batch into the shards, or keep whole gradients and reduce "
          "once (default sync-each; DDP and ZeRO-1 always reduce once)"},
+        {"--precision", "fp32|bf16", CLI_STRING, &o->precision, 0, 0,
+         "the parameters the model reads and collectives move; bf16 keeps fp32 master weights (default fp32)"},
+        {"--reduce-dtype", "fp32|bf16", CLI_STRING, &o->reduce_dtype, 0, 0,
+         "the gradients, as produced, reduced and kept (default: the --precision)"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
     int n = (int)(sizeof options / sizeof options[0]);
@@ -69,6 +74,12 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     if (plugin->num_flags > 0)  // a trainer without flags of its own has no table (memcpy wants one anyway)
         memcpy(flags + n, plugin->flags, (size_t)plugin->num_flags * sizeof *flags);
     return n + plugin->num_flags;
+}
+
+void options_dtypes(const TrainOptions *opts, DType *param_dtype, DType *grad_dtype) {
+    CHECK(dtype_parse(opts->precision, param_dtype) == 0, "--precision %s", opts->precision);
+    *grad_dtype = *param_dtype;
+    if (opts->reduce_dtype) CHECK(dtype_parse(opts->reduce_dtype, grad_dtype) == 0, "--reduce-dtype %s", opts->reduce_dtype);
 }
 
 OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags, const char *strategy,
@@ -95,6 +106,9 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
         problem = "--data-order: give sequential or llmc";
     else if (strcmp(o->accum_mode, "sync-each") != 0 && strcmp(o->accum_mode, "no-sync") != 0)
         problem = "--accum-mode: give sync-each or no-sync";
+    else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
+    else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
+        problem = "--reduce-dtype: give fp32 or bf16";
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

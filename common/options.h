@@ -40,7 +40,12 @@ typedef struct {
     const char *data_order;   // --data-order sequential|llmc
     int grad_accum;           // --grad-accum K: micro-batches per step on each rank
     const char *accum_mode;   // --accum-mode sync-each|no-sync: when sharded gradients are reduced
+    const char *precision;    // --precision fp32|bf16: the parameters the model reads and collectives move
+    const char *reduce_dtype; // --reduce-dtype fp32|bf16: gradients (NULL: the precision)
 } TrainOptions;
+
+// The element types a run's options ask for (docs/precision.md).
+void options_dtypes(const TrainOptions *opts, DType *param_dtype, DType *grad_dtype);
 
 typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;
 

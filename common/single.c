@@ -30,7 +30,8 @@ static void gather_full_model(void *state, float *flat) {
     State *s = state;
     const GPT2Layout *layout = &s->model->layout;
     for (int t = 0; t < layout->num_tensors; t++)
-        device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+        device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
+                               s->model->param_dtype);
 }
 
 static int local_rows(void *state, int t, LocalRows *rows) {
@@ -39,7 +40,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     return 1;
 }
 
-static int local_grads(void *state, float **grads, size_t *count) {
+static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     *grads = s->resident.grads;
     *count = s->resident.flat.total;
@@ -61,12 +62,12 @@ Strategy single_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    resident_init(&s->resident, layout, count, s->mem);
+    resident_init(&s->resident, model, count, s->mem);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {
         resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
-        model->params[t] = s->resident.params + s->resident.flat.offset[t];
-        model->grads[t] = s->resident.grads + s->resident.flat.offset[t];
+        model->params[t] = resident_params(&s->resident, t);
+        model->grads[t] = resident_grads(&s->resident, t);
     }
     return STRATEGY_TABLE("single", s);
 }

@@ -67,13 +67,16 @@ int prefetch_window(const GPT2Layout *layout, int prefetch);
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // The rows of one tensor that a rank keeps between steps, for checkpoints:
-// pointers to its parameters and AdamW moments, and the tensor's step count.
+// pointers to its fp32 parameters (the master copy in a bf16 run) and AdamW
+// moments, and the tensor's step count.
 typedef struct {
     int row_begin, row_count;
     float *params, *m, *v;  // (row_count, cols) each
     int *adam_step;
     int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only);
                             // across ranks, the writers hold every row of the model once
+    bf16 *working;          // NULL, or (row_count, cols) a bf16 run's working copy of params
+                            // (the fp32 master above), rounded from them again after a load
 } LocalRows;
 
 typedef struct {
@@ -93,10 +96,10 @@ typedef struct {
     // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there).
     int (*local_rows)(void *state, int t, LocalRows *rows);
     // The averaged gradient this rank keeps after finish_grads, as one flat span
-    // of *count elements (zero padding may be part of it), for clipping. Returns
+    // of *count elements of model->grad_dtype (zero padding may be part of it), for clipping. Returns
     // 1 if the span is this rank's share of the global norm: across ranks the
     // shares hold every gradient element of the model once (DDP: rank 0's replica).
-    int (*local_grads)(void *state, float **grads, size_t *count);
+    int (*local_grads)(void *state, void **grads, size_t *count);
     void (*destroy)(void *state);
 } Strategy;
 

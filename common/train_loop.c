@@ -239,6 +239,7 @@ static void setup(Run *run) {
 
     gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
     run->model.grad_accum = o->grad_accum;
+    options_dtypes(o, &run->model.param_dtype, &run->model.grad_dtype);
     trace_init(&run->trace, o->trace_prefix != NULL);
     trace_attach_comm(&run->trace, &run->comm);  // collectives on a lane of their own, from start to completion
     StrategyContext ctx = {
@@ -251,10 +252,12 @@ static void setup(Run *run) {
     run->strategy = run->plugin->init(&ctx);
     if (run->comm.rank == 0 && !o->quiet)
         printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d "
-               "(%d micro-batch(es) of %d x %d per rank); %d thread(s) per rank (%d cores, %d rank(s) on this node)\n",
+               "(%d micro-batch(es) of %d x %d per rank); %s parameters, %s gradients; %d thread(s) per rank "
+               "(%d cores, %d rank(s) on this node)\n",
                run->strategy.name, device_name(), world, config.num_layers, config.channels, config.num_heads,
                config.vocab_size, run->model.layout.num_params, o->batch, o->seq, o->grad_accum, run->model.B,
-               o->seq, run->threads, run->cores, run->comm.local_size);
+               o->seq, dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->threads, run->cores,
+               run->comm.local_size);
     if (run->log) write_log_start(run);
     run->first_step = 1;
     if (o->resume) {
@@ -285,9 +288,9 @@ static void setup(Run *run) {
 // double gives every rank the same sum.
 static double grad_norm(Run *run) {
     Strategy *s = &run->strategy;
-    float *grads;
+    void *grads;
     size_t count;
-    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares(grads, count) : 0;
+    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares_as(grads, count, run->model.grad_dtype) : 0;
     return sqrt(comm_all_reduce_double(&run->comm, sum));
 }
 
@@ -295,10 +298,10 @@ static double grad_norm(Run *run) {
 // share included, so the replicas stay equal.
 static void scale_grads(Run *run, float factor) {
     Strategy *s = &run->strategy;
-    float *grads;
+    void *grads;
     size_t count;
     s->local_grads(s->state, &grads, &count);
-    device_scale(grads, count, factor);
+    device_scale_as(grads, count, run->model.grad_dtype, factor);
 }
 
 // *norm: the gradient's global norm before clipping (NAN without --grad-clip).
@@ -391,13 +394,15 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
-               "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\"}, \"strategy_options\": {",
+               "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\", \"precision\": \"%s\", "
+               "\"reduce_dtype\": \"%s\"}, \"strategy_options\": {",
             run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
-            run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode);
+            run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode, dtype_name(run->model.param_dtype),
+            dtype_name(run->model.grad_dtype));
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"ranks\": [",
             run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s);

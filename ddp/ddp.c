@@ -41,7 +41,9 @@ static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (!last_micro_batch) return;
     size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
-    if (count > 0) s->pending[unit] = comm_all_reduce_start(s->comm, s->resident.grads + begin, count, COMM_AVG);
+    if (count > 0)
+        s->pending[unit] = comm_all_reduce_start(s->comm, dtype_at(s->resident.grads, begin, s->resident.grad_dtype), count,
+                                                 s->resident.grad_dtype, COMM_AVG);
     for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
 }
 
@@ -60,7 +62,8 @@ static void gather_full_model(void *state, float *flat) {
     const GPT2Layout *layout = &s->model->layout;
     if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
     for (int t = 0; t < layout->num_tensors; t++)
-        device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+        device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
+                               s->model->param_dtype);
 }
 
 // Every replica keeps every row; rank 0 alone writes them.
@@ -71,7 +74,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // Every replica holds the whole averaged gradient: rank 0's counts, once.
-static int local_grads(void *state, float **grads, size_t *count) {
+static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     *grads = s->resident.grads;
     *count = s->resident.flat.total;
@@ -94,16 +97,16 @@ Strategy ddp_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    resident_init(&s->resident, layout, count, s->mem);
+    resident_init(&s->resident, model, count, s->mem);
     free(count);
     s->pending = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     for (int t = 0; t < layout->num_tensors; t++) {
         if (s->comm->rank == 0) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
         // the model reads and writes the replica directly, for good
-        model->params[t] = s->resident.params + s->resident.flat.offset[t];
-        model->grads[t] = s->resident.grads + s->resident.flat.offset[t];
+        model->params[t] = resident_params(&s->resident, t);
+        model->grads[t] = resident_grads(&s->resident, t);
     }
     // replicas must start identical: rank 0's copy wins
-    comm_broadcast(s->comm, s->resident.params, s->resident.flat.total, 0);
+    resident_broadcast(&s->resident, s->comm, 0);
     return STRATEGY_TABLE("ddp", s);
 }

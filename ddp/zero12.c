@@ -54,23 +54,36 @@ typedef struct {
     int stage;                       // 1 or 2
     AccumMode accum_mode;            // ZeRO-2 with micro-batches: reduce each one, or keep full gradients
     size_t lo, hi;                   // this rank's range [lo, hi) of the padded flat model
-    float *params;                   // (pad(P)) the full replica, llm.c's order
-    float *grads;                    // (P) ZeRO-1: full; (S) ZeRO-2: this rank's range
+    DType param_dtype, grad_dtype;   // the model's
+    void *params;                    // (pad(P)) the full replica, llm.c's order
+    void *grads;                     // (P) ZeRO-1: full; (S) ZeRO-2: this rank's range
+    float *master;                   // (S) bf16 runs: the fp32 master of this rank's range; else NULL
     float *m, *v;                    // (S) AdamW moments of this rank's range
     AdamWSpan *spans;                // (num_tensors) tensor t's part of the range; count 0 if none
     int *piece_start;                // (num_tensors + 1) tensor t's pieces are pending[piece_start[t] ..]
     CommHandle *pending;             // one reduce per piece: a tensor's part inside one range
     MemAccount scratch;              // checkpoint staging: not training memory
     int staged_tensor;               // -1, or the tensor whose moments are in `staged`
-    float *staged;                   // (2 numel) m then v of staged_tensor, whole
+    float *staged;                   // (staged_arrays numel) m, v (and the master) of staged_tensor, whole
+    int staged_arrays;               // 2, or 3 with a master
 } State;
 
 static size_t range_numel(const State *s) { return s->hi - s->lo; }
 static size_t grads_numel(const State *s) { return s->stage == 1 ? s->model->layout.num_params : range_numel(s); }
 
 // Where the owner's reduced gradient of flat element `first` goes.
-static float *grad_slot(const State *s, size_t first) {
-    return s->stage == 1 ? s->grads + first : s->grads + (first - s->lo);
+static void *grad_slot(const State *s, size_t first) {
+    return dtype_at(s->grads, s->stage == 1 ? first : first - s->lo, s->grad_dtype);
+}
+
+// AdamW's view of this rank's part [begin, begin + count) of the flat model:
+// the replica's own elements, or in a bf16 run the master's, rounded into the
+// replica after each update.
+static AdamWSpan range_span(const State *s, size_t begin, size_t count) {
+    float *values = s->master ? s->master + (begin - s->lo) : dtype_at(s->params, begin, DTYPE_FP32);
+    bf16 *working = s->master ? dtype_at(s->params, begin, DTYPE_BF16) : NULL;
+    return adamw_span(values, grad_slot(s, begin), s->grad_dtype, s->m + (begin - s->lo), s->v + (begin - s->lo),
+                      working, count);
 }
 
 // Where this rank's part of tensor t starts, counted from the tensor's start.
@@ -88,26 +101,29 @@ static void unstage_moments(State *s) {
         size_t at = span_start_in_tensor(s, t);
         device_copy(span->m, s->staged + at, span->count);
         device_copy(span->v, s->staged + tensor->numel + at, span->count);
+        if (s->master) device_copy(span->params, s->staged + 2 * tensor->numel + at, span->count);
     }
-    device_free(&s->scratch, MEM_COMM_BUFFERS, s->staged, 2 * tensor->numel);
+    device_free(&s->scratch, MEM_COMM_BUFFERS, s->staged, s->staged_arrays * tensor->numel);
     s->staged = NULL;
     s->staged_tensor = -1;
 }
 
-// Assembles tensor t's whole m and v on rank 0: each rank puts its range's part
-// into a zeroed buffer, and a sum onto rank 0 joins them.
+// Assembles tensor t's whole m and v (and master) on rank 0: each rank puts its
+// range's part into a zeroed buffer, and a sum onto rank 0 joins them.
 static void stage_moments(State *s, int t) {
     unstage_moments(s);
     const GPT2Tensor *tensor = &s->model->layout.tensors[t];
     const AdamWSpan *span = &s->spans[t];
-    s->staged = device_alloc(&s->scratch, MEM_COMM_BUFFERS, 2 * tensor->numel);
+    size_t count = s->staged_arrays * tensor->numel;
+    s->staged = device_alloc(&s->scratch, MEM_COMM_BUFFERS, count);
     s->staged_tensor = t;
     if (span->count > 0) {
         size_t at = span_start_in_tensor(s, t);
         device_copy(s->staged + at, span->m, span->count);
         device_copy(s->staged + tensor->numel + at, span->v, span->count);
+        if (s->master) device_copy(s->staged + 2 * tensor->numel + at, span->params, span->count);
     }
-    comm_reduce(s->comm, s->staged, s->comm->rank == 0 ? s->staged : NULL, 2 * tensor->numel, 0, COMM_SUM);
+    comm_reduce(s->comm, s->staged, s->comm->rank == 0 ? s->staged : NULL, count, DTYPE_FP32, 0, COMM_SUM);
 }
 
 // Gives the unit's tensors zeroed full-size gradients where they have none yet
@@ -117,7 +133,7 @@ static void alloc_unit_grads(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->model->grads[t])
-            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+            s->model->grads[t] = device_alloc_as(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel, s->grad_dtype);
     }
 }
 
@@ -135,9 +151,9 @@ static void reduce_bucket(State *s, int unit) {
             int owner = first_owner + (k - s->piece_start[t]);
             size_t begin, end;
             zero12_overlap(P, s->comm->world, owner, tensor->offset, tensor->numel, &begin, &end);
-            float *piece = s->model->grads[t] + (begin - tensor->offset);
+            void *piece = dtype_at(s->model->grads[t], begin - tensor->offset, s->grad_dtype);
             s->pending[k] = comm_reduce_start(s->comm, piece, owner == s->comm->rank ? piece : NULL, end - begin,
-                                              owner, COMM_AVG);
+                                              s->grad_dtype, owner, COMM_AVG);
         }
     }
 }
@@ -154,8 +170,9 @@ static void finish_bucket(State *s, int unit) {
         if (s->stage == 1) continue;
         size_t begin, end;
         if (zero12_overlap(P, s->comm->world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end) > 0)
-            device_add(grad_slot(s, begin), s->model->grads[t] + (begin - tensor->offset), end - begin);
-        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], tensor->numel);
+            device_add_as(grad_slot(s, begin), dtype_at(s->model->grads[t], begin - tensor->offset, s->grad_dtype),
+                          end - begin, s->grad_dtype);
+        device_free_as(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], tensor->numel, s->grad_dtype);
         s->model->grads[t] = NULL;
     }
 }
@@ -207,35 +224,41 @@ static void step(void *state, AdamWConfig config) {
         if (s->spans[t].count > 0) device_adamw(&s->spans[t], config);
         else s->spans[t].step++;
     }
-    device_zero(s->grads, grads_numel(s));
+    device_zero_as(s->grads, grads_numel(s), s->grad_dtype);
     size_t S = range_numel(s);
-    float *send = device_alloc(s->mem, MEM_COMM_BUFFERS, S);  // MPI's input may not overlap its output
-    device_copy(send, s->params + s->lo, S);
-    comm_all_gather(s->comm, send, s->params, S * (size_t)s->comm->world);
-    device_free(s->mem, MEM_COMM_BUFFERS, send, S);
+    void *send = device_alloc_as(s->mem, MEM_COMM_BUFFERS, S, s->param_dtype);  // MPI's input may not overlap its output
+    device_copy_as(send, dtype_at(s->params, s->lo, s->param_dtype), S, s->param_dtype);
+    comm_all_gather(s->comm, send, s->params, S * (size_t)s->comm->world, s->param_dtype);
+    device_free_as(s->mem, MEM_COMM_BUFFERS, send, S, s->param_dtype);
 }
 
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
     if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
-    device_to_host(flat, s->params, s->model->layout.num_params);
+    device_to_host_widened(flat, s->params, s->model->layout.num_params, s->param_dtype);
 }
 
 // Every rank keeps every row's parameters; rank 0 alone writes them, with the
-// moments staged from all ranges (see the top).
+// moments staged from all ranges (see the top). A bf16 run stages its master
+// too, and a load rounds it into every rank's working replica.
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     const GPT2Tensor *tensor = &s->model->layout.tensors[t];
     stage_moments(s, t);
-    *rows = (LocalRows){.row_begin = 0, .row_count = tensor->rows, .params = s->params + tensor->offset,
-                        .m = s->staged, .v = s->staged + tensor->numel, .adam_step = &s->spans[t].step,
-                        .writes = s->comm->rank == 0};
+    *rows = (LocalRows){.row_begin = 0, .row_count = tensor->rows, .m = s->staged, .v = s->staged + tensor->numel,
+                        .adam_step = &s->spans[t].step, .writes = s->comm->rank == 0};
+    if (s->master) {
+        rows->params = s->staged + 2 * tensor->numel;
+        rows->working = dtype_at(s->params, tensor->offset, DTYPE_BF16);
+    } else {
+        rows->params = dtype_at(s->params, tensor->offset, DTYPE_FP32);
+    }
     return 1;
 }
 
 // The averaged gradient of this rank's range, less padding: ZeRO-1's other
 // elements hold this rank's own, unreduced partial sums.
-static int local_grads(void *state, float **grads, size_t *count) {
+static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     size_t P = s->model->layout.num_params, end = s->hi < P ? s->hi : P;
     *count = s->lo < end ? end - s->lo : 0;
@@ -246,8 +269,9 @@ static int local_grads(void *state, float **grads, size_t *count) {
 static void destroy(void *state) {
     State *s = state;
     unstage_moments(s);
-    device_free(s->mem, MEM_PARAMS, s->params, range_numel(s) * (size_t)s->comm->world);
-    device_free(s->mem, MEM_GRADS, s->grads, grads_numel(s));
+    device_free_as(s->mem, MEM_PARAMS, s->params, range_numel(s) * (size_t)s->comm->world, s->param_dtype);
+    device_free_as(s->mem, MEM_GRADS, s->grads, grads_numel(s), s->grad_dtype);
+    if (s->master) device_free(s->mem, MEM_OPTIM, s->master, range_numel(s));
     device_free(s->mem, MEM_OPTIM, s->m, range_numel(s));
     device_free(s->mem, MEM_OPTIM, s->v, range_numel(s));
     free(s->spans);
@@ -270,8 +294,13 @@ Strategy zero12_init(const StrategyContext *ctx) {
     CHECK(s->stage == 1 || s->stage == 2, "zero12_init: stage %d", s->stage);
     s->staged_tensor = -1;
     zero12_range(P, world, s->comm->rank, &s->lo, &s->hi);
-    s->params = device_alloc(s->mem, MEM_PARAMS, range_numel(s) * (size_t)world);
-    s->grads = device_alloc(s->mem, MEM_GRADS, grads_numel(s));
+    s->param_dtype = model->param_dtype;
+    s->grad_dtype = model->grad_dtype;
+    s->params = device_alloc_as(s->mem, MEM_PARAMS, range_numel(s) * (size_t)world, s->param_dtype);
+    s->grads = device_alloc_as(s->mem, MEM_GRADS, grads_numel(s), s->grad_dtype);
+    // the master copy is optimizer state, as in the ZeRO paper's 2 + 2 + 12 bytes
+    s->master = s->param_dtype == DTYPE_BF16 ? device_alloc(s->mem, MEM_OPTIM, range_numel(s)) : NULL;
+    s->staged_arrays = s->master ? 3 : 2;
     s->m = device_alloc(s->mem, MEM_OPTIM, range_numel(s));
     s->v = device_alloc(s->mem, MEM_OPTIM, range_numel(s));
     s->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
@@ -280,24 +309,22 @@ Strategy zero12_init(const StrategyContext *ctx) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         size_t begin, end, count = zero12_overlap(P, world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end);
         if (count > 0)
-            s->spans[t] = (AdamWSpan){s->params + begin, grad_slot(s, begin), s->m + (begin - s->lo),
-                                      s->v + (begin - s->lo), count, 0};
+            s->spans[t] = range_span(s, begin, count);
         int first_owner = zero12_owner(P, world, tensor->offset);
         int last_owner = zero12_owner(P, world, tensor->offset + tensor->numel - 1);
         s->piece_start[t + 1] = s->piece_start[t] + last_owner - first_owner + 1;
-        model->params[t] = s->params + tensor->offset;  // the model reads the replica directly, for good
-        model->grads[t] = s->stage == 1 ? s->grads + tensor->offset : NULL;
+        model->params[t] = dtype_at(s->params, tensor->offset, s->param_dtype);  // the replica, for good
+        model->grads[t] = s->stage == 1 ? dtype_at(s->grads, tensor->offset, s->grad_dtype) : NULL;
     }
     s->pending = xcalloc((size_t)s->piece_start[layout->num_tensors], sizeof(CommHandle));
-    if (s->comm->rank == 0) {
-        float *host = xmalloc(P * sizeof(float));
-        for (int t = 0; t < layout->num_tensors; t++)
-            param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
-        device_from_host(s->params, host, P);
-        free(host);
-    }
-    // replicas must start identical: rank 0's copy wins
-    comm_broadcast(s->comm, s->params, P, 0);
+    // every rank makes the whole model from the source, so the replicas start
+    // identical: its replica (in the working dtype) and its range's master
+    float *host = xmalloc(P * sizeof(float));
+    for (int t = 0; t < layout->num_tensors; t++)
+        param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
+    device_from_host_rounded(s->params, host, P, s->param_dtype);
+    if (s->master && s->lo < P) device_from_host(s->master, host + s->lo, (s->hi < P ? s->hi : P) - s->lo);
+    free(host);
     strategy_note(ctx, "zero%d: %d ranges of %zu elements (P = %zu, %zu of padding)\n", s->stage, world,
                   range_numel(s), P, range_numel(s) * (size_t)world - P);
     return STRATEGY_TABLE(s->stage == 1 ? "zero1" : "zero2", s);

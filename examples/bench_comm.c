@@ -21,11 +21,11 @@
 static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) {
     double start = timer_now();
     switch (op) {
-    case COMM_ALL_REDUCE: comm_all_reduce(comm, a, count, COMM_SUM); break;
-    case COMM_REDUCE_SCATTER: comm_reduce_scatter(comm, a, b, count, COMM_SUM); break;
-    case COMM_ALL_GATHER: comm_all_gather(comm, a, b, count); break;
-    case COMM_BROADCAST: comm_broadcast(comm, a, count, 0); break;
-    case COMM_REDUCE: comm_reduce(comm, a, b, count, 0, COMM_SUM); break;
+    case COMM_ALL_REDUCE: comm_all_reduce(comm, a, count, DTYPE_FP32, COMM_SUM); break;
+    case COMM_REDUCE_SCATTER: comm_reduce_scatter(comm, a, b, count, DTYPE_FP32, COMM_SUM); break;
+    case COMM_ALL_GATHER: comm_all_gather(comm, a, b, count, DTYPE_FP32); break;
+    case COMM_BROADCAST: comm_broadcast(comm, a, count, DTYPE_FP32, 0); break;
+    case COMM_REDUCE: comm_reduce(comm, a, b, count, DTYPE_FP32, 0, COMM_SUM); break;
     default: break;
     }
     return timer_now() - start;
@@ -72,11 +72,11 @@ static void bench_overlap(Comm *comm, float *a, size_t max_count, double overlap
     for (size_t bytes = 1 << 20; bytes <= max_count * sizeof(float); bytes *= 4) {
         size_t count = bytes / sizeof(float);
         double alone = 0, computing = 0, overlapped = 0, waiting = 0, cpu_alone = 0, cpu_overlapped = 0;
-        comm_all_reduce(comm, a, count, COMM_SUM);  // warm up
+        comm_all_reduce(comm, a, count, DTYPE_FP32, COMM_SUM);  // warm up
         for (int i = 0; i < iters; i++) {
             comm_barrier(comm);
             start = timer_now();
-            comm_all_reduce(comm, a, count, COMM_SUM);
+            comm_all_reduce(comm, a, count, DTYPE_FP32, COMM_SUM);
             alone += timer_now() - start;
             comm_barrier(comm);
             start = timer_now();
@@ -87,7 +87,7 @@ static void bench_overlap(Comm *comm, float *a, size_t max_count, double overlap
             comm_barrier(comm);
             start = timer_now();
             cpu = cpu_now();
-            CommHandle h = comm_all_reduce_start(comm, a, count, COMM_SUM);
+            CommHandle h = comm_all_reduce_start(comm, a, count, DTYPE_FP32, COMM_SUM);
             compute(x, y, reps);
             double waited = timer_now();
             comm_wait(comm, &h);

@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
     const GPT2Layout *layout = &model.layout;
     size_t P = layout->num_params;
     float *params = device_alloc(&mem, MEM_PARAMS, P), *grads = device_alloc(&mem, MEM_GRADS, P);
-    AdamWSpan span = {params, grads, device_alloc(&mem, MEM_OPTIM, P), device_alloc(&mem, MEM_OPTIM, P), P, 0};
+    AdamWSpan span = adamw_span(params, grads, DTYPE_FP32, device_alloc(&mem, MEM_OPTIM, P),
+                                device_alloc(&mem, MEM_OPTIM, P), NULL, P);
     float *host = (float *)xmalloc(P * sizeof(float));
     for (int t = 0; t < layout->num_tensors; t++)
         gpt2_init_rows(layout, t, 1, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);

@@ -31,7 +31,7 @@
 // One unit's collective in flight, with its copy-in/copy-out buffers.
 typedef struct {
     CommHandle handle;
-    float *send, *recv;  // NULL when nothing is in flight
+    void *send, *recv;   // NULL when nothing is in flight
     size_t pack;         // elements of one rank's part
 } InFlight;
 
@@ -70,13 +70,14 @@ static size_t unit_slice_numel(const State *s, int unit, int sharded_only) {
 
 // Copy-in for the all-gather: my slice of each sharded tensor of the unit, one
 // after another; they are on their way from now on.
-static void pack_slices(State *s, int unit, float *send) {
+static void pack_slices(State *s, int unit, void *send) {
     const GPT2Layout *layout = &s->model->layout;
     const FlatLayout *flat = &s->resident.flat;
+    DType dtype = s->model->param_dtype;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        device_copy(send + at, s->resident.params + flat->offset[t], flat->count[t]);
+        device_copy_as(dtype_at(send, at, dtype), resident_params(&s->resident, t), flat->count[t], dtype);
         s->tensor_state[t] = TENSOR_GATHERING;
         at += flat->count[t];
     }
@@ -84,15 +85,17 @@ static void pack_slices(State *s, int unit, float *send) {
 
 // Copy-out: recv holds rank 0's pack, then rank 1's, ... (`pack` elements each);
 // slice r of tensor t goes to rows [r*k, (r+1)*k) of a new full buffer.
-static void unpack_full_tensors(State *s, int unit, const float *recv, size_t pack) {
+static void unpack_full_tensors(State *s, int unit, void *recv, size_t pack) {
     const GPT2Layout *layout = &s->model->layout;
     int world = s->comm->world;
+    DType dtype = s->model->param_dtype;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
         size_t slice = s->resident.flat.count[t];
-        float *full = device_alloc(s->mem, MEM_PARAMS_GATHERED, slice * world);
-        for (int r = 0; r < world; r++) device_copy(full + r * slice, recv + r * pack + at, slice);
+        void *full = device_alloc_as(s->mem, MEM_PARAMS_GATHERED, slice * world, dtype);
+        for (int r = 0; r < world; r++)
+            device_copy_as(dtype_at(full, r * slice, dtype), dtype_at(recv, r * pack + at, dtype), slice, dtype);
         s->model->params[t] = full;
         s->tensor_state[t] = TENSOR_GATHERED;
         at += slice;
@@ -102,14 +105,15 @@ static void unpack_full_tensors(State *s, int unit, const float *recv, size_t pa
 // Starts one all-gather for every tensor of the unit neither here nor on its way.
 static void start_gather(State *s, int unit) {
     InFlight *g = &s->gathers[unit];
+    DType dtype = s->model->param_dtype;
     size_t pack = unit_slice_numel(s, unit, 1);
     if (pack == 0) return;
     CHECK(!g->send, "fsdp: unit %d's all-gather started twice", unit);
     g->pack = pack;
-    g->send = device_alloc(s->mem, MEM_COMM_BUFFERS, pack);
-    g->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, pack * s->comm->world);
+    g->send = device_alloc_as(s->mem, MEM_COMM_BUFFERS, pack, dtype);
+    g->recv = device_alloc_as(s->mem, MEM_COMM_BUFFERS, pack * s->comm->world, dtype);
     pack_slices(s, unit, g->send);
-    g->handle = comm_all_gather_start(s->comm, g->send, g->recv, pack * s->comm->world);
+    g->handle = comm_all_gather_start(s->comm, g->send, g->recv, pack * s->comm->world, dtype);
 }
 
 // Waits for the unit's all-gather, if one is in flight, and unpacks it.
@@ -118,8 +122,8 @@ static void finish_gather(State *s, int unit) {
     if (!g->send) return;
     comm_wait(s->comm, &g->handle);
     unpack_full_tensors(s, unit, g->recv, g->pack);
-    device_free(s->mem, MEM_COMM_BUFFERS, g->send, g->pack);
-    device_free(s->mem, MEM_COMM_BUFFERS, g->recv, g->pack * s->comm->world);
+    device_free_as(s->mem, MEM_COMM_BUFFERS, g->send, g->pack, s->model->param_dtype);
+    device_free_as(s->mem, MEM_COMM_BUFFERS, g->recv, g->pack * s->comm->world, s->model->param_dtype);
     g->send = g->recv = NULL;
 }
 
@@ -140,7 +144,8 @@ static void release_unit(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED) continue;
-        device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], s->resident.flat.count[t] * s->comm->world);
+        device_free_as(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], s->resident.flat.count[t] * s->comm->world,
+                       s->model->param_dtype);
         s->model->params[t] = NULL;
         s->tensor_state[t] = TENSOR_SHARDED;
     }
@@ -148,26 +153,29 @@ static void release_unit(State *s, int unit) {
 
 // Copy-in for the reduce-scatter: block r of send holds rank r's rows of every
 // gradient of the unit, so that block r, reduced, lands on rank r.
-static void pack_grads_by_rank(State *s, int unit, float *send, size_t pack) {
+static void pack_grads_by_rank(State *s, int unit, void *send, size_t pack) {
     const GPT2Layout *layout = &s->model->layout;
+    DType dtype = s->model->grad_dtype;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         size_t slice = s->resident.flat.count[t];
-        for (int r = 0; r < s->comm->world; r++) device_copy(send + r * pack + at, s->model->grads[t] + r * slice, slice);
+        for (int r = 0; r < s->comm->world; r++)
+            device_copy_as(dtype_at(send, r * pack + at, dtype), dtype_at(s->model->grads[t], r * slice, dtype), slice,
+                           dtype);
         at += slice;
     }
 }
 
 // Copy-out: add the averaged slices to my resident gradient (the tied wte
 // arrives twice: from the head and from unit 0) and free the full gradients.
-static void add_reduced_slices(State *s, int unit, const float *recv) {
+static void add_reduced_slices(State *s, int unit, void *recv) {
     const GPT2Layout *layout = &s->model->layout;
-    const FlatLayout *flat = &s->resident.flat;
+    DType dtype = s->model->grad_dtype;
     for (size_t i = 0, at = 0; i < (size_t)layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        size_t slice = flat->count[t];
-        device_add(s->resident.grads + flat->offset[t], recv + at, slice);
-        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], slice * s->comm->world);
+        size_t slice = s->resident.flat.count[t];
+        device_add_as(resident_grads(&s->resident, t), dtype_at(recv, at, dtype), slice, dtype);
+        device_free_as(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], slice * s->comm->world, dtype);
         s->model->grads[t] = NULL;
         at += slice;
     }
@@ -177,12 +185,13 @@ static void add_reduced_slices(State *s, int unit, const float *recv) {
 static void start_reduce(State *s, int unit) {
     InFlight *r = &s->reduces[unit];
     int world = s->comm->world;
+    DType dtype = s->model->grad_dtype;
     CHECK(!r->send, "fsdp: unit %d's reduce-scatter started twice", unit);
     r->pack = unit_slice_numel(s, unit, 0);
-    r->send = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack * world);
-    r->recv = device_alloc(s->mem, MEM_COMM_BUFFERS, r->pack);
+    r->send = device_alloc_as(s->mem, MEM_COMM_BUFFERS, r->pack * world, dtype);
+    r->recv = device_alloc_as(s->mem, MEM_COMM_BUFFERS, r->pack, dtype);
     pack_grads_by_rank(s, unit, r->send, r->pack);
-    r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->pack * world, COMM_AVG);
+    r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->pack * world, dtype, COMM_AVG);
 }
 
 // Waits for the unit's reduce-scatter, if one is in flight, and keeps my slices.
@@ -191,8 +200,8 @@ static void finish_reduce(State *s, int unit) {
     if (!r->send) return;
     comm_wait(s->comm, &r->handle);
     add_reduced_slices(s, unit, r->recv);
-    device_free(s->mem, MEM_COMM_BUFFERS, r->send, r->pack * s->comm->world);
-    device_free(s->mem, MEM_COMM_BUFFERS, r->recv, r->pack);
+    device_free_as(s->mem, MEM_COMM_BUFFERS, r->send, r->pack * s->comm->world, s->model->grad_dtype);
+    device_free_as(s->mem, MEM_COMM_BUFFERS, r->recv, r->pack, s->model->grad_dtype);
     r->send = r->recv = NULL;
 }
 
@@ -213,7 +222,8 @@ static void before_backward(void *state, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->model->grads[t])
-            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, s->resident.flat.count[t] * s->comm->world);
+            s->model->grads[t] = device_alloc_as(s->mem, MEM_GRADS_GATHERED, s->resident.flat.count[t] * s->comm->world,
+                                                 s->model->grad_dtype);
     }
 }
 
@@ -250,7 +260,8 @@ static void gather_full_model(void *state, float *flat) {
         finish_gather(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+                device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
+                                       s->model->param_dtype);
         release_unit(s, u);
     }
 }
@@ -265,7 +276,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // This rank's slices, padding rows (zero) included.
-static int local_grads(void *state, float **grads, size_t *count) {
+static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     *grads = s->resident.grads;
     *count = s->resident.flat.total;
@@ -301,7 +312,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->accum_mode = ctx->accum_mode;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);
-    resident_init(&s->resident, layout, count, s->mem);
+    resident_init(&s->resident, model, count, s->mem);
     free(count);
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {

@@ -151,7 +151,7 @@ void gpt2_layout_free(GPT2Layout *layout) {
     memset(layout, 0, sizeof *layout);
 }
 
-void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, float **table) {
+void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, void **table) {
     for (int t = 0; t < layout->num_tensors; t++) table[t] = flat + layout->tensors[t].offset;
 }
 
@@ -234,8 +234,11 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemA
     model->grad_accum = 1;
     model->T = T;
     model->recompute = recompute;
-    model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
-    model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
+    model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
+    model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
+    model->unit_params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
+    model->unit_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
+    model->mem = acct;
     model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
     model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, GPT2_BATCH_ARRAYS * (size_t)B * T);
@@ -247,6 +250,8 @@ void gpt2_free(GPT2 *model, MemAccount *acct) {
     device_free_ints(acct, MEM_ACTIVATIONS, model->batch, GPT2_BATCH_ARRAYS * (size_t)model->B * model->T);
     free(model->params);
     free(model->grads);
+    free(model->unit_params);
+    free(model->unit_grads);
     gpt2_layout_free(&model->layout);
     memset(model, 0, sizeof *model);
 }
@@ -302,4 +307,69 @@ double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {
     // q @ k^T and att @ v: 2 * 2 * T * C multiply-adds per token per layer, x3 for backward
     double attention = 6.0 * 2.0 * T * C * L * tokens;
     return 6.0 * matmul_params * tokens + attention;
+}
+
+// Elements of the unit's tensors, whole.
+static size_t unit_numel(const GPT2 *model, int unit) {
+    const GPT2Layout *layout = &model->layout;
+    size_t numel = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) numel += layout->tensors[layout->unit_tensors[unit][i]].numel;
+    return numel;
+}
+
+// Points unit_params (and, for backward, unit_grads) at what the ops use: the
+// tensors themselves in fp32; in bf16, parameters widened into one fp32 copy of
+// the unit, and gradients into a zeroed one. Widening is exact, so the ops see
+// exactly the bf16 values.
+static void open_unit(GPT2 *model, int unit, int backward) {
+    const GPT2Layout *layout = &model->layout;
+    int widen_params = model->param_dtype == DTYPE_BF16, widen_grads = backward && model->grad_dtype == DTYPE_BF16;
+    model->widened_count = unit_numel(model, unit);
+    if (widen_params) model->widened_params = device_alloc(model->mem, MEM_PARAMS_GATHERED, model->widened_count);
+    if (widen_grads) model->widened_grads = device_alloc(model->mem, MEM_GRADS_GATHERED, model->widened_count);
+    size_t at = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        size_t numel = layout->tensors[t].numel;
+        CHECK(model->params[t], "unit %d runs without %s's parameters", unit, layout->tensors[t].name);
+        model->unit_params[t] = widen_params ? model->widened_params + at : model->params[t];
+        if (widen_params) device_widen(model->unit_params[t], model->params[t], numel);
+        if (backward) {
+            CHECK(model->grads[t], "unit %d's backward has nowhere to put %s's gradient", unit, layout->tensors[t].name);
+            model->unit_grads[t] = widen_grads ? model->widened_grads + at : model->grads[t];
+        }
+        at += numel;
+    }
+}
+
+// The end of a unit: bf16 gradients take their fp32 sums, rounded once; the
+// copies go.
+static void close_unit(GPT2 *model, int unit) {
+    const GPT2Layout *layout = &model->layout;
+    if (model->widened_grads) {
+        size_t at = 0;
+        for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+            int t = layout->unit_tensors[unit][i];
+            device_add_rounded(model->grads[t], model->widened_grads + at, layout->tensors[t].numel);
+            at += layout->tensors[t].numel;
+        }
+        device_free(model->mem, MEM_GRADS_GATHERED, model->widened_grads, model->widened_count);
+        model->widened_grads = NULL;
+    }
+    if (model->widened_params) {
+        device_free(model->mem, MEM_PARAMS_GATHERED, model->widened_params, model->widened_count);
+        model->widened_params = NULL;
+    }
+}
+
+void gpt2_forward_unit(GPT2 *model, int unit) {
+    open_unit(model, unit, 0);
+    gpt2_device_forward(model, unit);
+    close_unit(model, unit);
+}
+
+void gpt2_backward_unit(GPT2 *model, int unit) {
+    open_unit(model, unit, 1);
+    gpt2_device_backward(model, unit);
+    close_unit(model, unit);
 }

@@ -10,13 +10,16 @@
 // pointer tables model->params[t] and model->grads[t] (one entry per tensor),
 // which whoever runs the model fills in before a unit runs. The single-rank
 // trainer points them into one flat buffer; the strategies point them into
-// gathered copies.
+// gathered copies. They hold model->param_dtype and model->grad_dtype elements:
+// fp32, or bf16 (--precision, --reduce-dtype), which the ops, written in fp32,
+// see through fp32 copies of the running unit's tensors (gpt2.c).
 #ifndef SHARDLAB_GPT2_H
 #define SHARDLAB_GPT2_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/dtype.h"
 #include "../common/memory.h"
 
 #ifdef __cplusplus
@@ -149,8 +152,18 @@ typedef struct {
     int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
     int grad_accum;            // micro-batches per optimizer step (--grad-accum): each backward adds
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
-    float **params;            // (num_tensors) where each tensor's values are
-    float **grads;             // (num_tensors) where each tensor's gradient accumulates
+    DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
+    DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
+    void **params;             // (num_tensors) where each tensor's values are
+    void **grads;              // (num_tensors) where each tensor's gradient accumulates
+    // What the ops read and write while a unit runs: params[t] and grads[t]
+    // themselves where they are fp32, else fp32 copies of the unit's tensors,
+    // made when the unit starts (widened parameters; zeroed gradients, which are
+    // rounded and added into grads[t] when its backward ends).
+    float **unit_params, **unit_grads;  // (num_tensors)
+    float *widened_params, *widened_grads;  // the copies, while a unit runs (NULL in fp32)
+    size_t widened_count;      // elements of each copy
+    MemAccount *mem;           // where the copies are counted (params_gathered, grads_gathered)
     GPT2Activations acts;
     float *acts_memory;
     size_t num_acts;
@@ -179,8 +192,8 @@ void gpt2_layout_init(GPT2Layout *layout, GPT2Config config);
 void gpt2_layout_free(GPT2Layout *layout);
 // Tensor id of kind `kind` in block `layer` (layer ignored for wte, wpe, lnf).
 int gpt2_tensor_id(const GPT2Layout *layout, GPT2TensorKind kind, int layer);
-// Points table[t] at each tensor inside one flat buffer in llm.c's layout.
-void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, float **table);
+// Points table[t] at each tensor inside one flat buffer of fp32 in llm.c's layout.
+void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, void **table);
 
 // Deterministic initial values of rows [row_begin, row_begin + row_count) of
 // tensor t: any rank can make any slice without making the rest.
@@ -208,6 +221,11 @@ void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V);
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);
+// The ops of one unit on this build's device (gpt2_cpu.c, gpt2_cuda.cu), on
+// unit_params and unit_grads; gpt2_forward_unit and gpt2_backward_unit set
+// those up around them.
+void gpt2_device_forward(GPT2 *model, int unit);
+void gpt2_device_backward(GPT2 *model, int unit);
 
 // Block `layer`'s activations: its own slices, or with recompute the one shared
 // set (its input and output, residual3, are always its own).

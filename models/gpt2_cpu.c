@@ -8,8 +8,8 @@
 #include "gpt2_ops.h"
 
 // The parameter (or gradient) of `kind` in block `l` through the pointer table.
-#define P(kind, l) model->params[gpt2_tensor_id(&model->layout, (kind), (l))]
-#define G(kind, l) model->grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
 
 // Runs one op call. With model->op_times set (bench_step) it also adds the
 // call's wall time to op_times->forward_s[op] or ->backward_s[op] (`pass`); the
@@ -124,7 +124,7 @@ static void head_backward(GPT2 *model) {
                              P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C));
 }
 
-void gpt2_forward_unit(GPT2 *model, int unit) {
+void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     CHECK(model->inputs, "forward before gpt2_set_batch");
     if (unit == 0)
@@ -136,7 +136,7 @@ void gpt2_forward_unit(GPT2 *model, int unit) {
         head_forward(model);
 }
 
-void gpt2_backward_unit(GPT2 *model, int unit) {
+void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     if (unit == 0) {
         TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual,

@@ -9,8 +9,8 @@
 #include "gpt2.h"
 #include "gpt2_cuda_ops.h"
 
-#define P(kind, l) model->params[gpt2_tensor_id(&model->layout, (kind), (l))]
-#define G(kind, l) model->grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
 
 static void block_forward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
@@ -99,7 +99,7 @@ static void head_backward(GPT2 *model) {
                             a->lnf_mean, a->lnf_rstd, B, T, C);
 }
 
-extern "C" void gpt2_forward_unit(GPT2 *model, int unit) {
+extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     CHECK(model->inputs, "forward before gpt2_set_batch");
     if (unit == 0)
@@ -111,7 +111,7 @@ extern "C" void gpt2_forward_unit(GPT2 *model, int unit) {
         head_forward(model);
 }
 
-extern "C" void gpt2_backward_unit(GPT2 *model, int unit) {
+extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     if (unit == 0) {
         encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,

@@ -17,22 +17,22 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     float buf[64] = {0}, out[64];
     if (strcmp(mode, "counts") == 0) {
-        comm_all_reduce(&comm, buf, comm.rank == 0 ? 8 : 16, COMM_SUM);
+        comm_all_reduce(&comm, buf, comm.rank == 0 ? 8 : 16, DTYPE_FP32, COMM_SUM);
     } else if (strcmp(mode, "null") == 0) {
-        comm_all_reduce(&comm, comm.rank == comm.world - 1 ? NULL : buf, 8, COMM_SUM);
+        comm_all_reduce(&comm, comm.rank == comm.world - 1 ? NULL : buf, 8, DTYPE_FP32, COMM_SUM);
     } else if (strcmp(mode, "root") == 0) {
-        comm_broadcast(&comm, buf, 8, comm.world + 2);
+        comm_broadcast(&comm, buf, 8, DTYPE_FP32, comm.world + 2);
     } else if (strcmp(mode, "divisible") == 0) {
-        comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4 + 1, COMM_SUM);
+        comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4 + 1, DTYPE_FP32, COMM_SUM);
     } else if (strcmp(mode, "rank-exit") == 0) {
         if (comm.rank == 1) fatal("rank 1 stops on purpose");
         sleep(1);
-        comm_all_reduce(&comm, buf, 8, COMM_SUM);  // the others would wait here forever
+        comm_all_reduce(&comm, buf, 8, DTYPE_FP32, COMM_SUM);  // the others would wait here forever
         comm_barrier(&comm);
     } else if (strcmp(mode, "rank-exit-in-flight") == 0) {
         size_t n = (size_t)1 << 22;
         float *big = xcalloc(n, sizeof(float));
-        CommHandle h = comm_all_reduce_start(&comm, big, n, COMM_SUM);
+        CommHandle h = comm_all_reduce_start(&comm, big, n, DTYPE_FP32, COMM_SUM);
         if (comm.rank == 1) fatal("rank 1 stops on purpose, its all-reduce in flight");
         sleep(1);
         comm_wait(&comm, &h);  // the others' engines would wait for rank 1 forever

@@ -29,10 +29,10 @@ START_TEST(test_all_reduce_sum_and_average) {
     size_t n = 1001;  // not a multiple of N
     float *buf = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) buf[i] = (float)(r + 1) + (float)i;
-    comm_all_reduce(&comm, buf, n, COMM_SUM);
+    comm_all_reduce(&comm, buf, n, DTYPE_FP32, COMM_SUM);
     for (size_t i = 0; i < n; i++) ck_assert_float_eq(buf[i], (float)(N * (N + 1) / 2) + (float)(N * i));
     for (size_t i = 0; i < n; i++) buf[i] = (float)(2 * r) + (float)i;
-    comm_all_reduce(&comm, buf, n, COMM_AVG);
+    comm_all_reduce(&comm, buf, n, DTYPE_FP32, COMM_AVG);
     for (size_t i = 0; i < n; i++) ck_assert_float_eq(buf[i], (float)(N - 1) + (float)i);
     free(buf);
 }
@@ -43,10 +43,10 @@ START_TEST(test_reduce_scatter) {
     size_t part = 37, n = part * N;
     float *send = malloc(n * sizeof(float)), *recv = malloc(part * sizeof(float));
     for (size_t j = 0; j < n; j++) send[j] = (float)(r * 1000) + (float)j;
-    comm_reduce_scatter(&comm, send, recv, n, COMM_SUM);
+    comm_reduce_scatter(&comm, send, recv, n, DTYPE_FP32, COMM_SUM);
     for (size_t i = 0; i < part; i++)
         ck_assert_float_eq(recv[i], (float)(1000 * N * (N - 1) / 2) + (float)(N * (r * part + i)));
-    comm_reduce_scatter(&comm, send, recv, n, COMM_AVG);
+    comm_reduce_scatter(&comm, send, recv, n, DTYPE_FP32, COMM_AVG);
     for (size_t i = 0; i < part; i++)
         ck_assert_float_eq(recv[i], (float)(1000 * N * (N - 1) / 2) / N + (float)(r * part + i));
     free(send);
@@ -59,7 +59,7 @@ START_TEST(test_all_gather) {
     size_t part = 29;
     float *send = malloc(part * sizeof(float)), *recv = malloc(part * N * sizeof(float));
     for (size_t i = 0; i < part; i++) send[i] = (float)(r * 100) + (float)i;
-    comm_all_gather(&comm, send, recv, part * N);
+    comm_all_gather(&comm, send, recv, part * N, DTYPE_FP32);
     for (int q = 0; q < N; q++)
         for (size_t i = 0; i < part; i++) ck_assert_float_eq(recv[q * part + i], (float)(q * 100) + (float)i);
     free(send);
@@ -72,7 +72,7 @@ START_TEST(test_broadcast_from_every_root) {
     for (int root = 0; root < N; root++) {
         float buf[13];
         for (int i = 0; i < 13; i++) buf[i] = r == root ? (float)(root * 10 + i) : -1.0f;
-        comm_broadcast(&comm, buf, 13, root);
+        comm_broadcast(&comm, buf, 13, DTYPE_FP32, root);
         for (int i = 0; i < 13; i++) ck_assert_float_eq(buf[i], (float)(root * 10 + i));
     }
 }
@@ -83,8 +83,8 @@ START_TEST(test_reduce_to_every_root) {
     for (int root = 0; root < N; root++) {
         float send[11], recv[11], inplace[11];
         for (int i = 0; i < 11; i++) send[i] = inplace[i] = (float)(r + i);
-        comm_reduce(&comm, send, r == root ? recv : NULL, 11, root, COMM_SUM);
-        comm_reduce(&comm, inplace, r == root ? inplace : NULL, 11, root, COMM_AVG);
+        comm_reduce(&comm, send, r == root ? recv : NULL, 11, DTYPE_FP32, root, COMM_SUM);
+        comm_reduce(&comm, inplace, r == root ? inplace : NULL, 11, DTYPE_FP32, root, COMM_AVG);
         if (r != root) continue;
         for (int i = 0; i < 11; i++) {
             ck_assert_float_eq(recv[i], (float)(N * (N - 1) / 2 + N * i));
@@ -99,8 +99,8 @@ START_TEST(test_non_blocking_overlaps_work) {
     size_t n = 1 << 16;
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { a[i] = (float)r; b[i] = (float)(i % 7); }
-    CommHandle ha = comm_all_reduce_start(&comm, a, n, COMM_SUM);
-    CommHandle hb = comm_broadcast_start(&comm, b, n, N - 1);
+    CommHandle ha = comm_all_reduce_start(&comm, a, n, DTYPE_FP32, COMM_SUM);
+    CommHandle hb = comm_broadcast_start(&comm, b, n, DTYPE_FP32, N - 1);
     double work = 0;  // something to do while the collectives are in flight, nudging them along
     for (int i = 0; i < 100000; i++) {
         work += (double)i * 1e-9;
@@ -128,12 +128,12 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     size_t n = 24 * 5;  // divisible by 1..4
     float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
     comm_stats_reset(&comm);
-    comm_all_reduce(&comm, a, n, COMM_SUM);
-    comm_reduce_scatter(&comm, a, b, n, COMM_SUM);
-    comm_all_gather(&comm, b, a, n);
-    comm_broadcast(&comm, a, n, 0);
-    comm_broadcast(&comm, a, n, 0);
-    comm_reduce(&comm, a, r == N - 1 ? b : NULL, n, N - 1, COMM_SUM);
+    comm_all_reduce(&comm, a, n, DTYPE_FP32, COMM_SUM);
+    comm_reduce_scatter(&comm, a, b, n, DTYPE_FP32, COMM_SUM);
+    comm_all_gather(&comm, b, a, n, DTYPE_FP32);
+    comm_broadcast(&comm, a, n, DTYPE_FP32, 0);
+    comm_broadcast(&comm, a, n, DTYPE_FP32, 0);
+    comm_reduce(&comm, a, r == N - 1 ? b : NULL, n, DTYPE_FP32, N - 1, COMM_SUM);
     comm_barrier(&comm);
     uint64_t S = n * 4;
     const CommCounter *c = comm.stats.ops;
@@ -172,7 +172,7 @@ START_TEST(test_engine_completes_in_the_background) {
     size_t n = 1 << 20;  // 4 MiB: several rounds of a ring
     float *buf = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) buf[i] = (float)(r + (int)(i % 5));
-    CommHandle h = comm_all_reduce_start(&comm, buf, n, COMM_SUM);
+    CommHandle h = comm_all_reduce_start(&comm, buf, n, DTYPE_FP32, COMM_SUM);
     double deadline = timer_now() + 50, acc = 0;
     while (!comm_test(&comm, &h) && timer_now() < deadline) acc += work(100000);
     ck_assert_msg(comm_test(&comm, &h), "rank %d: the all-reduce did not complete in the background", r);
@@ -199,10 +199,10 @@ START_TEST(test_many_in_flight_complete_in_order) {
         recvs[k] = malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) bufs[k][i] = (float)(k + r * (int)(i % 3));
         switch (k % 4) {
-        case 0: h[k] = comm_all_reduce_start(&comm, bufs[k], n, COMM_SUM); break;
-        case 1: h[k] = comm_reduce_scatter_start(&comm, bufs[k], recvs[k], n, COMM_SUM); break;
-        case 2: h[k] = comm_all_gather_start(&comm, bufs[k], recvs[k], n); break;
-        default: h[k] = comm_broadcast_start(&comm, bufs[k], n, k % N); break;
+        case 0: h[k] = comm_all_reduce_start(&comm, bufs[k], n, DTYPE_FP32, COMM_SUM); break;
+        case 1: h[k] = comm_reduce_scatter_start(&comm, bufs[k], recvs[k], n, DTYPE_FP32, COMM_SUM); break;
+        case 2: h[k] = comm_all_gather_start(&comm, bufs[k], recvs[k], n, DTYPE_FP32); break;
+        default: h[k] = comm_broadcast_start(&comm, bufs[k], n, DTYPE_FP32, k % N); break;
         }
     }
     comm_wait(&comm, &h[K - 1]);
@@ -245,23 +245,23 @@ START_TEST(test_results_bitwise_equal_to_mpi) {
     ck_assert_int_eq(MPI_Iallreduce(MPI_IN_PLACE, ref, (int)n, MPI_FLOAT, MPI_SUM, world, &req), MPI_SUCCESS);
     ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
     memcpy(got, mine, n * sizeof(float));
-    CommHandle h = comm_all_reduce_start(&comm, got, n, COMM_SUM);
+    CommHandle h = comm_all_reduce_start(&comm, got, n, DTYPE_FP32, COMM_SUM);
     comm_wait(&comm, &h);
     ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
     memcpy(got, mine, n * sizeof(float));
-    comm_all_reduce(&comm, got, n, COMM_AVG);
+    comm_all_reduce(&comm, got, n, DTYPE_FP32, COMM_AVG);
     for (size_t i = 0; i < n; i++) ref[i] *= 1.0f / (float)N;
     ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
     // reduce-scatter
     size_t p = n / N;
     ck_assert_int_eq(MPI_Ireduce_scatter_block(mine, ref, (int)p, MPI_FLOAT, MPI_SUM, world, &req), MPI_SUCCESS);
     ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
-    comm_reduce_scatter(&comm, mine, got, n, COMM_SUM);
+    comm_reduce_scatter(&comm, mine, got, n, DTYPE_FP32, COMM_SUM);
     ck_assert(memcmp(got, ref, p * sizeof(float)) == 0);
     // reduce to the last rank
     ck_assert_int_eq(MPI_Ireduce(mine, ref, (int)n, MPI_FLOAT, MPI_SUM, N - 1, world, &req), MPI_SUCCESS);
     ck_assert_int_eq(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
-    comm_reduce(&comm, mine, got, n, N - 1, COMM_SUM);
+    comm_reduce(&comm, mine, got, n, DTYPE_FP32, N - 1, COMM_SUM);
     if (r == N - 1) ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
     ck_assert_int_eq(MPI_Comm_free(&world), MPI_SUCCESS);
     free(mine);
@@ -274,19 +274,19 @@ END_TEST
 START_TEST(test_records) {
     int N = comm.world;
     float buf[24 * 5] = {0};
-    comm_all_reduce(&comm, buf, 8, COMM_SUM);  // not recording yet
+    comm_all_reduce(&comm, buf, 8, DTYPE_FP32, COMM_SUM);  // not recording yet
     size_t count;
     ck_assert_ptr_null(comm_records(&comm, &count));
     ck_assert_uint_eq(count, 0);
     comm_record(&comm, 1);
     double before = timer_now();
-    comm_all_reduce(&comm, buf, 8, COMM_SUM);
-    CommHandle h = comm_broadcast_start(&comm, buf, 24 * 5, N - 1);
+    comm_all_reduce(&comm, buf, 8, DTYPE_FP32, COMM_SUM);
+    CommHandle h = comm_broadcast_start(&comm, buf, 24 * 5, DTYPE_FP32, N - 1);
     double started = timer_now();
     while (!comm_test(&comm, &h)) work(1000);
     double seen = timer_now();
     comm_wait(&comm, &h);
-    comm_all_gather(&comm, buf, buf + 24, 24);
+    comm_all_gather(&comm, buf, buf + 24, 24, DTYPE_FP32);
     comm_barrier(&comm);
     comm_metric_max(&comm, 1.0);  // the uncounted helpers are not collectives of the engine
     double after = timer_now();
@@ -307,7 +307,7 @@ START_TEST(test_records) {
     ck_assert_ptr_nonnull(comm_records(&comm, &count));
     ck_assert_uint_eq(count, 0);
     comm_record(&comm, 0);
-    comm_all_reduce(&comm, buf, 8, COMM_SUM);
+    comm_all_reduce(&comm, buf, 8, DTYPE_FP32, COMM_SUM);
     ck_assert_ptr_null(comm_records(&comm, &count));
     ck_assert_uint_eq(count, 0);
 }
@@ -334,15 +334,15 @@ START_TEST(test_trace_collective_lane) {
     trace_attach_comm(&trace, &comm);
     trace.step = 3;
     double t0 = trace_begin(&trace);
-    comm_all_reduce(&comm, buf, 7, COMM_SUM);
-    CommHandle h = comm_all_gather_start(&comm, buf, buf + 12, 4 * (size_t)N);
+    comm_all_reduce(&comm, buf, 7, DTYPE_FP32, COMM_SUM);
+    CommHandle h = comm_all_gather_start(&comm, buf, buf + 12, 4 * (size_t)N, DTYPE_FP32);
     trace_end(&trace, t0, "compute", "forward u0");
-    comm_broadcast(&comm, buf, 5, 0);  // outside any span
+    comm_broadcast(&comm, buf, 5, DTYPE_FP32, 0);  // outside any span
     t0 = trace_begin(&trace);
     comm_wait(&comm, &h);  // started in the span before, waited for in this one
     trace_end(&trace, t0, "comm", "gather u1");
     trace.enabled = 0;
-    comm_broadcast(&comm, buf, 6, 0);  // the trace is off
+    comm_broadcast(&comm, buf, 6, DTYPE_FP32, 0);  // the trace is off
     trace.enabled = 1;
     t0 = trace_begin(&trace);
     trace_end(&trace, t0, "optim", "optimizer");

@@ -60,16 +60,16 @@ int main(int argc, char **argv) {
     int exact_average = (N & (N - 1)) == 0;  // dividing by a power of two is exact
 
     float *buf = upload(mine, count);
-    comm_all_reduce(&comm, buf, count, COMM_SUM);
+    comm_all_reduce(&comm, buf, count, DTYPE_FP32, COMM_SUM);
     expect_equal(&comm, "all_reduce sum", buf, sum, count);
     device_from_host(buf, mine, count);
-    comm_all_reduce(&comm, buf, count, COMM_AVG);
+    comm_all_reduce(&comm, buf, count, DTYPE_FP32, COMM_AVG);
     if (exact_average) expect_equal(&comm, "all_reduce avg", buf, avg, count);
 
     float *recv = device_alloc(&buffers, MEM_COMM_BUFFERS, count);
-    comm_reduce_scatter(&comm, buf = upload(mine, count), recv, count, COMM_SUM);
+    comm_reduce_scatter(&comm, buf = upload(mine, count), recv, count, DTYPE_FP32, COMM_SUM);
     expect_equal(&comm, "reduce_scatter sum", recv, sum + (size_t)r * part, part);
-    comm_reduce_scatter(&comm, buf, recv, count, COMM_AVG);
+    comm_reduce_scatter(&comm, buf, recv, count, DTYPE_FP32, COMM_AVG);
     if (exact_average) expect_equal(&comm, "reduce_scatter avg", recv, avg + (size_t)r * part, part);
 
     float *gathered = device_alloc(&buffers, MEM_COMM_BUFFERS, count);
@@ -77,29 +77,29 @@ int main(int argc, char **argv) {
     for (int q = 0; q < N; q++)
         for (size_t i = 0; i < part; i++) everyone[(size_t)q * part + i] = value_of(q, i);
     float *slice = upload(everyone + (size_t)r * part, part);
-    comm_all_gather(&comm, slice, gathered, count);
+    comm_all_gather(&comm, slice, gathered, count, DTYPE_FP32);
     expect_equal(&comm, "all_gather", gathered, everyone, count);
 
     int root = N - 1;
     float *root_values = xmalloc(count * sizeof(float));
     for (size_t i = 0; i < count; i++) root_values[i] = value_of(root, i);
     device_from_host(buf, mine, count);
-    comm_broadcast(&comm, buf, count, root);
+    comm_broadcast(&comm, buf, count, DTYPE_FP32, root);
     expect_equal(&comm, "broadcast", buf, root_values, count);
 
     device_from_host(buf, mine, count);
-    comm_reduce(&comm, buf, r == root ? buf : NULL, count, root, COMM_SUM);
+    comm_reduce(&comm, buf, r == root ? buf : NULL, count, DTYPE_FP32, root, COMM_SUM);
     if (r == root) expect_equal(&comm, "reduce sum in place", buf, sum, count);
 
     if (N == 1) {  // one rank: an average is its input, bit for bit, whatever the values
         for (size_t i = 0; i < count; i++) mine[i] = sinf((float)i) * 1e-3f + 0.1f;
         device_from_host(buf, mine, count);
-        comm_all_reduce(&comm, buf, count, COMM_AVG);
+        comm_all_reduce(&comm, buf, count, DTYPE_FP32, COMM_AVG);
         expect_equal(&comm, "one rank: all_reduce avg", buf, mine, count);
         device_from_host(buf, mine, count);
-        comm_reduce_scatter(&comm, buf, recv, count, COMM_AVG);
+        comm_reduce_scatter(&comm, buf, recv, count, DTYPE_FP32, COMM_AVG);
         expect_equal(&comm, "one rank: reduce_scatter avg", recv, mine, count);
-        comm_all_gather(&comm, buf, gathered, count);
+        comm_all_gather(&comm, buf, gathered, count, DTYPE_FP32);
         expect_equal(&comm, "one rank: all_gather", gathered, mine, count);
     }
     int total = (int)comm_metric_max(&comm, failures);

@@ -179,7 +179,7 @@ END_TEST
 START_TEST(test_adamw_and_add) {
     size_t n = 777;
     float *p = random_host(n, 27, 1), *g = random_host(n, 28, 1), *m = calloc(n, 4), *v = calloc(n, 4);
-    AdamWSpan gpu = {to_device(p, n), to_device(g, n), to_device(m, n), to_device(v, n), n, 0};
+    AdamWSpan gpu = adamw_span(to_device(p, n), to_device(g, n), DTYPE_FP32, to_device(m, n), to_device(v, n), NULL, n);
     AdamWConfig cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     for (int step = 1; step <= 3; step++) {
         adamw_update(p, g, m, v, n, step, cfg);

@@ -37,7 +37,8 @@ START_TEST(test_span_counts_its_own_steps) {
     // a span stepped twice and one stepped once differ exactly as two calls with
     // step 1, 2 and one call with step 1 do
     float p1 = 1, p2 = 1, g = 0.3f, m1 = 0, v1 = 0, m2 = 0, v2 = 0;
-    AdamWSpan a = {&p1, &g, &m1, &v1, 1, 0}, b = {&p2, &g, &m2, &v2, 1, 0};
+    AdamWSpan a = adamw_span(&p1, &g, DTYPE_FP32, &m1, &v1, NULL, 1);
+    AdamWSpan b = adamw_span(&p2, &g, DTYPE_FP32, &m2, &v2, NULL, 1);
     AdamWConfig cfg = adamw_config(0.1f, 0.0f);
     adamw_step_span(&a, cfg);
     adamw_step_span(&a, cfg);

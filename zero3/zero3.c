@@ -69,8 +69,10 @@ static void start_gather(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        if (!owns(s, t)) s->model->params[t] = device_alloc(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel);
-        s->gathers[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, s->owner[t]);
+        DType dtype = s->model->param_dtype;
+        if (!owns(s, t))
+            s->model->params[t] = device_alloc_as(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel, dtype);
+        s->gathers[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, dtype, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
 }
@@ -104,7 +106,8 @@ static void release_unit(State *s, int unit) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED) continue;
         if (!owns(s, t)) {
-            device_free(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel);
+            device_free_as(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel,
+                           s->model->param_dtype);
             s->model->params[t] = NULL;
         }
         s->tensor_state[t] = TENSOR_SHARDED;
@@ -116,9 +119,9 @@ static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        float *local = s->model->grads[t];
+        void *local = s->model->grads[t];
         s->reduces[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel,
-                                             s->owner[t], COMM_AVG);
+                                          s->model->grad_dtype, s->owner[t], COMM_AVG);
     }
 }
 
@@ -132,8 +135,9 @@ static void finish_reduce(State *s, int unit) {
         if (!s->reduces[t].active) continue;
         size_t numel = layout->tensors[t].numel;
         comm_wait(s->comm, &s->reduces[t]);
-        if (owns(s, t)) device_add(s->resident.grads + s->resident.flat.offset[t], s->model->grads[t], numel);
-        device_free(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], numel);
+        DType dtype = s->model->grad_dtype;
+        if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], numel, dtype);
+        device_free_as(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], numel, dtype);
         s->model->grads[t] = NULL;
     }
 }
@@ -150,7 +154,7 @@ static void before_backward(void *state, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->model->grads[t])
-            s->model->grads[t] = device_alloc(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+            s->model->grads[t] = device_alloc_as(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel, s->model->grad_dtype);
     }
 }
 
@@ -186,7 +190,8 @@ static void gather_full_model(void *state, float *flat) {
         finish_gather(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
             if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                device_to_host(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel);
+                device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
+                                       s->model->param_dtype);
         release_unit(s, u);
     }
 }
@@ -200,7 +205,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // The owned tensors' gradients (nothing on a rank that owns none).
-static int local_grads(void *state, float **grads, size_t *count) {
+static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     *grads = s->resident.grads;
     *count = s->resident.flat.total;
@@ -237,14 +242,14 @@ Strategy zero3_init(const StrategyContext *ctx) {
     report_balance(s, ctx);
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
-    resident_init(&s->resident, layout, count, s->mem);
+    resident_init(&s->resident, model, count, s->mem);
     free(count);
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
         if (!owns(s, t)) continue;
         // each owner makes its own tensors: no initial communication
         resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
-        model->params[t] = s->resident.params + s->resident.flat.offset[t];
+        model->params[t] = resident_params(&s->resident, t);
     }
     return STRATEGY_TABLE("zero3", s);
 }

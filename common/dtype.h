@@ -1,0 +1,59 @@
+// dtype.h: the element types of parameters and gradients. fp32 is IEEE single
+// precision; bf16 (bfloat16) is its top 16 bits: the same 8-bit exponent, so
+// the same range, and 7 mantissa bits instead of 23 (about 3 significant
+// digits). A --precision bf16 run keeps the parameters the model reads, and
+// that collectives move, in bf16, and fp32 master copies for the optimizer
+// (docs/precision.md).
+#ifndef SHARDLAB_DTYPE_H
+#define SHARDLAB_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } DType;
+
+typedef uint16_t bf16;  // the bits of a bfloat16
+
+static inline size_t dtype_size(DType dtype) { return dtype == DTYPE_BF16 ? 2 : 4; }
+// "fp32" or "bf16".
+const char *dtype_name(DType dtype);
+// Parses "fp32" or "bf16"; returns 0, or -1 for anything else.
+int dtype_parse(const char *text, DType *out);
+
+// Element `index` of a buffer of `dtype` elements.
+static inline void *dtype_at(void *buffer, size_t index, DType dtype) {
+    return (char *)buffer + index * dtype_size(dtype);
+}
+
+// Exact: a bf16 is an fp32 whose low 16 bits are zero.
+static inline float bf16_to_float(bf16 x) {
+    uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// Rounds to the nearest bf16, ties to the one with an even last bit (IEEE's
+// default rounding): add 0x7FFF, plus 1 when the kept part is odd, and drop the
+// low 16 bits. This carries into the exponent where it must (up to infinity
+// past bf16's largest finite value) and works unchanged on subnormals. NaN
+// would carry into the sign or become infinity, so it is made a quiet NaN
+// with its sign instead.
+static inline bf16 bf16_from_float(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (bf16)((bits >> 16) | 0x0040u);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return (bf16)(bits >> 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
