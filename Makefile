@@ -5,6 +5,7 @@ BUILD    ?= build
 CC       ?= gcc
 OPT      ?= -O2 -march=native
 RANKS    ?= 4
+PRECISION ?= fp32
 PKGS      = ompi-c openblas
 # OpenBLAS's OpenMP build: its threads and the layers' loops are one OpenMP pool
 # (common/threads.c), found first at run time too (rpath), whichever OpenBLAS
@@ -169,7 +170,7 @@ bench-overlap: all
 # The main job: the four trainers side by side, plots and a report in runs/.
 compare: deps
 	$(MAKE) all
-	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) bash examples/compare.sh
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) PRECISION=$(PRECISION) bash examples/compare.sh
 
 clean:
 	rm -rf build build-asan build-tsan

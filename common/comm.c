@@ -652,7 +652,7 @@ double comm_all_reduce_double(Comm *comm, double value) {
     count_call(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0);  // 8 bytes: counted as two floats
     CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2, DTYPE_FP32);
     double sum = value;
-    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_DOUBLE, .send = MPI_IN_PLACE,
+    engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_DOUBLE, .sum = MPI_SUM, .send = MPI_IN_PLACE,
                                        .recv = &sum, .count = 1});
     engine_finish(comm, &h);
     return sum;

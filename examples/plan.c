@@ -32,6 +32,13 @@
 // `reserved`, which depends on the order and the size of every buffer.
 static void take(MemAccount *acct, MemCategory category, size_t floats) { mem_alloc_floats(acct, category, floats); }
 static void give(MemAccount *acct, MemCategory category, size_t floats) { mem_free_floats(acct, category, NULL, floats); }
+// The same for buffers of parameters or gradients, in the run's dtypes (--precision, --reduce-dtype).
+static void take_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    mem_alloc_elements(acct, category, count, dtype_size(dtype));
+}
+static void give_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    mem_free_elements(acct, category, NULL, count, dtype_size(dtype));
+}
 
 // What gpt2_init allocates, before any strategy: the activations and the batch.
 typedef struct {
@@ -50,46 +57,70 @@ static void give_model(MemAccount *acct, ModelBuffers model) {
     mem_free_ints(acct, MEM_ACTIVATIONS, NULL, model.batch);
 }
 
-// resident_init and resident_free (common/resident.c): `floats` each of
-// parameters, gradients, m and v.
-static void take_resident(MemAccount *acct, size_t floats) {
-    take(acct, MEM_PARAMS, floats);
-    take(acct, MEM_GRADS, floats);
-    take(acct, MEM_OPTIM, floats);
-    take(acct, MEM_OPTIM, floats);
-}
-
-static void give_resident(MemAccount *acct, size_t floats) {
-    give(acct, MEM_PARAMS, floats);
-    give(acct, MEM_GRADS, floats);
-    give(acct, MEM_OPTIM, floats);
-    give(acct, MEM_OPTIM, floats);
-}
-
-static void plan_ddp(const GPT2Layout *layout, MemAccount *acct, ModelBuffers model) {
-    take_model(acct, model);
-    take_resident(acct, layout->num_params);  // nothing else: buckets are reduced in place
-    give_resident(acct, layout->num_params);
-    give_model(acct, model);
-}
-
 // How a step runs, beyond the strategy: the trainers' --grad-accum, --accum-mode,
-// --prefetch (ZeRO-3, FSDP) and --reshard-after-forward (FSDP).
+// --prefetch (ZeRO-3, FSDP), --reshard-after-forward (FSDP), --precision and --reduce-dtype.
 typedef struct {
     int micro_batches;  // K: forward and backward K times per step
     int sync_each;      // ZeRO-2/3, FSDP: reduce every micro-batch (1) or only the last (0: no-sync)
     int prefetch;       // units ahead whose gathers start early (prefetch_window: at most L)
     int reshard;        // FSDP: free gathered parameters after forward
+    DType params;       // --precision: the parameters kept, gathered and moved
+    DType grads;        // --reduce-dtype: the gradients
 } StepShape;
+
+// resident_init and resident_free (common/resident.c): `count` elements each of
+// parameters and gradients (in their dtypes), the fp32 master in a bf16 run, m and v.
+static void take_resident(MemAccount *acct, size_t count, const StepShape *shape) {
+    take_as(acct, MEM_PARAMS, count, shape->params);
+    take_as(acct, MEM_GRADS, count, shape->grads);
+    if (shape->params == DTYPE_BF16) take(acct, MEM_OPTIM, count);
+    take(acct, MEM_OPTIM, count);
+    take(acct, MEM_OPTIM, count);
+}
+
+static void give_resident(MemAccount *acct, size_t count, const StepShape *shape) {
+    give_as(acct, MEM_PARAMS, count, shape->params);
+    give_as(acct, MEM_GRADS, count, shape->grads);
+    if (shape->params == DTYPE_BF16) give(acct, MEM_OPTIM, count);
+    give(acct, MEM_OPTIM, count);
+    give(acct, MEM_OPTIM, count);
+}
+
+// The model's open_unit and close_unit (models/gpt2.c) around a unit's ops: in
+// bf16, fp32 copies of the unit's parameters and (backward, bf16 gradients) of
+// its gradients, freed gradients first.
+static void run_unit(const GPT2Layout *layout, int unit, int backward, const StepShape *shape, MemAccount *acct) {
+    size_t numel = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) numel += layout->tensors[layout->unit_tensors[unit][i]].numel;
+    int widen_params = shape->params == DTYPE_BF16, widen_grads = backward && shape->grads == DTYPE_BF16;
+    if (widen_params) take(acct, MEM_PARAMS_GATHERED, numel);
+    if (widen_grads) take(acct, MEM_GRADS_GATHERED, numel);
+    if (widen_grads) give(acct, MEM_GRADS_GATHERED, numel);
+    if (widen_params) give(acct, MEM_PARAMS_GATHERED, numel);
+}
+
+// DDP: the resident replica and the units run through a step; nothing else
+// (buckets are reduced in place).
+static void plan_ddp(const GPT2Layout *layout, const StepShape *shape, MemAccount *acct, ModelBuffers model) {
+    take_model(acct, model);
+    take_resident(acct, layout->num_params, shape);
+    for (int micro = 0; micro < shape->micro_batches; micro++) {
+        for (int u = 0; u < layout->num_units; u++) run_unit(layout, u, 0, shape, acct);
+        for (int u = layout->num_units - 1; u >= 0; u--) run_unit(layout, u, 1, shape, acct);
+    }
+    give_resident(acct, layout->num_params, shape);
+    give_model(acct, model);
+}
+
 
 // Whether a micro-batch's backward reduces: the last one always, the others in sync-each.
 static int reduces_now(const StepShape *shape, int micro) { return micro == shape->micro_batches - 1 || shape->sync_each; }
 
 // ZeRO-2's finish_bucket: the full-size gradients of the tensors homed in `unit` go.
-static void give_bucket(const GPT2Layout *layout, int unit, int *held, MemAccount *acct) {
+static void give_bucket(const GPT2Layout *layout, int unit, int *held, DType dtype, MemAccount *acct) {
     for (int t = 0; t < layout->num_tensors; t++)
         if (held[t] && layout->tensors[t].home_unit == unit) {
-            give(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
+            give_as(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel, dtype);
             held[t] = 0;
         }
 }
@@ -104,34 +135,37 @@ static void give_bucket(const GPT2Layout *layout, int unit, int *held, MemAccoun
 static void plan_zero12(const GPT2Layout *layout, int world, int stage, const StepShape *shape, MemAccount *acct,
                         ModelBuffers model) {
     size_t S = zero12_range_numel(layout->num_params, world), grads = stage == 1 ? layout->num_params : S;
+    int bf16 = shape->params == DTYPE_BF16;
     take_model(acct, model);
-    take(acct, MEM_PARAMS, S * (size_t)world);
-    take(acct, MEM_GRADS, grads);
+    take_as(acct, MEM_PARAMS, S * (size_t)world, shape->params);
+    take_as(acct, MEM_GRADS, grads, shape->grads);
+    if (bf16) take(acct, MEM_OPTIM, S);  // the master of the range
     take(acct, MEM_OPTIM, S);
     take(acct, MEM_OPTIM, S);
-    if (stage == 2) {
-        int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
-        for (int micro = 0; micro < shape->micro_batches; micro++) {
-            int last = micro == shape->micro_batches - 1;
-            for (int u = layout->num_units - 1; u >= 0; u--) {
-                for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
-                    int t = layout->unit_tensors[u][i];
-                    if (!held[t]) take(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel);
-                    held[t] = 1;
-                }
-                if (!reduces_now(shape, micro)) continue;
-                // after unit u: unit u+1's bucket is freed, then unit 0's before the next micro-batch
-                give_bucket(layout, u + 1, held, acct);
-                if (u == 0 && !last) give_bucket(layout, 0, held, acct);
+    int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
+    for (int micro = 0; micro < shape->micro_batches; micro++) {
+        int last = micro == shape->micro_batches - 1;
+        for (int u = 0; u < layout->num_units; u++) run_unit(layout, u, 0, shape, acct);
+        for (int u = layout->num_units - 1; u >= 0; u--) {
+            for (int i = 0; stage == 2 && i < layout->unit_num_tensors[u]; i++) {
+                int t = layout->unit_tensors[u][i];
+                if (!held[t]) take_as(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel, shape->grads);
+                held[t] = 1;
             }
+            run_unit(layout, u, 1, shape, acct);
+            if (stage == 1 || !reduces_now(shape, micro)) continue;
+            // after unit u: unit u+1's bucket is freed, then unit 0's before the next micro-batch
+            give_bucket(layout, u + 1, held, shape->grads, acct);
+            if (u == 0 && !last) give_bucket(layout, 0, held, shape->grads, acct);
         }
-        give_bucket(layout, 0, held, acct);  // finish_grads
-        free(held);
     }
-    take(acct, MEM_COMM_BUFFERS, S);
-    give(acct, MEM_COMM_BUFFERS, S);
-    give(acct, MEM_PARAMS, S * (size_t)world);
-    give(acct, MEM_GRADS, grads);
+    give_bucket(layout, 0, held, shape->grads, acct);  // finish_grads
+    free(held);
+    take_as(acct, MEM_COMM_BUFFERS, S, shape->params);
+    give_as(acct, MEM_COMM_BUFFERS, S, shape->params);
+    give_as(acct, MEM_PARAMS, S * (size_t)world, shape->params);
+    give_as(acct, MEM_GRADS, grads, shape->grads);
+    if (bf16) give(acct, MEM_OPTIM, S);
     give(acct, MEM_OPTIM, S);
     give(acct, MEM_OPTIM, S);
     give_model(acct, model);
@@ -144,6 +178,7 @@ typedef struct {
     const GPT2Layout *layout;
     int world, rank;
     const int *owner;          // ZeRO-3: the owner of each tensor; NULL for FSDP
+    const StepShape *shape;
     MemAccount *acct;
     TensorState *state;        // (num_tensors)
     int *has_grad;             // (num_tensors) a full gradient is allocated
@@ -166,14 +201,14 @@ static void replay_start_gather(Replay *r, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (r->state[t] != TENSOR_SHARDED) continue;
-        if (r->owner && r->owner[t] != r->rank) take(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        if (r->owner && r->owner[t] != r->rank) take_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
         if (!r->owner) pack += slice_numel(r, t);
         r->state[t] = TENSOR_GATHERING;
         r->gathering[unit] = 1;
     }
     if (pack == 0) return;
-    take(r->acct, MEM_COMM_BUFFERS, pack);
-    take(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+    take_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->params);
+    take_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->params);
     r->gather_pack[unit] = pack;
 }
 
@@ -184,13 +219,13 @@ static void replay_finish_gather(Replay *r, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (r->state[t] != TENSOR_GATHERING) continue;
-        if (!r->owner) take(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        if (!r->owner) take_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
         r->state[t] = TENSOR_GATHERED;
     }
     size_t pack = r->gather_pack[unit];
     if (pack > 0) {
-        give(r->acct, MEM_COMM_BUFFERS, pack);
-        give(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
+        give_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->params);
+        give_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->params);
     }
     r->gather_pack[unit] = 0;
     r->gathering[unit] = 0;
@@ -209,7 +244,7 @@ static void replay_release(Replay *r, int unit) {
     for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
         int t = r->layout->unit_tensors[unit][i];
         if (r->state[t] != TENSOR_GATHERED) continue;
-        if (!r->owner || r->owner[t] != r->rank) give(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t));
+        if (!r->owner || r->owner[t] != r->rank) give_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
         r->state[t] = TENSOR_SHARDED;
     }
 }
@@ -218,8 +253,8 @@ static void replay_start_reduce(Replay *r, int unit) {
     size_t pack = 0;
     for (int i = 0; !r->owner && i < r->layout->unit_num_tensors[unit]; i++) pack += slice_numel(r, r->layout->unit_tensors[unit][i]);
     if (pack > 0) {
-        take(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
-        take(r->acct, MEM_COMM_BUFFERS, pack);
+        take_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->grads);
+        take_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->grads);
     }
     r->reduce_pack[unit] = pack;
     r->reducing[unit] = 1;
@@ -230,13 +265,13 @@ static void replay_finish_reduce(Replay *r, int unit) {
     if (!r->reducing[unit]) return;
     for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
         int t = r->layout->unit_tensors[unit][i];
-        give(r->acct, MEM_GRADS_GATHERED, full_numel(r, t));
+        give_as(r->acct, MEM_GRADS_GATHERED, full_numel(r, t), r->shape->grads);
         r->has_grad[t] = 0;
     }
     size_t pack = r->reduce_pack[unit];
     if (pack > 0) {
-        give(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world);
-        give(r->acct, MEM_COMM_BUFFERS, pack);
+        give_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->grads);
+        give_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->grads);
     }
     r->reducing[unit] = 0;
 }
@@ -251,15 +286,17 @@ static void replay_step(Replay *r, const StepShape *shape) {
         int last = micro == shape->micro_batches - 1;
         for (int u = 0; u < units; u++) {
             replay_gather_unit(r, u, +1, prefetch);
+            run_unit(layout, u, 0, shape, r->acct);
             if (reshard) replay_release(r, u);
         }
         for (int u = units - 1; u >= 0; u--) {
             replay_gather_unit(r, u, -1, prefetch);
             for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
                 int t = layout->unit_tensors[u][i];
-                if (!r->has_grad[t]) take(r->acct, MEM_GRADS_GATHERED, full_numel(r, t));
+                if (!r->has_grad[t]) take_as(r->acct, MEM_GRADS_GATHERED, full_numel(r, t), shape->grads);
                 r->has_grad[t] = 1;
             }
+            run_unit(layout, u, 1, shape, r->acct);
             if (reduces_now(shape, micro)) {
                 replay_start_reduce(r, u);
                 if (prefetch == 0) replay_finish_reduce(r, u);
@@ -279,7 +316,7 @@ static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, 
                          MemAccount *acct, ModelBuffers model) {
     size_t resident = owner ? zero3_owned_bytes(layout, owner, rank) / sizeof(float)
                             : fsdp_padded_params(layout, world) / (size_t)world;
-    Replay r = {.layout = layout, .world = world, .rank = rank, .owner = owner, .acct = acct,
+    Replay r = {.layout = layout, .world = world, .rank = rank, .owner = owner, .shape = shape, .acct = acct,
                 .state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState)),
                 .has_grad = xcalloc((size_t)layout->num_tensors, sizeof(int)),
                 .gather_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
@@ -287,22 +324,23 @@ static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, 
                 .reduce_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
                 .reducing = xcalloc((size_t)layout->num_units, sizeof(int))};
     take_model(acct, model);
-    take_resident(acct, resident);
+    take_resident(acct, resident, shape);
     for (int step = 0; step < 2; step++) replay_step(&r, shape);
-    give_resident(acct, resident);
+    give_resident(acct, resident, shape);
     give_model(acct, model);
     free(r.state); free(r.has_grad); free(r.gather_pack); free(r.gathering); free(r.reduce_pack); free(r.reducing);
 }
 
 // --params P: the model states alone, per rank, for P parameters on N ranks, by
 // the ZeRO paper's accounting (its Figure 1): parameters, gradients and
-// optimizer state, without activations, temporaries or padding. fp32 is how
-// shardlab trains, 4 + 4 + 8 bytes per parameter (the parameters are AdamW's
-// master copy; m and v); bf16 is the paper's mixed precision, 2 + 2 + 12 (bf16
-// parameters and gradients; fp32 master weights, m and v).
-static void print_model_states(uint64_t P, int world, const char *precision) {
-    int bf16 = strcmp(precision, "bf16") == 0;
-    double params = bf16 ? 2 : 4, grads = bf16 ? 2 : 4, optim = bf16 ? 12 : 8, N = world, psi = (double)P;
+// optimizer state, without activations, temporaries or padding. fp32: 4 + 4 + 8
+// bytes per parameter (the parameters are AdamW's master copy; m and v); bf16,
+// the paper's mixed precision: 2 + 2 + 12 (bf16 parameters and gradients; fp32
+// master weights, m and v), or 2 + 4 + 12 with fp32 gradients.
+static void print_model_states(uint64_t P, int world, DType param_dtype, DType grad_dtype) {
+    int bf16 = param_dtype == DTYPE_BF16;
+    double params = (double)dtype_size(param_dtype), grads = (double)dtype_size(grad_dtype), optim = bf16 ? 12 : 8;
+    double N = world, psi = (double)P;
     // what each rung divides by N: ZeRO-1 the optimizer state, ZeRO-2 the gradients too, ZeRO-3 everything
     const struct { const char *name; double params, grads, optim; } rungs[] = {
         {"ddp", params, grads, optim},
@@ -311,9 +349,10 @@ static void print_model_states(uint64_t P, int world, const char *precision) {
         {"zero3", params / N, grads / N, optim / N},
         {"fsdp", params / N, grads / N, optim / N},
     };
-    printf("model states per rank: P = %llu parameters, N = %d ranks, %s (%g + %g + %g bytes per parameter); "
-           "GB = 1e9 bytes\n%-6s %12s %12s %12s %12s\n",
-           (unsigned long long)P, world, precision, params, grads, optim, "", "params", "grads", "optim", "total");
+    printf("model states per rank: P = %llu parameters, N = %d ranks, %s parameters, %s gradients (%g + %g + %g "
+           "bytes per parameter); GB = 1e9 bytes\n%-6s %12s %12s %12s %12s\n",
+           (unsigned long long)P, world, dtype_name(param_dtype), dtype_name(grad_dtype), params, grads, optim, "",
+           "params", "grads", "optim", "total");
     for (size_t i = 0; i < sizeof rungs / sizeof rungs[0]; i++)
         printf("%-6s %12.3f %12.3f %12.3f %12.3f\n", rungs[i].name, rungs[i].params * psi / 1e9,
                rungs[i].grads * psi / 1e9, rungs[i].optim * psi / 1e9,
@@ -405,7 +444,7 @@ int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
     int micro_batches = 1, prefetch = 1;
-    const char *accum_mode = "sync-each", *precision = "fp32";
+    const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
@@ -422,15 +461,17 @@ int main(int argc, char **argv) {
         {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
          "instead of a model: the model states per rank for P parameters (the ZeRO paper's Figure 1)"},
         {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
-         "with --params: shardlab's fp32 (4 + 4 + 8 bytes per parameter, default) or bf16 mixed precision (2 + 2 + 12)"},
+         "the trainers' --precision: fp32 (4 + 4 + 8 bytes per parameter, default) or bf16 mixed precision (2 + 2 + 12)"},
+        {"--reduce-dtype", "fp32|bf16", CLI_STRING, &reduce_dtype, 0, 0,
+         "the trainers' --reduce-dtype: the gradients (default: the precision)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
         {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
-    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P [--precision fp32|bf16]) "
-                                "--ranks N [--batch B] [--seq T] "
+    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
+                                "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch K] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
@@ -438,14 +479,15 @@ int main(int argc, char **argv) {
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
-    if (strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0) fatal("--precision: give fp32 or bf16");
+    DType param_dtype, grad_dtype;
+    if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
+    grad_dtype = param_dtype;
+    if (reduce_dtype && dtype_parse(reduce_dtype, &grad_dtype) != 0) fatal("--reduce-dtype: give fp32 or bf16");
     if (params_only) {
         if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
-        print_model_states(params_only, world, precision);
+        print_model_states(params_only, world, param_dtype, grad_dtype);
         return 0;
     }
-    if (strcmp(precision, "fp32") != 0)
-        fatal("--precision %s goes with --params P: the trainers train in fp32, so a model is planned in fp32", precision);
     if (!config_name == !model_path)
         fatal("give exactly one of --config dN, --model FILE.bin and --params P (%s --help)", argv[0]);
     if (model_path && vocab) fatal("--vocab goes with --config; a --model file has its own vocab");
@@ -460,7 +502,7 @@ int main(int argc, char **argv) {
     if (strcmp(accum_mode, "sync-each") != 0 && strcmp(accum_mode, "no-sync") != 0)
         fatal("--accum-mode: give sync-each or no-sync");
     StepShape shape = {.micro_batches = micro_batches, .sync_each = strcmp(accum_mode, "sync-each") == 0,
-                       .prefetch = prefetch, .reshard = reshard};
+                       .prefetch = prefetch, .reshard = reshard, .params = param_dtype, .grads = grad_dtype};
     int rows = B / world / micro_batches;  // the model is built for one micro-batch
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
     GPT2Layout layout;
@@ -482,13 +524,14 @@ int main(int argc, char **argv) {
                shape.prefetch);
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
-        printf("peak MB per rank (fp32 here: 16P resident for DDP); reserved: what the allocator's cache "
-               "holds at its peak, in use + kept for reuse\n%-6s %5s", "", "rank");
+        printf("peak MB per rank (%s parameters, %s gradients); reserved: what the allocator's cache "
+               "holds at its peak, in use + kept for reuse\n%-6s %5s", dtype_name(param_dtype), dtype_name(grad_dtype),
+               "", "rank");
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15s", mem_category_names[k]);
         printf(" %12s %12s\n", "total peak", "reserved");
     }
     MemAccount acct = {.cache.dry = 1};
-    plan_ddp(&layout, &acct, model);
+    plan_ddp(&layout, &shape, &acct, model);
     print_row("ddp", "0", &acct, tsv);
     for (int stage = 1; stage <= 2; stage++) {
         acct = (MemAccount){.cache.dry = 1};

@@ -421,6 +421,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
         })
     row = {t["run"]: t for t in table}
     base = "ddp" if "ddp" in row else "single"  # what the others are measured against
+    precision = logs["single"][1]["config"].get("precision", "fp32")
     least = min(strategies, key=lambda s: row[s]["peak"])
     sentences = [
         f"All {len(runs)} runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
@@ -429,6 +430,14 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
         "Resident params + grads + AdamW state per rank (the largest rank's): "
         + ", ".join(f"{NAMES[s]} {row[s]['resident']:.1f} MB" for s in runs) + ".",
     ]
+    fp32_path = os.path.join(run, "single_fp32.jsonl")
+    if precision == "bf16" and os.path.exists(fp32_path):  # compare.sh's fp32 twin of a bf16 comparison
+        fp32 = read_log(fp32_path)[0]
+        diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(logs["single"][0], fp32))
+        sentences.append(f"In bf16 (gradients reduced in {logs['single'][1]['config']['reduce_dtype']}; "
+                         f"docs/precision.md) the single-rank loss stays within {diff:.1e} (relative) of the same "
+                         f"run in fp32 at every step: final {logs['single'][0][-1]['loss']:.4f} against "
+                         f"{fp32[-1]['loss']:.4f}.")
     if row[base]["sent"] > 0:
         sentences.append(f"The price is traffic: per step each rank sends "
                          + ", ".join(f"{row[s]['sent']:.1f} MB ({NAMES[s]}, {row[s]['sent'] / row[base]['sent']:.2f}x)"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
 echo "== unit tests"
-for t in test_layers test_model test_optim test_data test_io test_tokenizer test_train test_errors test_partition test_cache; do
+for t in test_layers test_model test_optim test_dtype test_data test_io test_tokenizer test_train test_errors test_partition test_cache; do
     run "$t" "$BUILD/tests/$t"
 done
 

@@ -81,6 +81,8 @@ CASES = {
     "--data-order": ({}, {"--data-order": "llmc"}),
     "--grad-accum": ({}, {"--grad-accum": "2"}),
     "--accum-mode": ({}, {"--accum-mode": "no-sync"}),
+    "--precision": ({}, {"--precision": "bf16"}),
+    "--reduce-dtype": ({"--precision": "bf16"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
 }
 
 

@@ -2,6 +2,7 @@
 """Checkpoints under mpirun: exact resume, resharding across strategies and rank
 counts, and faults (a rank killed mid-save, corrupted or missing files, a NaN loss,
 SIGTERM). Usage: test_checkpoints.py BUILD_DIR DATA_DIR "MPIRUN ..." """
+import array
 import glob
 import json
 import os
@@ -114,6 +115,43 @@ check(resume_matches(full_zero, "zero1", 2), "ZeRO-2's full checkpoint resumes i
 r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"],
                    capture_output=True, text=True)
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
+
+# ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
+BF16 = ["--precision", "bf16"]
+for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):
+    tag = f"bf16_{strategy}{n}"
+    whole, part, ck = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl", f"{tmp}/ck_{tag}"
+    ok = train(strategy, n, "--steps", "12", *BF16, "--log", whole).returncode == 0
+    ok &= train(strategy, n, "--steps", "6", *BF16, "--ckpt-dir", ck, "--log", part).returncode == 0
+    ok &= train(strategy, n, "--steps", "12", *BF16, "--resume", ck, "--log", part).returncode == 0
+    check(ok and losses(part) == losses(whole) and len(losses(part)) == 12,
+          f"{strategy} N={n} --precision bf16: 6 + resumed 6 steps equal 12 steps (bitwise)")
+# resharding with fp32 gradients: the losses of the uninterrupted single-rank bf16 run (docs/precision.md: 1e-4)
+BF16_FP32 = [*BF16, "--reduce-dtype", "fp32"]
+bf_ref = f"{tmp}/bf16_ref.jsonl"
+ok = train("single", 1, "--steps", "12", *BF16_FP32, "--log", bf_ref).returncode == 0
+ok &= train("fsdp", 4, "--steps", "6", *BF16_FP32, "--ckpt-dir", f"{tmp}/bf16_reshard").returncode == 0
+bf_log = f"{tmp}/bf16_reshard.jsonl"
+ok &= train("zero2", 3, "--steps", "12", *BF16_FP32, "--resume", f"{tmp}/bf16_reshard", "--log", bf_log).returncode == 0
+got, want = (losses(bf_log), losses(bf_ref)) if ok else ({}, {})
+check(ok and sorted(got) == list(range(7, 13)) and all(abs(got[s] - want[s]) <= 1e-4 * want[s] for s in got),
+      "bf16 FSDP@4 -> ZeRO-2@3: losses match the uninterrupted single-rank bf16 run")
+# --save-full writes the master (fp32 values, most not bf16's), --out-model the working copy (all bf16 values)
+bf_full, bf_out = f"{tmp}/bf16_full", f"{tmp}/bf16_out.bin"
+ok = train("zero1", 2, "--steps", "4", *BF16, "--ckpt-dir", bf_full, "--save-full", "--out-model", bf_out).returncode == 0
+def low_bits_set(path):
+    a = array.array("I")
+    a.frombytes(open(path, "rb").read()[1024:])
+    return sum(1 for x in a if x & 0xFFFF)
+if ok:
+    saved, out = low_bits_set(f"{bf_full}/step_00000004/model.bin"), low_bits_set(bf_out)
+    check(saved > 0 and out == 0, f"bf16 --save-full keeps the fp32 master ({saved} values below bf16's precision), "
+                                  f"--out-model the bf16 working copy ({out})")
+else:
+    check(False, "bf16 ZeRO-1@2 --save-full --out-model runs")
+r = train("fsdp", 3, "--steps", "8", *BF16, "--resume", bf_full, "--log", f"{tmp}/bf16_full.jsonl")
+check(r.returncode == 0 and sorted(losses(f"{tmp}/bf16_full.jsonl")) == [5, 6, 7, 8],
+      "the bf16 full checkpoint resumes into FSDP@3")
 
 # ---- --keep: the most recently written checkpoints stay, whatever their steps ----
 keep = f"{tmp}/keep"

@@ -1,5 +1,5 @@
 // The communication layer under mpirun -np 1..4: every collective on
-// integer-valued floats, checked exactly on every rank; non-blocking calls
+// integer-valued floats (and bf16), checked exactly on every rank; non-blocking calls
 // overlapped with work; counters against the ring formulas written out by hand;
 // the engine (collectives completing in the background and in order, results
 // bitwise those of MPI's own non-blocking calls); the records and the trace's
@@ -91,6 +91,45 @@ START_TEST(test_reduce_to_every_root) {
             ck_assert_float_eq(inplace[i], (float)(N * (N - 1) / 2 + N * i) / N);
         }
     }
+}
+END_TEST
+
+// bf16 elements: sums of small integers are exact, one inexact sum rounds to
+// nearest even (1 + 3 * 2^-9 -> 1 + 2^-7, where truncating would give 1), and
+// the bytes counted are two per element.
+START_TEST(test_bf16_collectives) {
+    int N = comm.world, r = comm.rank;
+    size_t part = 13, n = part * N;
+    bf16 *buf = malloc(n * sizeof(bf16)), *recv = malloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float(r == 0 ? 1.0f : r == 1 ? 3.0f / 512.0f : 0.0f);
+    comm_all_reduce(&comm, buf, n, DTYPE_BF16, COMM_SUM);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(buf[i], N == 1 ? 0x3F80 : 0x3F81);
+    for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float((float)(2 * r + (int)(i % 5)));
+    comm_all_reduce(&comm, buf, n, DTYPE_BF16, COMM_AVG);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq(bf16_to_float(buf[i]), (float)(N - 1 + (int)(i % 5)));
+    for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float((float)(r + (int)i));
+    comm_reduce_scatter(&comm, buf, recv, n, DTYPE_BF16, COMM_SUM);
+    for (size_t i = 0; i < part; i++)
+        ck_assert_float_eq(bf16_to_float(recv[i]), (float)(N * (N - 1) / 2 + N * (int)(r * part + i)));
+    // integers up to 256 are exact in bf16
+    for (size_t i = 0; i < part; i++) buf[i] = bf16_from_float((float)(r * 16 + (int)i));
+    CommStats before = comm.stats;
+    comm_all_gather(&comm, buf, recv, n, DTYPE_BF16);
+    CommStats d = comm_stats_diff(&comm.stats, &before);
+    for (int q = 0; q < N; q++)
+        for (size_t i = 0; i < part; i++) ck_assert_float_eq(bf16_to_float(recv[q * part + i]), (float)(q * 16 + (int)i));
+    ck_assert_uint_eq(d.ops[COMM_ALL_GATHER].bytes_sent, (uint64_t)(N - 1) * n * 2 / N);
+    for (int root = 0; root < N; root++) {
+        for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float(r == root ? (float)(root + (int)i % 7) : -1.0f);
+        comm_broadcast(&comm, buf, n, DTYPE_BF16, root);
+        for (size_t i = 0; i < n; i++) ck_assert_float_eq(bf16_to_float(buf[i]), (float)(root + (int)i % 7));
+        for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float((float)(r + 1));
+        comm_reduce(&comm, buf, r == root ? recv : NULL, n, DTYPE_BF16, root, COMM_SUM);
+        if (r == root)
+            for (size_t i = 0; i < n; i++) ck_assert_float_eq(bf16_to_float(recv[i]), (float)(N * (N + 1) / 2));
+    }
+    free(buf);
+    free(recv);
 }
 END_TEST
 
@@ -431,6 +470,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_all_gather);
     tcase_add_test(tc, test_broadcast_from_every_root);
     tcase_add_test(tc, test_reduce_to_every_root);
+    tcase_add_test(tc, test_bf16_collectives);
     tcase_add_test(tc, test_non_blocking_overlaps_work);
     tcase_add_test(tc, test_counters_follow_the_ring_formulas);
     tcase_add_test(tc, test_engine_mode_follows_the_environment);

@@ -194,6 +194,61 @@ START_TEST(test_adamw_and_add) {
 }
 END_TEST
 
+// bf16 on the GPU, bit for bit the CPU's (dtype.h): rounding on edge values
+// (ties, subnormals, overflow, NaN), widening, rounded sums and scaling, the sum
+// of squares, and AdamW on an fp32 master with bf16 gradients and a working copy.
+START_TEST(test_bf16_bitwise_the_cpu) {
+    const uint32_t edges[] = {0x3F808000u, 0x3F818000u, 0x3F808001u, 0x00008000u, 0x00018000u, 0x007FFFFFu,
+                              0x7F7F8000u, 0x7F7FFFFFu, 0x7F800001u, 0xFF800001u, 0x80000000u, 0x7F800000u};
+    size_t n = 777, k = sizeof edges / sizeof edges[0];
+    float *x = random_host(n, 31, 3), *y = random_host(n, 32, 1e-2f);
+    memcpy(x, edges, sizeof edges);
+    bf16 *want = malloc(n * sizeof(bf16)), *got = malloc(n * sizeof(bf16));
+    bf16 *d_bf = device_alloc_as(&mem, MEM_ACTIVATIONS, n, DTYPE_BF16);
+    bf16 *d_other = device_alloc_as(&mem, MEM_ACTIVATIONS, n, DTYPE_BF16);
+    float *d_x = to_device(x, n), *d_y = to_device(y, n), *back = malloc(n * sizeof(float));
+    device_round(d_bf, d_x, n);
+    device_to_host_as(got, d_bf, n, DTYPE_BF16);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(got[i], bf16_from_float(x[i]));
+    device_widen(d_y, d_bf, n);
+    device_to_host(back, d_y, n);
+    for (size_t i = k; i < n; i++) ck_assert_float_eq(back[i], bf16_to_float(got[i]));
+    for (size_t i = 0; i < n; i++) want[i] = bf16_from_float(bf16_to_float(got[i]) + y[i]);
+    device_from_host(d_y, y, n);
+    device_add_rounded(d_bf, d_y, n);
+    device_to_host_as(got, d_bf, n, DTYPE_BF16);
+    for (size_t i = k; i < n; i++) ck_assert_uint_eq(got[i], want[i]);
+    device_round(d_other, d_y, n);
+    bf16 *other = malloc(n * sizeof(bf16));
+    device_to_host_as(other, d_other, n, DTYPE_BF16);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_from_float(bf16_to_float(got[i]) + bf16_to_float(other[i]));
+    device_add_as(d_bf, d_other, n, DTYPE_BF16);
+    device_to_host_as(got, d_bf, n, DTYPE_BF16);
+    for (size_t i = k; i < n; i++) ck_assert_uint_eq(got[i], want[i]);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_from_float(bf16_to_float(got[i]) * 0.37f);
+    device_scale_as(d_bf, n, DTYPE_BF16, 0.37f);
+    device_to_host_as(got, d_bf, n, DTYPE_BF16);
+    for (size_t i = k; i < n; i++) ck_assert_uint_eq(got[i], want[i]);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)bf16_to_float(other[i]) * bf16_to_float(other[i]);
+    ck_assert_double_eq_tol(device_sum_squares_as(d_other, n, DTYPE_BF16), sum, 1e-12 * sum);
+    // AdamW: a master with bf16 gradients, and its working copy
+    float *master = random_host(n, 33, 1), *m = calloc(n, 4), *v = calloc(n, 4);
+    bf16 *working = malloc(n * sizeof(bf16));
+    AdamWSpan cpu = adamw_span(master, other, DTYPE_BF16, m, v, working, n);
+    AdamWSpan gpu = adamw_span(to_device(master, n), d_other, DTYPE_BF16, to_device(m, n), to_device(v, n), d_bf, n);
+    AdamWConfig cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int step = 1; step <= 3; step++) {
+        adamw_step_span(&cpu, cfg);
+        device_adamw(&gpu, cfg);
+    }
+    assert_close("bf16 adamw master", gpu.params, master, n);
+    device_to_host_as(got, d_bf, n, DTYPE_BF16);
+    device_to_host(back, gpu.params, n);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(got[i], bf16_from_float(back[i]));
+}
+END_TEST
+
 int main(void) {
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);  // plain fp32 products for the comparison
     device_init(0);
@@ -207,6 +262,7 @@ int main(void) {
     tcase_add_test(tc, test_gelu_and_residual);
     tcase_add_test(tc, test_softmax_crossentropy);
     tcase_add_test(tc, test_adamw_and_add);
+    tcase_add_test(tc, test_bf16_bitwise_the_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);  // the CUDA context does not survive fork

@@ -5,7 +5,8 @@ exact; the other categories and the total peak within 5% (they come out exact to
 allocator's reserved peak must be exact: the planner replays every buffer through the same
 cache, and the runs train two steps, so a second step that took a new block would show. FSDP
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
-with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3).
+with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
+strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3).
 Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
 ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
@@ -92,6 +93,37 @@ for variant in VARIANTS:
             trainer = [f"{BUILD}/train_ddp", "--zero-stage", "2"] if strategy == "zero2" else [f"{BUILD}/train_{strategy}"]
             tag = " ".join([strategy, f"N={n}", *flags])
             log = os.path.join(tmp, "variant.jsonl")
+            r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
+                                "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
+            if r.returncode != 0:
+                continue
+            for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+                want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
+                got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
+                check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
+
+# --precision bf16: every strategy, both gradient dtypes, and with prefetch and
+# accumulation: bf16 working copies, fp32 masters, and the fp32 copies of each unit
+# while it runs, replayed in the trainers' order.
+for variant in (["--precision", "bf16"], ["--precision", "bf16", "--reduce-dtype", "fp32"],
+                ["--precision", "bf16", "--grad-accum", "2", "--accum-mode", "no-sync", "--prefetch", "2"]):
+    for n in (1, 3):
+        batch = 24
+        predicted = {}
+        for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
+                                                         "--batch", str(batch), "--seq", "16", *variant]):
+            for r in range(first, last + 1):
+                predicted[(strategy, r)] = numbers
+        for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+            pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]  # --prefetch is ZeRO-3's and FSDP's
+            flags = [f for pair in pairs if strategy in ("zero3", "fsdp") or pair[0] != "--prefetch" for f in pair]
+            trainer = [f"{BUILD}/train_{strategy}"]
+            if strategy in ("zero1", "zero2"):
+                trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
+            tag = " ".join([strategy, f"N={n}", *flags])
+            log = os.path.join(tmp, "bf16.jsonl")
             r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
                                 "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
                                capture_output=True, text=True)

@@ -17,7 +17,10 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
     sharded), 6 steps give train_single's losses and parameters without
     accumulation (within 1e-5), the same memory and traffic formulas for K
     micro-batches, and the activations of a micro-batch: train_single's with
-    --batch B/(N K).
+    --batch B/(N K);
+  - with --precision bf16, the losses of train_single --precision bf16 (within
+    1e-4 with fp32 gradients; the drift with bf16 gradients is printed), and the
+    bf16 memory and traffic formulas (check_precision).
 The flags that the equivalence alone cannot see, since every trainer could
 ignore them alike, are held to what they mean:
   - --weight-decay WD: one step moves each parameter p0 by exactly -lr*WD*p0
@@ -82,9 +85,9 @@ def pad(i, n):
     return -(-rows // n) * n * cols
 
 
-def ring(op, count, rank, n, root=0):
-    """Bytes (sent, recv) of one collective of `count` floats, docs/communication.md."""
-    s = 4 * count
+def ring(op, count, rank, n, root=0, size=4):
+    """Bytes (sent, recv) of one collective of `count` elements of `size` bytes, docs/communication.md."""
+    s = size * count
     if n == 1:
         return 0, 0
     if op == "all_reduce":
@@ -199,65 +202,81 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
     return peaks
 
 
-def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0):
+def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, precision="fp32", reduce=None):
     """(memory {category: (current, peak)}, traffic {op: (calls, elements, sent, recv)}) of a step of `accum`
     micro-batches. Every micro-batch's forward and backward gather again; its gradients are reduced each time
     (ZeRO-2, ZeRO-3, FSDP in sync-each), or added up and reduced once (DDP, ZeRO-1, and no-sync, which keeps
-    every full-size gradient until the last micro-batch)."""
+    every full-size gradient until the last micro-batch).
+    --precision bf16 (docs/precision.md): parameters are pb = 2 bytes where they are kept and moved, gradients
+    gb = 2 (--reduce-dtype bf16) or 4 bytes; an fp32 master (4 bytes per kept element) joins the optimizer state;
+    while unit u runs, its parameters are widened into an fp32 copy (params_gathered, 4 W(u) bytes, W(u) the
+    elements of the tensors it reads) and, with bf16 gradients, its backward writes an fp32 copy of them
+    (grads_gathered, 4 W(u)). Checked with --prefetch 0 and one micro-batch."""
     mem, calls, gathers, reduces = {}, [], [], []  # (op, count, root): once per step, per micro-batch, per reduce
     keep_whole = accum > 1 and mode == "no-sync"
+    pb = 2 if precision == "bf16" else 4
+    gb = 2 if (reduce or precision) == "bf16" else 4
+    master = 4 if precision == "bf16" else 0
+    W = [sum(numel[i] for i in U) for U in UNITS]
+    widened_params = [4 * w if pb == 2 else 0 for w in W]
+    widened_grads = [4 * w if gb == 2 else 0 for w in W]
     if strategy == "ddp":
-        full = 4 * P
-        mem = {"params": full, "grads": full, "optim": 2 * full}
-        peaks = {"params_gathered": 0, "grads_gathered": 0, "comm_buffers": 0}
+        mem = {"params": pb * P, "grads": gb * P, "optim": (8 + master) * P}
+        peaks = {"params_gathered": max(widened_params), "grads_gathered": max(widened_grads), "comm_buffers": 0}
         for u in range(L + 2):
             home = sum(numel[i] for i in range(len(T)) if T[i][3] == u)
-            calls.append(("all_reduce", home, 0))
+            calls.append(("all_reduce", home, 0, gb))
     elif strategy in ("zero1", "zero2"):
         # flat ranges of S = ceil(P/N) elements in llm.c's order (docs/zero12.md)
         S = -(-P // n)
-        mem = {"params": 4 * n * S, "grads": 4 * (P if strategy == "zero1" else S), "optim": 8 * S}
-        grads_gathered = 4 * P if strategy == "zero2" and keep_whole else 0
+        mem = {"params": pb * n * S, "grads": gb * (P if strategy == "zero1" else S), "optim": (8 + master) * S}
+        grads_gathered = gb * P if strategy == "zero2" and keep_whole else max(widened_grads)
         if strategy == "zero2" and not keep_whole:
             # during unit u's backward: full-size gradients of the tensors unit u
             # reads, of unit u+1's bucket still in flight, and of wte since the head
             alive, home = set(), lambda u: {i for i in range(len(T)) if T[i][3] == u}
             for u in reversed(range(L + 2)):
                 alive |= set(UNITS[u])
-                grads_gathered = max(grads_gathered, 4 * sum(numel[i] for i in alive))
+                grads_gathered = max(grads_gathered, gb * sum(numel[i] for i in alive) + widened_grads[u])
                 alive -= home(u + 1)
-        peaks = {"params_gathered": 0, "grads_gathered": grads_gathered, "comm_buffers": 4 * S}
+        peaks = {"params_gathered": max(widened_params), "grads_gathered": grads_gathered, "comm_buffers": pb * S}
         offset = [sum(numel[:i]) for i in range(len(T))]
         for u in reversed(range(L + 2)):  # each bucket: one reduce per piece of a tensor in one range
             for i in (i for i in range(len(T)) if T[i][3] == u):
                 for q in range(offset[i] // S, (offset[i] + numel[i] - 1) // S + 1):
                     piece = min(offset[i] + numel[i], (q + 1) * S) - max(offset[i], q * S)
-                    (reduces if strategy == "zero2" else calls).append(("reduce", piece, q))
-        calls.append(("all_gather", n * S, 0))
+                    (reduces if strategy == "zero2" else calls).append(("reduce", piece, q, gb))
+        calls.append(("all_gather", n * S, 0, pb))
     elif strategy == "zero3":
         owner = zero3_owners(n)
-        owned = 4 * sum(numel[i] for i in range(len(T)) if owner[i] == rank)
-        mem = {"params": owned, "grads": owned, "optim": 2 * owned}
-        peaks = {"params_gathered": 4 * max(sum(numel[i] for i in U if owner[i] != rank) for U in UNITS),
-                 "grads_gathered": 4 * (P if keep_whole else max(sum(numel[i] for i in U) for U in UNITS)),
+        owned = sum(numel[i] for i in range(len(T)) if owner[i] == rank)
+        mem = {"params": pb * owned, "grads": gb * owned, "optim": (8 + master) * owned}
+        peaks = {"params_gathered": max(pb * sum(numel[i] for i in U if owner[i] != rank) + widened_params[u]
+                                        for u, U in enumerate(UNITS)),
+                 "grads_gathered": gb * P + max(widened_grads) if keep_whole
+                 else max(gb * W[u] + widened_grads[u] for u in range(L + 2)),
                  "comm_buffers": 0}
         for U in UNITS:  # forward
-            gathers += [("broadcast", numel[i], owner[i]) for i in U]
+            gathers += [("broadcast", numel[i], owner[i], pb) for i in U]
         for U in reversed(UNITS):  # backward
-            gathers += [("broadcast", numel[i], owner[i]) for i in U]
-            reduces += [("reduce", numel[i], owner[i]) for i in U]
+            gathers += [("broadcast", numel[i], owner[i], pb) for i in U]
+            reduces += [("reduce", numel[i], owner[i], gb) for i in U]
     else:
-        sliced = 4 * sum(pad(i, n) // n for i in range(len(T)))
-        mem = {"params": sliced, "grads": sliced, "optim": 2 * sliced}
+        sliced = sum(pad(i, n) // n for i in range(len(T)))
+        mem = {"params": pb * sliced, "grads": gb * sliced, "optim": (8 + master) * sliced}
         unit_pad = [sum(pad(i, n) for i in U) for U in UNITS]
-        peaks = {"params_gathered": 4 * (max(unit_pad) if reshard else sum(pad(i, n) for i in range(len(T)))),
-                 "grads_gathered": 4 * (sum(pad(i, n) for i in range(len(T))) if keep_whole else max(unit_pad)),
-                 "comm_buffers": 4 * max((n + 1) * p // n for p in unit_pad)}
+        all_pad = sum(pad(i, n) for i in range(len(T)))
+        # without resharding, everything is gathered by the head's forward
+        peaks = {"params_gathered": max(pb * unit_pad[u] + widened_params[u] for u in range(L + 2)) if reshard
+                 else pb * all_pad + widened_params[L + 1],
+                 "grads_gathered": gb * all_pad + max(widened_grads) if keep_whole
+                 else max(gb * unit_pad[u] + widened_grads[u] for u in range(L + 2)),
+                 "comm_buffers": max(pb, gb) * max((n + 1) * p // n for p in unit_pad)}
         gathered = set()
         for u, U in enumerate(UNITS):  # forward
             missing = [i for i in U if i not in gathered]
             if missing:
-                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0))
+                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0, pb))
             gathered |= set(missing)
             if reshard:
                 gathered -= set(U)
@@ -265,17 +284,17 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0):
             U = UNITS[u]
             missing = [i for i in U if i not in gathered]
             if missing:
-                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0))
-            reduces.append(("reduce_scatter", unit_pad[u], 0))
+                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0, pb))
+            reduces.append(("reduce_scatter", unit_pad[u], 0, gb))
             gathered -= set(U)
     calls += accum * gathers + (1 if keep_whole else accum) * reduces
     if prefetch > 0:  # the same collectives, started earlier: more is held at once
         peaks = prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode)
     traffic = {}
-    for op, count, root in calls:
+    for op, count, root, size in calls:
         if count == 0:
             continue
-        sent, recv = ring(op, count, rank, n, root)
+        sent, recv = ring(op, count, rank, n, root, size)
         c = traffic.setdefault(op, [0, 0, 0, 0])
         c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
     return mem, peaks, traffic
@@ -309,10 +328,11 @@ def worst_loss_diff(steps, ref_steps):
     return max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
 
 
-def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each", prefetch=0):
+def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each", prefetch=0, precision="fp32",
+                        reduce=None):
     for rank_info in summary["ranks"]:
         r = rank_info["rank"]
-        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode, prefetch)
+        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode, prefetch, precision, reduce)
         for cat, want in mem.items():
             got = rank_info["mem"][cat]
             check(got["current"] == want and got["peak"] == want,
@@ -382,6 +402,59 @@ def check_accumulation(tmp, model, data):
     r = subprocess.run([f"{BUILD}/train_single", *common[:4], "--accum-mode", "later"], capture_output=True, text=True)
     check(r.returncode != 0 and "--accum-mode: give sync-each or no-sync" in r.stdout + r.stderr,
           "--accum-mode later is refused")
+
+
+def check_precision(tmp, common):
+    """--precision bf16 at N = 1..4 for every strategy, against train_single --precision bf16 with the same
+    --reduce-dtype. With --reduce-dtype fp32 the gradients stay fp32 from the backward through the reduce, so a
+    strategy differs from the single rank only in the order of fp32 sums, as an fp32 run does; but a master
+    weight one fp32 step away can round to the next bf16 value (2^-8 relative), which the following steps carry:
+    losses within 1e-4. With bf16 gradients each rank rounds its partial gradients and the reduce rounds each
+    sum, unlike the single rank: the drift is printed and held under 5e-3. Memory and traffic follow
+    expected()'s bf16 formulas exactly; all-gathers and broadcasts move half the bytes of an fp32 run."""
+    references = {}
+    for reduce in ("fp32", "bf16"):
+        flags = ["--precision", "bf16", "--reduce-dtype", reduce]
+        log = os.path.join(tmp, f"single_bf16_{reduce}.jsonl")
+        check(run([f"{BUILD}/train_single", *common, *flags, "--log", log]) == 0, f"train_single {' '.join(flags)} runs")
+        references[reduce] = read_log(log)[0]
+    drift = {}
+    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+        for n in (1, 2, 3, 4):
+            for reduce in ("fp32", "bf16"):
+                flags = ["--precision", "bf16", "--reduce-dtype", reduce]
+                if strategy in ("zero3", "fsdp"):
+                    flags += ["--prefetch", "0"]
+                tag = f"{strategy} N={n} {' '.join(flags)}"
+                result = run_logged(tag, [*strategy_command(strategy, n, flags), *common],
+                                    os.path.join(tmp, "bf16.jsonl"), os.path.join(tmp, "bf16.bin"))
+                if result is None:
+                    continue
+                steps, summary, _ = result
+                worst = worst_loss_diff(steps, references[reduce])
+                if reduce == "fp32":
+                    check(len(steps) == STEPS and worst <= 1e-4,
+                          f"{tag}: losses match train_single's bf16 run (worst relative diff {worst:.2e})")
+                else:
+                    drift[(strategy, n)] = worst
+                    check(len(steps) == STEPS and worst <= 5e-3, f"{tag}: drift from train_single {worst:.2e} <= 5e-3")
+                check(summary["config"]["precision"] == "bf16" and summary["config"]["reduce_dtype"] == reduce,
+                      f"{tag}: the summary names the dtypes")
+                check_rank_formulas(tag, summary, strategy, n, 1, precision="bf16", reduce=reduce)
+    print("bf16 gradients, worst relative loss drift from train_single over", STEPS, "steps:",
+          ", ".join(f"{s} N={n} {d:.1e}" for (s, n), d in sorted(drift.items())))
+    for strategy, op in (("zero3", "broadcast"), ("fsdp", "all_gather")):
+        moved = {}
+        for precision in ("fp32", "bf16"):
+            log = os.path.join(tmp, f"half_{strategy}_{precision}.jsonl")
+            check(run([*strategy_command(strategy, 4, ["--prefetch", "0", "--precision", precision]), *common,
+                       "--log", log]) == 0, f"{strategy} N=4 --precision {precision} runs")
+            moved[precision] = [r["comm_last_step"][op]["bytes_sent"] for r in read_log(log)[1]["ranks"]]
+        check(moved["bf16"] == [b // 2 for b in moved["fp32"]] and sum(moved["fp32"]) > 0,
+              f"{strategy} N=4: a bf16 {op} sends half the bytes of an fp32 one ({moved})")
+    for flag, value in (("--precision", "fp16"), ("--reduce-dtype", "half")):
+        r = subprocess.run([f"{BUILD}/train_single", *common[:4], flag, value], capture_output=True, text=True)
+        check(r.returncode != 0 and f"{flag}: give fp32 or bf16" in r.stdout + r.stderr, f"{flag} {value} is refused")
 
 
 def check_trace_overlap(tmp, model, data):
@@ -510,6 +583,7 @@ def main():
                       f"{tag}: bitwise the losses and final model of --prefetch 0")
     check_accumulation(tmp, model, data)
     check_trace_overlap(tmp, model, data)
+    check_precision(tmp, common)
     CHECKS.finish()
 
 

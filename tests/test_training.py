@@ -15,6 +15,8 @@
   - --data-order llmc: the batches a trainer reads are llm.c's shuffled order,
     re-implemented here (MT19937 from its reference init_genrand); see
     check_llmc_order.
+  - --precision bf16: within 2e-2 of fp32 over 50 steps of d2; clipping and
+    --recompute in bf16 (check_precision).
   - build/sample: a seed gives one text, another seed another, temperature 0 is
     greedy; ids are below V, and the text is the prompt and the ids decoded
     (GPT-2's from encoder.json, here); the context slides past maxT.
@@ -172,6 +174,42 @@ def check_recompute(tmp, common):
         check(plain[2] - recomputed[2] == saved,
               f"{strategy} N={n} --recompute: activations {plain[2]} -> {recomputed[2]} bytes, "
               f"(L-1)(17bTC + 4bT + b NH T^2) floats less ({saved} bytes)")
+
+
+def check_precision(tmp, data):
+    """--precision bf16 on the d2 preset: 50 steps stay within 2e-2 relative of the fp32 run's losses (and are
+    not the fp32 run's: the flag does something); --grad-clip's norm from bf16 ranks (fp32 gradients) is
+    train_single's, within 1e-6 at the first step and 1e-3 after; --recompute is bitwise the plain bf16 run."""
+    common = ["--config", "d2", "--vocab", str(V), "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
+              "--lr", "1e-3", "--quiet"]
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        log = os.path.join(tmp, f"d2_{precision}.jsonl")
+        if run([*trainer("single", 1), *common, "--steps", "50", "--precision", precision, "--log", log]):
+            check(False, f"d2 --precision {precision}: runs")
+            return
+        curves[precision] = [s["loss"] for s in read_log(log)[0]]
+    worst = max(rel(a, b) for a, b in zip(curves["bf16"], curves["fp32"]))
+    check(len(curves["bf16"]) == 50 and 0 < worst <= 2e-2 and curves["bf16"][-1] < curves["bf16"][0] - 1,
+          f"d2 bf16: 50 steps within 2e-2 of fp32's losses (worst {worst:.2e}), and learning")
+    norms, runs = {}, {}
+    for strategy, n, extra in (("single", 1, []), ("fsdp", 3, []), ("zero2", 2, []), ("single", 1, ["--recompute"])):
+        tag = f"{strategy}{n}{''.join(extra)}"
+        log, out = os.path.join(tmp, f"bf16clip_{tag}.jsonl"), os.path.join(tmp, f"bf16clip_{tag}.bin")
+        if run([*trainer(strategy, n), *common, "--steps", "8", "--precision", "bf16", "--reduce-dtype", "fp32",
+                "--grad-clip", "0.5", *extra, "--log", log, "--out-model", out]):
+            check(False, f"{tag} bf16 --grad-clip: runs")
+            return
+        steps = read_log(log)[0]
+        norms[tag] = [s["grad_norm"] for s in steps]
+        runs[tag] = ([s["loss"] for s in steps], norms[tag], open(out, "rb").read())
+    for tag in ("fsdp3", "zero22"):
+        # step 1 starts from the same bf16 parameters: only the order of fp32 sums differs; later, a master weight
+        # an fp32 rounding away may round to a neighbouring bf16 value, and the norm feels it more than the loss
+        first, worst = rel(norms[tag][0], norms["single1"][0]), max(rel(a, b) for a, b in zip(norms[tag], norms["single1"]))
+        check(first <= 1e-6 and worst <= 1e-3,
+              f"{tag} bf16: gradient norms are train_single's (step 1 within {first:.1e}, all within {worst:.1e})")
+    check(runs["single1"] == runs["single1--recompute"], "single bf16 --recompute: bitwise the plain run")
 
 
 class InitGenrand:
@@ -337,6 +375,7 @@ def main():
     check_sample(tmp)
     check_clip_against_optimizer(tmp, common)
     check_clip_equivalence(tmp, common)
+    check_precision(tmp, data)
     CHECKS.finish()
 
 

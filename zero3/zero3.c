@@ -51,12 +51,12 @@ static void report_balance(const State *s, const StrategyContext *ctx) {
     const GPT2Layout *layout = &s->model->layout;
     int world = s->comm->world;
     if (world == 1) return;
-    size_t largest = 0;
+    size_t largest = 0, size = dtype_size(s->model->param_dtype);
     for (int r = 0; r < world; r++) {
-        size_t bytes = zero3_owned_bytes(layout, s->owner, r);
+        size_t bytes = zero3_owned_bytes(layout, s->owner, r) / sizeof(float) * size;  // fp32 bytes, in the run's dtype
         if (bytes > largest) largest = bytes;
     }
-    double mean = (double)layout->num_params * sizeof(float) / world;
+    double mean = (double)layout->num_params * size / world;
     strategy_note(ctx, "zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n",
                   world, largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
 }

@@ -1,0 +1,147 @@
+// bf16: rounding to nearest even on edge values, exact widening, the device's
+// bf16 arithmetic (CPU build), and AdamW on a bf16 run's master and working copy.
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../common/device.h"
+#include "../common/dtype.h"
+#include "../common/optim.h"
+#include "check_main.h"
+
+static float float_of_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static bf16 round_bits(uint32_t bits) { return bf16_from_float(float_of_bits(bits)); }
+
+START_TEST(test_exact_values_keep_their_bits) {
+    ck_assert_uint_eq(bf16_from_float(1.0f), 0x3F80);
+    ck_assert_uint_eq(bf16_from_float(-2.0f), 0xC000);
+    ck_assert_uint_eq(bf16_from_float(0.0f), 0x0000);
+    ck_assert_uint_eq(bf16_from_float(-0.0f), 0x8000);
+    ck_assert_uint_eq(bf16_from_float(0.005859375f), 0x3BC0);  // 1.5 * 2^-8
+}
+END_TEST
+
+START_TEST(test_ties_go_to_even) {
+    // 1 + 2^-8 is halfway between 0x3F80 (even) and 0x3F81: down to the even one
+    ck_assert_uint_eq(round_bits(0x3F808000u), 0x3F80);
+    // halfway between 0x3F81 (odd) and 0x3F82 (even): up
+    ck_assert_uint_eq(round_bits(0x3F818000u), 0x3F82);
+    // a hair either side of the tie goes to the nearer
+    ck_assert_uint_eq(round_bits(0x3F808001u), 0x3F81);
+    ck_assert_uint_eq(round_bits(0x3F807FFFu), 0x3F80);
+    // negative ties mirror the positive ones
+    ck_assert_uint_eq(round_bits(0xBF808000u), 0xBF80);
+    ck_assert_uint_eq(round_bits(0xBF818000u), 0xBF82);
+    // not truncation: 1 + 3 * 2^-9 is nearer 0x3F81 than 0x3F80
+    ck_assert_uint_eq(bf16_from_float(1.0f + 3.0f / 512.0f), 0x3F81);
+    // a carry out of the mantissa moves the exponent: 1.9999 -> 2
+    ck_assert_uint_eq(round_bits(0x3FFFFFFFu), 0x4000);
+}
+END_TEST
+
+START_TEST(test_subnormals_round_like_the_rest) {
+    ck_assert_uint_eq(round_bits(0x00010000u), 0x0001);  // the smallest bf16 subnormal, exact
+    ck_assert_uint_eq(round_bits(0x00000001u), 0x0000);  // the smallest float subnormal: to zero
+    ck_assert_uint_eq(round_bits(0x00008000u), 0x0000);  // tie, to even (0)
+    ck_assert_uint_eq(round_bits(0x00018000u), 0x0002);  // tie, to even (2)
+    ck_assert_uint_eq(round_bits(0x007FFFFFu), 0x0080);  // the largest subnormal rounds up to the smallest normal
+    ck_assert_uint_eq(round_bits(0x80008001u), 0x8001);  // negative, above the tie
+}
+END_TEST
+
+START_TEST(test_infinities_and_overflow) {
+    ck_assert_uint_eq(bf16_from_float(INFINITY), 0x7F80);
+    ck_assert_uint_eq(bf16_from_float(-INFINITY), 0xFF80);
+    ck_assert_uint_eq(round_bits(0x7F7F7FFFu), 0x7F7F);  // below the tie: bf16's largest finite value
+    ck_assert_uint_eq(round_bits(0x7F7F8000u), 0x7F80);  // tie next to an odd mantissa: up, to infinity
+    ck_assert_uint_eq(round_bits(0x7F7FFFFFu), 0x7F80);  // float's largest finite value overflows
+    ck_assert_uint_eq(round_bits(0xFF7FFFFFu), 0xFF80);
+}
+END_TEST
+
+START_TEST(test_nan_stays_nan_with_its_sign) {
+    ck_assert_uint_eq(round_bits(0x7FC00000u), 0x7FC0);  // the default quiet NaN
+    ck_assert_uint_eq(round_bits(0x7F800001u), 0x7FC0);  // payload only in the low bits: not infinity
+    ck_assert_uint_eq(round_bits(0x7FFFFFFFu), 0x7FFF);  // would carry into the sign if rounded
+    ck_assert_uint_eq(round_bits(0xFF800001u), 0xFFC0);
+    ck_assert(isnan(bf16_to_float(round_bits(0x7F800001u))));
+}
+END_TEST
+
+START_TEST(test_every_bf16_widens_exactly_and_back) {
+    for (uint32_t b = 0; b < 65536; b++) {
+        float f = bf16_to_float((bf16)b);
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        ck_assert_uint_eq(bits, b << 16);
+        if (!isnan(f)) ck_assert_uint_eq(bf16_from_float(f), b);
+    }
+}
+END_TEST
+
+START_TEST(test_device_conversions_and_sums) {
+    float wide[4] = {1.0f, 1.0f + 3.0f / 512.0f, -0.0f, 1e-40f};
+    bf16 narrow[4], acc[2] = {0x3F80, 0x3F80};  // 1, 1
+    device_round(narrow, wide, 4);
+    ck_assert_uint_eq(narrow[1], 0x3F81);
+    ck_assert_uint_eq(narrow[2], 0x8000);
+    float back[4];
+    device_widen(back, narrow, 4);
+    ck_assert_float_eq(back[1], 1.0078125f);
+    // 1 + 2^-8 is a tie (stays 1); 1 + 3 * 2^-9 rounds up
+    float add[2] = {1.0f / 256.0f, 3.0f / 512.0f};
+    device_add_rounded(acc, add, 2);
+    ck_assert_uint_eq(acc[0], 0x3F80);
+    ck_assert_uint_eq(acc[1], 0x3F81);
+    bf16 x[2] = {0x3F80, 0x3F80}, y[2] = {0x3B80, 0x3BC0};  // 2^-8, 1.5 * 2^-8
+    device_add_as(x, y, 2, DTYPE_BF16);
+    ck_assert_uint_eq(x[0], 0x3F80);
+    ck_assert_uint_eq(x[1], 0x3F81);
+    ck_assert_double_eq(device_sum_squares_as(y, 2, DTYPE_BF16), pow(2, -16) + pow(1.5 * pow(2, -8), 2));
+    device_scale_as(x, 2, DTYPE_BF16, 2.0f);
+    ck_assert_uint_eq(x[1], 0x4001);
+}
+END_TEST
+
+START_TEST(test_adamw_on_a_master_with_bf16_gradients) {
+    // the master follows fp32 AdamW on the widened gradients exactly; the working
+    // copy is the master rounded
+    float master[3] = {0.3f, -1.7f, 2.5f}, reference[3], grads[3], m1[3] = {0}, v1[3] = {0}, m2[3] = {0}, v2[3] = {0};
+    memcpy(reference, master, sizeof master);
+    bf16 grads_bf16[3] = {bf16_from_float(0.11f), bf16_from_float(-3.3f), bf16_from_float(1e-3f)}, working[3];
+    for (int i = 0; i < 3; i++) grads[i] = bf16_to_float(grads_bf16[i]);
+    AdamWConfig cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    AdamWSpan mixed = adamw_span(master, grads_bf16, DTYPE_BF16, m1, v1, working, 3);
+    AdamWSpan plain = adamw_span(reference, grads, DTYPE_FP32, m2, v2, NULL, 3);
+    for (int step = 0; step < 3; step++) {
+        adamw_step_span(&mixed, cfg);
+        adamw_step_span(&plain, cfg);
+    }
+    for (int i = 0; i < 3; i++) {
+        ck_assert_float_eq(master[i], reference[i]);
+        ck_assert_uint_eq(working[i], bf16_from_float(master[i]));
+    }
+    ck_assert(working[0] != 0 && bf16_to_float(working[0]) != master[0]);  // rounding did happen
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("dtype");
+    TCase *tc = tcase_create("bf16");
+    tcase_add_test(tc, test_exact_values_keep_their_bits);
+    tcase_add_test(tc, test_ties_go_to_even);
+    tcase_add_test(tc, test_subnormals_round_like_the_rest);
+    tcase_add_test(tc, test_infinities_and_overflow);
+    tcase_add_test(tc, test_nan_stays_nan_with_its_sign);
+    tcase_add_test(tc, test_every_bf16_widens_exactly_and_back);
+    tcase_add_test(tc, test_device_conversions_and_sums);
+    tcase_add_test(tc, test_adamw_on_a_master_with_bf16_gradients);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}
