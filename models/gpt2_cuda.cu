@@ -12,7 +12,7 @@
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
 
-static void block_forward(GPT2 *model, int l) {
+static void block_forward(GPT2 *model, int l, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -20,19 +20,20 @@ static void block_forward(GPT2 *model, int l) {
     size_t BTC = (size_t)B * T * C;
 
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C);
-    matmul_forward_cuda(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C);
+    matmul_forward_cuda(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, operands);
     // scratch: dfch_gelu (4BTC) is free during the forward pass
     attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, B, T, C, NH);
-    matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C);
+    matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C, operands);
     residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, x.attproj,
                                     P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C);
-    matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C);
-    matmul_forward_cuda(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C);
+    matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C,
+                                  operands);
+    matmul_forward_cuda(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C, operands);
     residual_forward_cuda(x.residual3, x.residual2, x.fcproj, (int)BTC);
 }
 
 // a->dresidual holds d(residual3) on entry and d(block input) on return.
-static void block_backward(GPT2 *model, int l) {
+static void block_backward(GPT2 *model, int l, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -43,9 +44,10 @@ static void block_backward(GPT2 *model, int l) {
     device_zero(a->dfch, 4 * BTC);
     device_zero(a->dln, BTC);
     matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
-                         P(GPT2_FCPROJW, l), B, T, 4 * C, C);
+                         P(GPT2_FCPROJW, l), B, T, 4 * C, C, operands);
     gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC));
-    matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C, 4 * C);
+    matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C, 4 * C,
+                         operands);
     layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2, P(GPT2_LN2W, l),
                             x.ln2_mean, x.ln2_rstd, B, T, C);
 
@@ -53,22 +55,22 @@ static void block_backward(GPT2 *model, int l) {
     device_zero(a->dqkv, 3 * BTC);
     device_zero(a->dln, BTC);
     matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
-                         P(GPT2_ATTPROJW, l), B, T, C, C);
+                         P(GPT2_ATTPROJW, l), B, T, C, C, operands);
     // the MLP's gradient buffers are done with: they serve as the attention's scratch
     attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch, B, T, C, NH);
     matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
-                         3 * C);
+                         3 * C, operands);
     layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual, P(GPT2_LN1W, l),
                             x.ln1_mean, x.ln1_rstd, B, T, C);
 }
 
-static void head_forward(GPT2 *model) {
+static void head_forward(GPT2 *model, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, residual, P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C);
-    matmul_forward_cuda(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size);
+    matmul_forward_cuda(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size, operands);
     if (!model->targets) return;
     softmax_crossentropy_forward_cuda(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
                                       c->padded_vocab_size);
@@ -82,7 +84,7 @@ static void head_forward(GPT2 *model) {
     model->mean_loss = (float)(sum / (double)n);
 }
 
-static void head_backward(GPT2 *model) {
+static void head_backward(GPT2 *model, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -94,32 +96,56 @@ static void head_backward(GPT2 *model) {
     device_zero(a->dln, (size_t)B * T * C);
     device_zero(a->dresidual, (size_t)B * T * C);
     matmul_backward_cuda(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
-                         c->padded_vocab_size);
+                         c->padded_vocab_size, operands);
     layernorm_backward_cuda(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual, P(GPT2_LNFW, 0),
                             a->lnf_mean, a->lnf_rstd, B, T, C);
+}
+
+// A bf16 run multiplies on bf16 tensor cores (matmul_forward_cuda): the bf16
+// operands of the unit's largest product (backward: with recompute, its forward
+// runs too) need this many elements, counted as activations while the unit runs.
+static size_t unit_operands(const GPT2 *model, int unit, int backward) {
+    const GPT2Config *c = &model->layout.config;
+    size_t rows = (size_t)model->B * model->T, most = 0;
+    int C = c->channels;
+    if (unit == 0 || model->param_dtype != DTYPE_BF16) return 0;
+    if (unit > c->num_layers) return matmul_operands(rows, C, c->padded_vocab_size, backward);
+    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv, attproj, fc, fcproj
+    for (int i = 0; i < 4; i++)
+        for (int pass = 0; pass <= backward; pass++) {
+            size_t n = matmul_operands(rows, shapes[i][0], shapes[i][1], pass);
+            if (n > most) most = n;
+        }
+    return most;
 }
 
 extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     CHECK(model->inputs, "forward before gpt2_set_batch");
+    size_t count = unit_operands(model, unit, 0);
+    bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     if (unit == 0)
         encoder_forward_cuda(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B, model->T,
                              c->channels);
     else if (unit <= c->num_layers)
-        block_forward(model, unit - 1);
+        block_forward(model, unit - 1, operands);
     else
-        head_forward(model);
+        head_forward(model, operands);
+    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
 }
 
 extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
+    size_t count = unit_operands(model, unit, 1);
+    bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     if (unit == 0) {
         encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
                               model->positions_by_token, model->B, model->T, c->channels);
     } else if (unit <= c->num_layers) {
-        if (model->recompute) block_forward(model, unit - 1);  // the same arithmetic: bitwise the same values
-        block_backward(model, unit - 1);
+        if (model->recompute) block_forward(model, unit - 1, operands);  // the same arithmetic: bitwise the same
+        block_backward(model, unit - 1, operands);
     } else {
-        head_backward(model);
+        head_backward(model, operands);
     }
+    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/cuda_check.h"
+#include "../common/device.h"
 #include "../common/device_cuda.h"
 #include "gpt2_cuda_ops.h"
 
@@ -223,42 +224,82 @@ __global__ static void bias_backward_kernel(float *dbias, const float *dout, int
     dbias[o] += sum;
 }
 
+// bf16 operands: each matrix rounded into its own part of the operands buffer,
+// the parts 128-byte aligned so that cuBLAS can take its fastest kernels.
+#define OPERAND_ALIGN 64  // bf16 elements
+static size_t aligned(size_t count) { return (count + OPERAND_ALIGN - 1) / OPERAND_ALIGN * OPERAND_ALIGN; }
+
+extern "C" size_t matmul_operands(size_t rows, int C, int OC, int backward) {
+    // forward: weight and inp; backward: weight, inp and dout
+    return aligned((size_t)OC * C) + aligned(rows * C) + (backward ? aligned(rows * OC) : 0);
+}
+
+// Rounds `count` fp32 values into bf16 at operands[*at], and moves *at past them.
+static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size_t count) {
+    bf16 *part = operands + *at;
+    device_round(part, values, count);
+    *at += aligned(count);
+    return part;
+}
+
+// C (m, n) = alpha op(A) op(B) + beta C in cuBLAS's column-major terms, with A and
+// B fp32, or bf16 when `bf16_operands` (C fp32 either way, accumulated in fp32).
+static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const void *A, int lda,
+                 const void *B, int ldb, float beta, float *C, int ldc, int bf16_operands) {
+    const float one = 1.0f;
+    if (!bf16_operands) {
+        CUBLAS_CHECK(cublasSgemm(device_cublas(), op_a, op_b, m, n, k, &one, (const float *)A, lda, (const float *)B,
+                                 ldb, &beta, C, ldc));
+        return;
+    }
+    CUBLAS_CHECK(cublasGemmEx(device_cublas(), op_a, op_b, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                              &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 // Row-major out (rows, OC) = inp (rows, C) @ weight^T, weight (OC, C). In
 // cuBLAS's column-major terms: out^T (OC, rows) = weight^T^T ... i.e.
 // gemm(op(A) = weight^T as stored, op(B) = inp as stored).
-static void gemm_forward(float *out, const float *inp, const float *weight, int rows, int C, int OC) {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, &one, weight, C, inp, C, &zero,
-                             out, OC));
+static void gemm_forward(float *out, const float *inp, const float *weight, int rows, int C, int OC, bf16 *operands) {
+    const void *w = weight, *x = inp;
+    if (operands) {
+        size_t at = 0;
+        w = rounded(operands, &at, weight, (size_t)OC * C);
+        x = rounded(operands, &at, inp, (size_t)rows * C);
+    }
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, w, C, x, C, 0.0f, out, OC, operands != NULL);
 }
 
 extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B,
-                                    int T, int C, int OC) {
+                                    int T, int C, int OC, bf16 *operands) {
     size_t rows = (size_t)B * T;
-    gemm_forward(out, inp, weight, (int)rows, C, OC);
+    gemm_forward(out, inp, weight, (int)rows, C, OC, operands);
     if (!bias) return;
     add_bias_kernel<<<device_blocks(rows * OC, 256), 256>>>(out, bias, rows, OC);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
-                                              const float *bias, int B, int T, int C, int OC) {
+                                              const float *bias, int B, int T, int C, int OC, bf16 *operands) {
     size_t rows = (size_t)B * T;
-    gemm_forward(pre, inp, weight, (int)rows, C, OC);
+    gemm_forward(pre, inp, weight, (int)rows, C, OC, operands);
     bias_gelu_kernel<<<device_blocks(rows * OC, 256), 256>>>(pre, out, bias, rows, OC);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                     const float *weight, int B, int T, int C, int OC) {
-    const float one = 1.0f;
+                                     const float *weight, int B, int T, int C, int OC, bf16 *operands) {
     int rows = B * T;
+    const void *w = weight, *x = inp, *dy = dout;
+    if (operands) {
+        size_t at = 0;
+        w = rounded(operands, &at, weight, (size_t)OC * C);
+        x = rounded(operands, &at, inp, (size_t)rows * C);
+        dy = rounded(operands, &at, dout, (size_t)rows * OC);
+    }
     // dinp (rows, C) += dout (rows, OC) @ weight (OC, C)
-    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, &one, weight, C, dout, OC, &one,
-                             dinp, C));
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, 1.0f, dinp, C, operands != NULL);
     // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
-    CUBLAS_CHECK(cublasSgemm(device_cublas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, &one, inp, C, dout, OC, &one,
-                             dweight, C));
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, C, operands != NULL);
     if (!dbias) return;
     bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
                                                                                                    OC);

@@ -5,6 +5,10 @@
 #ifndef SHARDLAB_GPT2_CUDA_OPS_H
 #define SHARDLAB_GPT2_CUDA_OPS_H
 
+#include <stddef.h>
+
+#include "../common/dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,13 +24,18 @@ void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const fl
 // residual = a + b, then out = layernorm(residual): one pass over the row.
 void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int B, int T, int C);
+// The products take a buffer `operands`: NULL multiplies in fp32 (TF32 where
+// cuBLAS is allowed to); otherwise the operands are rounded to bf16 into it and
+// multiplied on bf16 tensor cores with fp32 accumulation, as a --precision bf16
+// run does. It must hold matmul_operands(B*T, C, OC, backward) elements.
+size_t matmul_operands(size_t rows, int C, int OC, int backward);
 void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
-                         int C, int OC);
+                         int C, int OC, bf16 *operands);
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int B, int T, int C, int OC);
+                          const float *weight, int B, int T, int C, int OC, bf16 *operands);
 // pre = inp @ weight^T + bias, out = gelu(pre): the bias add and GELU in one pass.
 void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
-                                   const float *bias, int B, int T, int C, int OC);
+                                   const float *bias, int B, int T, int C, int OC, bf16 *operands);
 // scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.
 void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, int B, int T, int C, int NH);
 // scratch: (4,B,T,C) for q, k, v and dout head-major; dscratch: (3,B,T,C);

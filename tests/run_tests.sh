@@ -221,20 +221,24 @@ fails "plan: --grad-accum that does not divide the rows" "do not split into 3 mi
     "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
 fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
 # --params: the ZeRO paper's Figure 1 (P = 7.5e9, N = 64, mixed precision: 120, 31.4, 16.6, 1.9 GB per
-# rank), and shardlab's fp32 accounting written out by hand for P = 1e9, N = 4 (16, 4 + 4 + 8/4, 4 + (4 + 8)/4, 16/4)
+# rank), and written out by hand for P = 1e9, N = 4: fp32 (16, 4 + 4 + 8/4, 4 + (4 + 8)/4, 16/4) and bf16
+# with fp32 gradients (2 + 4 + 12, 2 + 4 + 12/4, 2 + (4 + 12)/4, 18/4)
 if "$BUILD/plan" --params 7500000000 --ranks 64 --precision bf16 > "$tmp/fig1" 2>&1 &&
-   "$BUILD/plan" --params 1000000000 --ranks 4 > "$tmp/fp32" 2>&1 && python3 - "$tmp/fig1" "$tmp/fp32" <<'PY'
+   "$BUILD/plan" --params 1000000000 --ranks 4 > "$tmp/fp32" 2>&1 &&
+   "$BUILD/plan" --params 1000000000 --ranks 4 --precision bf16 --reduce-dtype fp32 > "$tmp/mixed" 2>&1 &&
+   python3 - "$tmp/fig1" "$tmp/fp32" "$tmp/mixed" <<'PY'
 import sys
 def totals(path):
     return {f[0]: float(f[4]) for f in (l.split() for l in open(path)) if len(f) == 5 and f[0] in
             ("ddp", "zero1", "zero2", "zero3", "fsdp")}
-fig1, fp32 = totals(sys.argv[1]), totals(sys.argv[2])
+fig1, fp32, mixed = totals(sys.argv[1]), totals(sys.argv[2]), totals(sys.argv[3])
 assert {k: round(v, 1) for k, v in fig1.items()} == {"ddp": 120.0, "zero1": 31.4, "zero2": 16.6, "zero3": 1.9, "fsdp": 1.9}, fig1
 assert fp32 == {"ddp": 16.0, "zero1": 10.0, "zero2": 7.0, "zero3": 4.0, "fsdp": 4.0}, fp32
+assert mixed == {"ddp": 18.0, "zero1": 9.0, "zero2": 6.0, "zero3": 4.5, "fsdp": 4.5}, mixed
 PY
-then ok "plan --params: the ZeRO paper's Figure 1 in bf16, and fp32 by hand"
-else bad "plan --params: the ZeRO paper's Figure 1 in bf16, and fp32 by hand"; cat "$tmp/fig1" "$tmp/fp32"; fi
-fails "plan: --precision bf16 with a model" "goes with --params P" "$BUILD/plan" --config d2 --ranks 2 --precision bf16
+then ok "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"
+else bad "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"; cat "$tmp/fig1" "$tmp/fp32" "$tmp/mixed"; fi
+fails "plan: --reduce-dtype half" "--reduce-dtype: give fp32 or bf16" "$BUILD/plan" --config d2 --ranks 2 --reduce-dtype half
 fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
@@ -392,6 +396,13 @@ if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subse
    [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&
    ! grep -q '^| zero3 ' "$tmp/runs/subset/report.md"; then
     ok "compare: STRATEGIES runs and reports those alone"; else bad "compare: STRATEGIES runs and reports those alone"; fi
+# PRECISION=bf16: every run in bf16, train_single once more in fp32, and the report says how far apart
+run "compare.sh PRECISION=bf16" "${cmp_env[@]}" NAME=bf16 STRATEGIES="ddp fsdp" PRECISION=bf16 bash examples/compare.sh
+if grep -q '"precision": "bf16"' "$tmp/runs/bf16/fsdp.jsonl" && grep -q '"precision": "fp32"' "$tmp/runs/bf16/single_fp32.jsonl" &&
+   grep -q "In bf16 (gradients reduced in bf16; docs/precision.md) the single-rank loss stays within" "$tmp/runs/bf16/report.md"; then
+    ok "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"
+else bad "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"; fi
+fails "compare: PRECISION=fp16" "PRECISION=fp16: give fp32 or bf16" "${cmp_env[@]}" NAME=bad PRECISION=fp16 bash examples/compare.sh
 fails "compare: an unknown strategy" "STRATEGIES: unknown strategy 'zero4'" "${cmp_env[@]}" NAME=bad STRATEGIES="ddp zero4" \
     bash examples/compare.sh
 fails "compare: a strategy twice" "'fsdp' is listed twice" "${cmp_env[@]}" NAME=bad STRATEGIES="fsdp fsdp" bash examples/compare.sh

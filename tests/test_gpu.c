@@ -107,19 +107,59 @@ START_TEST(test_matmul) {
     float *d_out = to_device(out, nout), *d_dinp = to_device(dinp, nin), *d_dw = to_device(dw, OC * C);
     float *d_db = to_device(db, OC);
     matmul_forward(out, inp, w, bias, B, T, C, OC);
-    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC);
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, NULL);
     assert_close("matmul out", d_out, out, nout);
     matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
-    matmul_backward_cuda(d_dinp, d_dw, d_db, to_device(dout, nout), d_inp, d_w, B, T, C, OC);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, to_device(dout, nout), d_inp, d_w, B, T, C, OC, NULL);
     assert_close("matmul dinp", d_dinp, dinp, nin);
     assert_close("matmul dweight", d_dw, dw, OC * C);
     assert_close("matmul dbias", d_db, db, OC);
     // bias + GELU fused into the product's epilogue
     float *gelu = calloc(nout, 4), *d_pre = to_device(out, nout), *d_gelu = to_device(gelu, nout);
     gelu_forward(gelu, out, (int)nout);
-    matmul_bias_gelu_forward_cuda(d_pre, d_gelu, d_inp, d_w, d_bias, B, T, C, OC);
+    matmul_bias_gelu_forward_cuda(d_pre, d_gelu, d_inp, d_w, d_bias, B, T, C, OC, NULL);
     assert_close("fused pre-activation", d_pre, out, nout);
     assert_close("fused gelu", d_gelu, gelu, nout);
+}
+END_TEST
+
+// Rounds a host array to bf16 values, in place.
+static void round_host(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
+}
+
+// bf16 products: the CPU's fp32 products of the operands rounded to bf16 (exact
+// in fp32, up to the order of the sums), and not the unrounded operands' product.
+START_TEST(test_matmul_bf16_operands) {
+    size_t nin = B * T * C, nout = B * T * OC;
+    float *inp = random_host(nin, 42, 1), *w = random_host(OC * C, 43, 1), *bias = random_host(OC, 44, 1);
+    float *dout = random_host(nout, 45, 1), *out = calloc(nout, 4), *exact = calloc(nout, 4);
+    float *dinp = calloc(nin, 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
+    float *d_inp = to_device(inp, nin), *d_w = to_device(w, OC * C), *d_bias = to_device(bias, OC);
+    float *d_out = to_device(out, nout), *d_dout = to_device(dout, nout), *d_dinp = to_device(dinp, nin);
+    float *d_dw = to_device(dw, OC * C), *d_db = to_device(db, OC);
+    bf16 *operands = device_alloc_as(&mem, MEM_ACTIVATIONS, matmul_operands((size_t)B * T, C, OC, 1), DTYPE_BF16);
+    matmul_forward(exact, inp, w, bias, B, T, C, OC);
+    round_host(inp, nin);
+    round_host(w, OC * C);
+    round_host(dout, nout);
+    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, operands);
+    assert_close("bf16 matmul out", d_out, out, nout);
+    float *got = malloc(nout * sizeof(float)), worst = 0;
+    device_to_host(got, d_out, nout);
+    for (size_t i = 0; i < nout; i++) worst = fmaxf(worst, fabsf(got[i] - exact[i]));
+    ck_assert_msg(worst > 1e-4f, "the bf16 product equals the fp32 one (%g): nothing was rounded", worst);
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, operands);
+    assert_close("bf16 matmul dinp", d_dinp, dinp, nin);
+    assert_close("bf16 matmul dweight", d_dw, dw, OC * C);
+    // the bias gradient adds up dout itself, in fp32
+    float *dout32 = random_host(nout, 45, 1);
+    for (int o = 0; o < OC; o++) db[o] = 0;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int o = 0; o < OC; o++) db[o] += dout32[r * OC + o];
+    assert_close("bf16 matmul dbias", d_db, db, OC);
 }
 END_TEST
 
@@ -263,6 +303,7 @@ int main(void) {
     tcase_add_test(tc, test_softmax_crossentropy);
     tcase_add_test(tc, test_adamw_and_add);
     tcase_add_test(tc, test_bf16_bitwise_the_cpu);
+    tcase_add_test(tc, test_matmul_bf16_operands);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);  // the CUDA context does not survive fork

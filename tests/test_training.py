@@ -179,7 +179,8 @@ def check_recompute(tmp, common):
 def check_precision(tmp, data):
     """--precision bf16 on the d2 preset: 50 steps stay within 2e-2 relative of the fp32 run's losses (and are
     not the fp32 run's: the flag does something); --grad-clip's norm from bf16 ranks (fp32 gradients) is
-    train_single's, within 1e-6 at the first step and 1e-3 after; --recompute is bitwise the plain bf16 run."""
+    train_single's, within 1e-6 at the first step (2e-4 on a GPU) and 3e-3 after; --recompute is bitwise the plain
+    bf16 run."""
     common = ["--config", "d2", "--vocab", str(V), "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
               "--lr", "1e-3", "--quiet"]
     curves = {}
@@ -204,10 +205,12 @@ def check_precision(tmp, data):
         norms[tag] = [s["grad_norm"] for s in steps]
         runs[tag] = ([s["loss"] for s in steps], norms[tag], open(out, "rb").read())
     for tag in ("fsdp3", "zero22"):
-        # step 1 starts from the same bf16 parameters: only the order of fp32 sums differs; later, a master weight
-        # an fp32 rounding away may round to a neighbouring bf16 value, and the norm feels it more than the loss
+        # step 1 starts from the same bf16 parameters: only the order of fp32 sums differs (1e-6 on the CPU; a GPU
+        # also rounds the products' activations to bf16, where another order can round an element the other way);
+        # later, a master weight an fp32 rounding away may round to a neighbouring bf16 value, and the norm feels
+        # that more than the loss
         first, worst = rel(norms[tag][0], norms["single1"][0]), max(rel(a, b) for a, b in zip(norms[tag], norms["single1"]))
-        check(first <= 1e-6 and worst <= 1e-3,
+        check(first <= (2e-4 if "cuda" in BUILD else 1e-6) and worst <= 3e-3,
               f"{tag} bf16: gradient norms are train_single's (step 1 within {first:.1e}, all within {worst:.1e})")
     check(runs["single1"] == runs["single1--recompute"], "single bf16 --recompute: bitwise the plain run")
 
