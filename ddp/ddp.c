@@ -11,6 +11,10 @@
 // Per rank: 16 bytes per parameter (4 params + 4 grads + 8 AdamW).
 // Per step: one all-reduce of P, i.e. 2 (N-1)/N * 4P bytes sent per rank, whatever
 // the number of micro-batches (the gradients accumulate in place until the last).
+// --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
+// where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
+// fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
+// the bytes on the wire.
 //
 // The tied wte is used by unit 0 and by the head; its gradient sums both uses
 // in place and travels with unit 0's bucket, after the last of them.

@@ -31,6 +31,10 @@
 // inside one range, so each rank sends 4 (P - its real range) and receives
 // 4 (P - rank r-1's real range); then one all-gather of pad(P), (N-1)/N * 4 pad(P)
 // each way. That is DDP's all-reduce, 2 (N-1)/N * 4P, up to the padding.
+// --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
+// where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
+// fp32 master of the range joins its AdamW state: params 2 pad(P), grads 2 P or
+// 2 S, AdamW 12 S, and half the bytes on the wire.
 //
 // The tied wte is used by unit 0 and by the head; its gradient sums both uses
 // and travels with unit 0's bucket, after the last of them.

@@ -21,6 +21,10 @@
 // head); one all-gather fewer when not resharding after forward. With K
 // micro-batches, the all-gathers happen K times, and so do the reduce-scatters
 // (sync-each), or they happen once while 4 pad(P) bytes of full gradients wait (no-sync).
+// --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
+// where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
+// fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
+// the bytes on the wire.
 #include <stdlib.h>
 
 #include "../common/device.h"

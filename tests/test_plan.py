@@ -73,6 +73,34 @@ for n in (1, 2, 3, 4):
             check(got == reserved and reserved >= peak,
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
 
+def check_variant(variant, n, strategies, batch=24):
+    """Every number of a two-step run of each strategy with the trainers' flags `variant` equals the plan's
+    (flags a strategy does not take, such as --prefetch for ZeRO-1/2, are left out of its run)."""
+    predicted = {}
+    for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
+                                                     "--batch", str(batch), "--seq", "16", *variant]):
+        for r in range(first, last + 1):
+            predicted[(strategy, r)] = numbers
+    for strategy in strategies:
+        pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]
+        flags = [f for pair in pairs if strategy in ("zero3", "fsdp") or pair[0] != "--prefetch" for f in pair]
+        trainer = [f"{BUILD}/train_{strategy}"]
+        if strategy in ("zero1", "zero2"):
+            trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
+        tag = " ".join([strategy, f"N={n}", *flags])
+        log = os.path.join(tmp, "variant.jsonl")
+        r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
+                            "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
+        if r.returncode != 0:
+            continue
+        for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+            want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
+            got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
+            check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
+
+
 # The step's shape: --prefetch (ZeRO-3, FSDP), --grad-accum and --accum-mode change
 # what is held at once. The planner replays the strategies' order for each, so every
 # number, reserved included, must be a real run's.
@@ -81,28 +109,7 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
             ["--grad-accum", "2", "--accum-mode", "no-sync", "--prefetch", "2"]]
 for variant in VARIANTS:
     for n in (2, 3):
-        batch = 24
-        predicted = {}
-        for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
-                                                         "--batch", str(batch), "--seq", "16", *variant]):
-            for r in range(first, last + 1):
-                predicted[(strategy, r)] = numbers
-        for strategy in ("zero2", "zero3", "fsdp"):
-            pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]  # ZeRO-2 has no --prefetch
-            flags = [f for pair in pairs if strategy != "zero2" or pair[0] != "--prefetch" for f in pair]
-            trainer = [f"{BUILD}/train_ddp", "--zero-stage", "2"] if strategy == "zero2" else [f"{BUILD}/train_{strategy}"]
-            tag = " ".join([strategy, f"N={n}", *flags])
-            log = os.path.join(tmp, "variant.jsonl")
-            r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
-                                "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
-                               capture_output=True, text=True)
-            check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
-            if r.returncode != 0:
-                continue
-            for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
-                want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
-                got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
-                check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
+        check_variant(variant, n, ("zero2", "zero3", "fsdp"))
 
 # --precision bf16: every strategy, both gradient dtypes, and with prefetch and
 # accumulation: bf16 working copies, fp32 masters, and the fp32 copies of each unit
@@ -110,30 +117,7 @@ for variant in VARIANTS:
 for variant in (["--precision", "bf16"], ["--precision", "bf16", "--reduce-dtype", "fp32"],
                 ["--precision", "bf16", "--grad-accum", "2", "--accum-mode", "no-sync", "--prefetch", "2"]):
     for n in (1, 3):
-        batch = 24
-        predicted = {}
-        for strategy, first, last, numbers in plan_rows(["--config", "d2", "--vocab", "256", "--ranks", str(n),
-                                                         "--batch", str(batch), "--seq", "16", *variant]):
-            for r in range(first, last + 1):
-                predicted[(strategy, r)] = numbers
-        for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
-            pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]  # --prefetch is ZeRO-3's and FSDP's
-            flags = [f for pair in pairs if strategy in ("zero3", "fsdp") or pair[0] != "--prefetch" for f in pair]
-            trainer = [f"{BUILD}/train_{strategy}"]
-            if strategy in ("zero1", "zero2"):
-                trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
-            tag = " ".join([strategy, f"N={n}", *flags])
-            log = os.path.join(tmp, "bf16.jsonl")
-            r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
-                                "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
-                               capture_output=True, text=True)
-            check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
-            if r.returncode != 0:
-                continue
-            for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
-                want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
-                got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
-                check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
+        check_variant(variant, n, ("ddp", "zero1", "zero2", "zero3", "fsdp"))
 
 # FSDP without resharding keeps each unit's parameters from its forward to its
 # backward (the tied wte from unit 0's forward to the head's backward): other

@@ -21,6 +21,10 @@
 // tensor, plus one broadcast and one reduce of wte for its second use (the head).
 // With K micro-batches, the broadcasts happen K times, and so do the reduces
 // (sync-each), or they happen once while 4P bytes of full gradients wait (no-sync).
+// --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
+// where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
+// fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
+// the bytes on the wire.
 // DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
 // all ranks (like fsdp/ here); ownership is easier to follow and shows the
 // imbalance that slicing avoids.
