@@ -16,7 +16,8 @@
 // core there) and =inline runs collectives on the calling thread, as MPI alone
 // does: both for comparison (bench_comm --overlap-ms).
 // The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
-// thread on MPI_COMM_WORLD: another communicator, so their order is independent.
+// thread on the group's own communicator (MPI_COMM_WORLD, or comm_split's):
+// another communicator than the engine's, so their order is independent.
 #include "comm.h"
 
 #include <errno.h>
@@ -70,7 +71,8 @@ typedef struct EngineOp {
 } EngineOp;
 
 struct CommEngine {
-    MPI_Comm comm;          // a duplicate of MPI_COMM_WORLD, for the engine alone
+    MPI_Comm comm;          // a duplicate of the group's communicator, for the engine alone
+    MPI_Comm group;         // the group's: MPI_COMM_WORLD, or the one comm_split made (checks, metrics)
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;    // to the thread: work queued, a caller waits, or stop
@@ -79,6 +81,7 @@ struct CommEngine {
     int waiters;            // callers blocked in comm_wait
     int stop;
     int spin;               // SHARDLAB_COMM_ENGINE=spin: MPI_Wait, no pauses
+    int spin_mode;          // the same, kept for the groups split from this one
     MPI_Op bf16_sum;        // MPI knows no bf16: the sum of bf16 elements (bf16_sum below)
 };
 
@@ -181,9 +184,10 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-static CommEngine *engine_start(int threaded, int spin) {
+static CommEngine *engine_start(MPI_Comm group, int threaded, int spin) {
     CommEngine *e = xcalloc(1, sizeof *e);
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &e->comm));
+    e->group = group;
+    MPI_CHECK(MPI_Comm_dup(group, &e->comm));
     MPI_CHECK(MPI_Op_create(bf16_sum, 1, &e->bf16_sum));
     MPI_CHECK(MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN));
     e->spin = spin;
@@ -304,7 +308,36 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     comm->debug_checks = debug && strcmp(debug, "0") != 0;
     comm->backend = COMM_BACKEND_MPI;
     comm->engine_thread = threaded;
-    comm->engine = engine_start(threaded, strcmp(mode, "spin") == 0);
+    comm->engine = engine_start(MPI_COMM_WORLD, threaded, strcmp(mode, "spin") == 0);
+    comm->engine->spin_mode = strcmp(mode, "spin") == 0;
+}
+
+void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
+    memset(group, 0, sizeof *group);
+    MPI_Comm split;
+    MPI_CHECK(MPI_Comm_split(parent->engine->group, color, key, &split));
+    MPI_CHECK(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(split, &group->rank));
+    MPI_CHECK(MPI_Comm_size(split, &group->world));
+    group->local_rank = parent->local_rank;
+    group->local_size = parent->local_size;
+    group->backend = parent->backend;
+    group->staged = parent->staged;
+    group->debug_checks = parent->debug_checks;
+    group->engine_thread = parent->engine_thread;
+    group->parent = parent;
+    group->is_across = across;
+    group->engine = engine_start(split, parent->engine_thread, parent->engine->spin_mode);
+    group->engine->spin_mode = parent->engine->spin_mode;
+    if (parent->backend == COMM_BACKEND_NCCL) comm_nccl_split(parent, group, color, key);
+}
+
+void comm_free_group(Comm *group) {
+    if (group->backend == COMM_BACKEND_NCCL) comm_nccl_free(group);
+    MPI_Comm split = group->engine->group;
+    engine_stop(group);
+    MPI_CHECK(MPI_Comm_free(&split));
+    memset(group, 0, sizeof *group);
 }
 
 void comm_finalize(Comm *comm) {
@@ -375,14 +408,30 @@ void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, 
     }
 }
 
-static void count_call(Comm *comm, CommOp op, size_t count, DType dtype, int root) {
-    uint64_t sent, recv;
-    comm_ring_bytes(op, count, dtype, comm->rank, comm->world, root, &sent, &recv);
-    CommCounter *c = &comm->stats.ops[op];
+static void add_call(CommStats *stats, CommOp op, size_t count, uint64_t sent, uint64_t recv) {
+    CommCounter *c = &stats->ops[op];
     c->calls++;
     c->elements += count;
     c->bytes_sent += sent;
     c->bytes_recv += recv;
+}
+
+// Into the group's counters and those of every group it was split from.
+static void count_call(Comm *comm, CommOp op, size_t count, DType dtype, int root) {
+    uint64_t sent, recv;
+    comm_ring_bytes(op, count, dtype, comm->rank, comm->world, root, &sent, &recv);
+    for (Comm *c = comm; c; c = c->parent) {
+        add_call(&c->stats, op, count, sent, recv);
+        if (comm->is_across) add_call(&c->across, op, count, sent, recv);
+    }
+}
+
+// Time spent waiting, likewise.
+static void count_wait(Comm *comm, CommOp op, double seconds) {
+    for (Comm *c = comm; c; c = c->parent) {
+        c->stats.ops[op].seconds += seconds;
+        if (comm->is_across) c->across.ops[op].seconds += seconds;
+    }
 }
 
 // Debug mode: every rank compares its arguments with everyone else's before the
@@ -401,8 +450,8 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, in
     }
     long long mine[6] = {op, (long long)count, root, buffers_ok && root_ok, divisible, dtype};
     long long lo[6], hi[6];
-    MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_LONG_LONG, MPI_MIN, comm->engine->group));
+    MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_LONG_LONG, MPI_MAX, comm->engine->group));
     if (lo[0] != hi[0]) fatal("rank %d: ranks called different collectives (%s here)", comm->rank, comm_op_names[op]);
     if (lo[1] != hi[1])
         fatal("rank %d: %s counts differ across ranks (%lld..%lld, %zu here)", comm->rank,
@@ -568,7 +617,7 @@ static void engine_finish(Comm *comm, CommHandle *h) {
     free(o);
     h->request = NULL;
     h->active = 0;
-    comm->stats.ops[h->op].seconds += timer_now() - waited;
+    count_wait(comm, h->op, timer_now() - waited);
 }
 
 void comm_wait(Comm *comm, CommHandle *h) {
@@ -582,7 +631,7 @@ void comm_wait(Comm *comm, CommHandle *h) {
     keep_record(comm, h, waited, 0.0, h->request);
     h->request = NULL;
     h->active = 0;
-    comm->stats.ops[h->op].seconds += timer_now() - waited;
+    count_wait(comm, h->op, timer_now() - waited);
 }
 
 void comm_progress(Comm *comm, CommHandle *h) {
@@ -720,7 +769,10 @@ void comm_clear_records(Comm *comm) {
     log->count = 0;
 }
 
-void comm_stats_reset(Comm *comm) { memset(&comm->stats, 0, sizeof comm->stats); }
+void comm_stats_reset(Comm *comm) {
+    memset(&comm->stats, 0, sizeof comm->stats);
+    memset(&comm->across, 0, sizeof comm->across);
+}
 
 CommStats comm_stats_diff(const CommStats *after, const CommStats *before) {
     CommStats d;

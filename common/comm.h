@@ -67,14 +67,17 @@ typedef struct CommNccl CommNccl;
 typedef struct CommEngine CommEngine;
 typedef struct CommLog CommLog;
 
-typedef struct {
-    int rank, world;
+typedef struct Comm {
+    int rank, world;     // within this group: MPI_COMM_WORLD, or a group made by comm_split
     int local_rank;      // rank among the ranks on this node (picks the GPU)
     int local_size;      // ranks on this node
     CommBackend backend;
     int staged;          // MPI on device buffers: copy through pinned host memory
     int debug_checks;    // verify arguments agree across ranks before each call
-    CommStats stats;
+    CommStats stats;     // every collective of this group, and of the groups split from it
+    CommStats across;    // the part of stats that crossed between replica groups (comm_split's `across`)
+    struct Comm *parent; // the group this one was split from (comm_split), or NULL
+    int is_across;       // this group joins ranks of different replica groups
     CommNccl *nccl;      // NCCL state, GPU build only
     CommEngine *engine;  // the MPI collectives' queue, communicator and thread
     int engine_thread;   // 1: a thread carries them; 0: the calling thread does
@@ -105,6 +108,14 @@ extern const char *const comm_op_names[COMM_NUM_OPS];
 // debug_checks also turns on with the environment variable SHARDLAB_COMM_DEBUG=1.
 void comm_init(Comm *comm, int *argc, char ***argv);
 void comm_finalize(Comm *comm);
+// A group of the ranks of `parent` with the same `color`, ranked by `key`, with
+// an engine of its own (its collectives order among themselves, not with the
+// parent's), on the parent's backend. Every rank of `parent` must call it. Its
+// collectives count in its own stats and in the parent's (and, when `across`,
+// in the parent's `across` too): hybrid sharding's replica groups are across.
+void comm_split(Comm *parent, int color, int key, int across, Comm *group);
+// Ends a group made by comm_split (every rank of the group calls it).
+void comm_free_group(Comm *group);
 // Collectives will get device buffers (CUDA build): NCCL when every rank on the
 // node has a GPU of its own, else MPI staged through pinned host memory (NCCL
 // refuses two ranks on one GPU). Says which on rank 0.

@@ -42,6 +42,14 @@ extern "C" void comm_nccl_init(Comm *comm) {
     comm->nccl = nccl;
 }
 
+extern "C" void comm_nccl_split(Comm *parent, Comm *group, int color, int key) {
+    CommNccl *nccl = (CommNccl *)xcalloc(1, sizeof(CommNccl));
+    NCCL_CHECK(ncclCommSplit(parent->nccl->comm, color, key, &nccl->comm, NULL));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&nccl->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&nccl->clock, cudaStreamNonBlocking));
+    group->nccl = nccl;
+}
+
 extern "C" void comm_nccl_free(Comm *comm) {
     if (!comm->nccl) return;
     CUDA_CHECK(cudaStreamSynchronize(comm->nccl->stream));

@@ -13,6 +13,8 @@ extern "C" {
 // creates the communicator and its own CUDA stream.
 void comm_nccl_init(Comm *comm);
 void comm_nccl_free(Comm *comm);
+// group's NCCL communicator: ncclCommSplit of the parent's, with its own stream.
+void comm_nccl_split(Comm *parent, Comm *group, int color, int key);
 // Enqueues the collective on the communication stream after the compute stream's
 // work so far, and records its completion event (handle.request); comm_nccl_wait
 // makes the compute stream wait on that event (no host synchronisation) and

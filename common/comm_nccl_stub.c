@@ -10,6 +10,11 @@ void comm_nccl_init(Comm *comm) {
 
 void comm_nccl_free(Comm *comm) { (void)comm; }
 
+void comm_nccl_split(Comm *parent, Comm *group, int color, int key) {
+    (void)parent; (void)group; (void)color; (void)key;
+    fatal("NCCL backend is not built");
+}
+
 CommHandle comm_nccl_start(Comm *comm, CommHandle handle, const void *send, void *recv,
                            size_t count, int root) {
     (void)comm; (void)handle; (void)send; (void)recv; (void)count; (void)root;

@@ -44,6 +44,7 @@ typedef struct {
     size_t reserved_peak_bytes;  // the peak of what the allocator held: in use + cached (device.h)
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
+    CommStats across_last_step;  // the part of it between replica groups (FSDP's --shard-group)
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
     long minor_faults;         // page faults served without I/O from the first training step to the
@@ -307,7 +308,7 @@ static void scale_grads(Run *run, float factor) {
 // *norm: the gradient's global norm before clipping (NAN without --grad-clip).
 static void train_step(Run *run, int step, double *loss, double *step_s, double *norm) {
     Strategy *s = &run->strategy;
-    CommStats before = run->comm.stats;
+    CommStats before = run->comm.stats, across_before = run->comm.across;
     run->trace.step = step;
     double t0 = timer_now();
     loader_next_batch(&run->train);
@@ -333,6 +334,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     trace_end(&run->trace, tr, "optim", "optimizer");
     double t1 = timer_now();
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
+    run->summary.across_last_step = comm_stats_diff(&run->comm.across, &across_before);
     double comm_s = comm_seconds(&run->summary.comm_last_step);
     run->summary.optim_s += t1 - t_optim;
     run->summary.comm_wait_s += comm_s;
@@ -417,6 +419,8 @@ static void write_summary(Run *run, double tokens_per_s) {
         write_counter(f, &s->comm_total);
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);
+        fprintf(f, ", \"comm_across_last_step\": ");
+        write_counter(f, &s->across_last_step);
         fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
                    "\"minor_faults\": %ld, \"last_grad_norm\": ", s->compute_s, s->comm_wait_s, s->optim_s,
                 s->minor_faults);

@@ -16,6 +16,18 @@
 // computes, and unit u's reduce-scatter is waited for only after the next
 // unit's backward: the same collectives, travelling under compute.
 //
+// Hybrid sharding (--shard-group S, FSDP's HYBRID_SHARD): all of the above
+// happens within groups of S consecutive ranks (N = S here), and after its
+// reduce-scatter each slice's average is all-reduced with the same slice of
+// the other N/S groups: slow links carry only that all-reduce.
+//
+//   group 0: ranks 0..S-1  | group 1: ranks S..2S-1 | ...   slice r of group g ==
+//   rank r of each group: all-reduce(avg) of its slices across the groups
+//
+// Per rank: 16 bytes per parameter / S (padded to S). Across groups per step:
+// one all-reduce of each unit's slices, 2 (G-1)/G * 4 pad(P)/S (plus wte's
+// second) with G = N/S groups; within a group, FSDP's traffic at S ranks.
+//
 // Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one
 // reduce-scatter of pad(P), plus wte once more in each for its second use (the
 // head); one all-gather fewer when not resharding after forward. With K
@@ -41,7 +53,11 @@ typedef struct {
 
 typedef struct {
     GPT2 *model;
-    Comm *comm;
+    Comm *comm;                      // the ranks that shard the model: all N, or this rank's --shard-group
+    Comm *world;                     // all N ranks
+    int hybrid;                      // --shard-group S < N: the groups below exist
+    Comm shard_group;                // the S consecutive ranks this one shards with (comm points here)
+    Comm replicas;                   // the N/S ranks, one per group, that hold the same slices
     MemAccount *mem;
     int reshard_after_forward;
     int prefetch;                    // units ahead whose all-gather starts before they run
@@ -198,11 +214,13 @@ static void start_reduce(State *s, int unit) {
     r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->pack * world, dtype, COMM_AVG);
 }
 
-// Waits for the unit's reduce-scatter, if one is in flight, and keeps my slices.
+// Waits for the unit's reduce-scatter, if one is in flight, and keeps my slices;
+// hybrid: first averages them with the other groups' same slices.
 static void finish_reduce(State *s, int unit) {
     InFlight *r = &s->reduces[unit];
     if (!r->send) return;
     comm_wait(s->comm, &r->handle);
+    if (s->hybrid) comm_all_reduce(&s->replicas, r->recv, r->pack, s->model->grad_dtype, COMM_AVG);
     add_reduced_slices(s, unit, r->recv);
     device_free_as(s->mem, MEM_COMM_BUFFERS, r->send, r->pack * s->comm->world, s->model->grad_dtype);
     device_free_as(s->mem, MEM_COMM_BUFFERS, r->recv, r->pack, s->model->grad_dtype);
@@ -263,28 +281,30 @@ static void gather_full_model(void *state, float *flat) {
         start_gather(s, u);
         finish_gather(s, u);
         for (int t = 0; t < layout->num_tensors; t++)
-            if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
+            if (s->world->rank == 0 && layout->tensors[t].home_unit == u)
                 device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
                                        s->model->param_dtype);
         release_unit(s, u);
     }
 }
 
-// Rank r keeps rows [r*k, (r+1)*k) of every tensor, less the padding rows.
+// Rank r keeps rows [r*k, (r+1)*k) of every tensor, less the padding rows
+// (r: its rank in its shard group; the first group writes them).
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     int first, count = real_rows(s, t, &first);
     if (count == 0) return 0;
-    *rows = resident_rows(&s->resident, t, first, count, 1);
+    *rows = resident_rows(&s->resident, t, first, count, !s->hybrid || s->replicas.rank == 0);
     return 1;
 }
 
-// This rank's slices, padding rows (zero) included.
+// This rank's slices, padding rows (zero) included; the first group's are the
+// share of the norm (every group holds the same).
 static int local_grads(void *state, void **grads, size_t *count) {
     State *s = state;
     *grads = s->resident.grads;
     *count = s->resident.flat.total;
-    return 1;
+    return !s->hybrid || s->replicas.rank == 0;
 }
 
 static void destroy(void *state) {
@@ -292,6 +312,10 @@ static void destroy(void *state) {
     // without resharding, a forward-only pass (evaluation) leaves its units gathered
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);
     resident_free(&s->resident, s->mem);
+    if (s->hybrid) {
+        comm_free_group(&s->shard_group);
+        comm_free_group(&s->replicas);
+    }
     free(s->tensor_state);
     free(s->gathers);
     free(s->reduces);
@@ -303,9 +327,19 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     GPT2 *model = ctx->model;
     const GPT2Layout *layout = &model->layout;
     s->model = model;
-    s->comm = ctx->comm;
+    s->world = s->comm = ctx->comm;
     s->mem = ctx->mem;
     const FsdpOptions *options = ctx->options;
+    int N = s->world->world, S = options->shard_group ? options->shard_group : N;
+    if (S > N || N % S != 0) fatal("fsdp: --shard-group %d does not divide the %d ranks into equal groups", S, N);
+    if (S < N) {  // groups of S consecutive ranks shard; the ranks at the same place in each group replicate
+        s->hybrid = 1;
+        comm_split(s->world, s->world->rank / S, s->world->rank, 0, &s->shard_group);
+        comm_split(s->world, s->world->rank % S, s->world->rank, 1, &s->replicas);
+        s->comm = &s->shard_group;
+        strategy_note(ctx, "fsdp: hybrid sharding, %d group(s) of %d rank(s): slices of 1/%d, gradients all-reduced "
+                      "across the groups\n", N / S, S, S);
+    }
     s->reshard_after_forward = options->reshard_after_forward;
     s->prefetch = prefetch_window(layout, options->prefetch);
     if (s->prefetch < options->prefetch)

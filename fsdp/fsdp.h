@@ -5,6 +5,8 @@
 typedef struct {
     int reshard_after_forward;  // free a unit's gathered parameters after its forward (1) or keep them (0)
     int prefetch;               // units ahead whose all-gather is started before they run (0: none)
+    int shard_group;            // S: ranks that shard the model among them (0: all N); the N/S groups of S
+                                // consecutive ranks are replicas that all-reduce their reduced slices (hybrid)
 } FsdpOptions;
 
 #endif

@@ -66,6 +66,7 @@ CASES = {
     "--trace": ({"--trace": f"{tmp}/trace_a"}, {"--trace": f"{tmp}/trace_b"}),
     "--reshard-after-forward": ({}, {"--reshard-after-forward": "0"}),
     "--prefetch": ({}, {"--prefetch": "2"}),
+    "--shard-group": ({}, {"--shard-group": "1"}),
     "--quiet": ({}, {"--quiet": True}),
     "--save-every": (CKPT, {**CKPT, "--save-every": "1"}),
     "--ckpt-dir": (CKPT, {"--ckpt-dir": f"{tmp}/ck_other"}),

@@ -116,6 +116,16 @@ r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir
                    capture_output=True, text=True)
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
 
+# ---- hybrid sharding: the first group writes the slices, every group reads them ----
+hybrid = f"{tmp}/hybrid"
+ok = train("fsdp", 4, "--steps", "10", "--shard-group", "2", "--ckpt-dir", hybrid).returncode == 0
+check(ok and resume_matches(hybrid, "zero3", 3), "FSDP@4 in groups of 2 -> ZeRO-3@3: losses match")
+hybrid_log = f"{tmp}/hybrid_resumed.jsonl"
+r = train("fsdp", 4, "--steps", "20", "--shard-group", "2", "--resume", f"{tmp}/ck_single1", "--log", hybrid_log)
+got = losses(hybrid_log) if r.returncode == 0 else {}
+check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
+      "single -> FSDP@4 in groups of 2: losses match")
+
 # ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
 BF16 = ["--precision", "bf16"]
 for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):

@@ -133,6 +133,35 @@ START_TEST(test_bf16_collectives) {
 }
 END_TEST
 
+// comm_split: two interleaved groups (even and odd ranks) reduce among
+// themselves; their traffic counts in the group, in the parent, and, for a group
+// split as `across`, in the parent's `across`.
+START_TEST(test_split_groups) {
+    int N = comm.world, r = comm.rank;
+    Comm group;
+    CommStats before = comm.stats, across_before = comm.across;
+    comm_split(&comm, r % 2, r, 1, &group);
+    int members = (N + 1 - r % 2) / 2;  // ranks of r's parity
+    ck_assert_int_eq(group.world, members);
+    ck_assert_int_eq(group.rank, r / 2);
+    float buf[6];
+    for (int i = 0; i < 6; i++) buf[i] = (float)(r + i);
+    comm_all_reduce(&group, buf, 6, DTYPE_FP32, COMM_SUM);
+    float want = 0;  // the sum of the ranks of r's parity
+    for (int q = r % 2; q < N; q += 2) want += (float)q;
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(buf[i], want + (float)(members * i));
+    uint64_t sent, recv;
+    comm_ring_bytes(COMM_ALL_REDUCE, 6, DTYPE_FP32, group.rank, group.world, 0, &sent, &recv);
+    CommStats parent = comm_stats_diff(&comm.stats, &before), across = comm_stats_diff(&comm.across, &across_before);
+    ck_assert_uint_eq(group.stats.ops[COMM_ALL_REDUCE].bytes_sent, sent);
+    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].bytes_sent, sent);
+    ck_assert_uint_eq(across.ops[COMM_ALL_REDUCE].bytes_sent, sent);
+    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].calls, 1);
+    comm_free_group(&group);
+    comm_barrier(&comm);  // the parent still works
+}
+END_TEST
+
 START_TEST(test_non_blocking_overlaps_work) {
     int N = comm.world, r = comm.rank;
     size_t n = 1 << 16;
@@ -471,6 +500,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_broadcast_from_every_root);
     tcase_add_test(tc, test_reduce_to_every_root);
     tcase_add_test(tc, test_bf16_collectives);
+    tcase_add_test(tc, test_split_groups);
     tcase_add_test(tc, test_non_blocking_overlaps_work);
     tcase_add_test(tc, test_counters_follow_the_ring_formulas);
     tcase_add_test(tc, test_engine_mode_follows_the_environment);

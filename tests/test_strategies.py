@@ -18,6 +18,9 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
     accumulation (within 1e-5), the same memory and traffic formulas for K
     micro-batches, and the activations of a micro-batch: train_single's with
     --batch B/(N K);
+  - FSDP's hybrid sharding, --shard-group S: train_single's losses and model,
+    FSDP's memory and traffic at S within a group, and the all-reduces across
+    the groups (check_hybrid);
   - with --precision bf16, the losses of train_single --precision bf16 (within
     1e-4 with fp32 gradients; the drift with bf16 gradients is printed), and the
     bf16 memory and traffic formulas (check_precision).
@@ -457,6 +460,76 @@ def check_precision(tmp, common):
         check(r.returncode != 0 and f"{flag}: give fp32 or bf16" in r.stdout + r.stderr, f"{flag} {value} is refused")
 
 
+def check_hybrid(tmp, common, ref_steps, ref_params):
+    """FSDP with --shard-group S (hybrid sharding, docs/fsdp.md) at (N, S) = (4, 2), (4, 1), (4, 4), (2, 1): the
+    losses and final parameters of train_single (1e-5); each rank's memory and within-group traffic are plain
+    FSDP's at S ranks (its rank in its group of S), and the traffic across groups (comm_across_last_step) is one
+    all-reduce per unit of the unit's reduced slices among the N/S replicas; S = N is plain FSDP bitwise (losses,
+    model, bytes); S = 1 keeps DDP's params, grads and optimizer bytes. --grad-clip's norm counts each slice once."""
+    runs = {}
+    for n, S in ((4, 2), (4, 1), (4, 4), (2, 1)):
+        for flags in (["--shard-group", str(S), "--prefetch", "0"], ["--shard-group", str(S)]):
+            tag = f"fsdp N={n} {' '.join(flags)}"
+            result = run_logged(tag, strategy_command("fsdp", n, [*flags, *common]), os.path.join(tmp, "hybrid.jsonl"),
+                                os.path.join(tmp, "hybrid.bin"))
+            if result is None:
+                continue
+            steps, summary, params = result
+            runs[(n, S, len(flags))] = ([x["loss"] for x in steps], params, summary)
+            worst = worst_loss_diff(steps, ref_steps)
+            pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+            check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
+                  f"{tag}: losses and parameters of train_single (worst loss diff {worst:.2e}, params {pdiff:.2e})")
+            prefetch = 0 if "--prefetch" in flags else 1
+            G = n // S
+            for rank_info in summary["ranks"]:
+                r = rank_info["rank"]
+                mem, peaks, within = expected("fsdp", S, r % S, True, prefetch=prefetch)
+                for cat, want in {**mem, **peaks}.items():
+                    got = rank_info["mem"][cat]["peak"]
+                    check(got == want, f"{tag} rank {r}: {cat} peak {got} == FSDP's at {S} ranks, {want}")
+                across = [0, 0, 0, 0]
+                for U in UNITS:
+                    count = sum(pad(i, S) for i in U) // S
+                    sent, recv = ring("all_reduce", count, r // S, G)
+                    if G > 1:
+                        across = [across[0] + 1, across[1] + count, across[2] + sent, across[3] + recv]
+                got_across = rank_info["comm_across_last_step"]["all_reduce"]
+                got_across = [got_across[k] for k in ("calls", "elements", "bytes_sent", "bytes_recv")]
+                check(got_across == across, f"{tag} rank {r}: across the groups {got_across} == {across}")
+                for op, counter in rank_info["comm_last_step"].items():
+                    want = [a + b for a, b in zip(within.get(op, [0, 0, 0, 0]), across if op == "all_reduce" else
+                                                  [0, 0, 0, 0])]
+                    got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
+                    check(got == want, f"{tag} rank {r}: {op} within + across {got} == {want}")
+    plain = run_logged("fsdp N=4 (no --shard-group)", strategy_command("fsdp", 4, common), os.path.join(tmp, "plain.jsonl"),
+                       os.path.join(tmp, "plain.bin"))
+    if plain and (4, 4, 2) in runs:
+        losses, params, summary = runs[(4, 4, 2)]
+        def counts(rank_info):
+            return {op: [c[k] for k in ("calls", "elements", "bytes_sent", "bytes_recv")]
+                    for op, c in rank_info["comm_last_step"].items()}
+        same_bytes = all(counts(a) == counts(b) for a, b in zip(summary["ranks"], plain[1]["ranks"]))
+        check(losses == [x["loss"] for x in plain[0]] and list(params) == list(plain[2]) and same_bytes,
+              "fsdp N=4 --shard-group 4: bitwise plain FSDP's losses and model, the same bytes")
+    if (4, 1, 2) in runs:
+        ddp_mem = expected("ddp", 4, 0, True)[0]
+        got = {cat: runs[(4, 1, 2)][2]["ranks"][0]["mem"][cat]["peak"] for cat in ddp_mem}
+        check(got == ddp_mem, f"fsdp N=4 --shard-group 1: DDP's params, grads and optimizer bytes {got} == {ddp_mem}")
+    norms = {}
+    for name, command in (("single", [f"{BUILD}/train_single"]),
+                          ("hybrid", strategy_command("fsdp", 4, ["--shard-group", "2"]))):
+        log = os.path.join(tmp, f"clip_{name}.jsonl")
+        check(run([*command, *common, "--grad-clip", "0.5", "--log", log]) == 0, f"{name} --grad-clip runs")
+        norms[name] = [x["grad_norm"] for x in read_log(log)[0]]
+    worst = max(abs(a - b) / b for a, b in zip(norms["hybrid"], norms["single"]))
+    check(worst <= 1e-5, f"fsdp N=4 --shard-group 2 --grad-clip: train_single's norms (worst {worst:.1e})")
+    r = subprocess.run([*MPIRUN, "-np", "4", f"{BUILD}/train_fsdp", *common, "--shard-group", "3"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode != 0 and "--shard-group 3 does not divide the 4 ranks" in r.stdout + r.stderr,
+          "--shard-group 3 at N = 4 is refused")
+
+
 def check_trace_overlap(tmp, model, data):
     """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
     travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
@@ -584,6 +657,7 @@ def main():
     check_accumulation(tmp, model, data)
     check_trace_overlap(tmp, model, data)
     check_precision(tmp, common)
+    check_hybrid(tmp, common, ref_steps, ref_params)
     CHECKS.finish()
 
 
