@@ -6,7 +6,7 @@
 // can be held against a real run's summary.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode M]
-//              [--prefetch K] [--tsv | --layout]
+//              [--prefetch K] [--shard-group S] [--precision P] [--reduce-dtype P] [--tsv | --layout]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order), the peak, and the cache's reserved peak.
@@ -443,7 +443,7 @@ static void print_layout(const GPT2Layout *layout, int world) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
-    int micro_batches = 1, prefetch = 1;
+    int micro_batches = 1, prefetch = 1, shard_group = 0;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
     const CliOption options[] = {
@@ -458,6 +458,8 @@ int main(int argc, char **argv) {
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "K", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
+        {"--shard-group", "S", CLI_INT, &shard_group, 0, 1 << 24,
+         "FSDP's --shard-group: hybrid sharding in groups of S ranks (default 0: all N)"},
         {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
          "instead of a model: the model states per rank for P parameters (the ZeRO paper's Figure 1)"},
         {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
@@ -473,7 +475,7 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--tsv | --layout]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--shard-group S] [--tsv | --layout]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -496,6 +498,9 @@ int main(int argc, char **argv) {
     else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     if (!B) B = 4 * world;
     if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);
+    if (shard_group == 0) shard_group = world;
+    if (shard_group > world || world % shard_group != 0)
+        fatal("--shard-group %d does not divide the %d ranks into equal groups", shard_group, world);
     if (B / world % micro_batches != 0)
         fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
               micro_batches, B / world, B, world, micro_batches);
@@ -540,7 +545,7 @@ int main(int argc, char **argv) {
     }
     print_zero3(&layout, world, &shape, model, tsv);
     acct = (MemAccount){.cache.dry = 1};
-    plan_sharded(&layout, world, NULL, 0, &shape, &acct, model);
+    plan_sharded(&layout, shard_group, NULL, 0, &shape, &acct, model);  // hybrid: FSDP's within a group of S
     print_row("fsdp", "0", &acct, tsv);
     if (!tsv)
         printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n",

@@ -6,7 +6,7 @@ allocator's reserved peak must be exact: the planner replays every buffer throug
 cache, and the runs train two steps, so a second step that took a new block would show. FSDP
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
-strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3).
+strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
 Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
 ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
@@ -73,6 +73,9 @@ for n in (1, 2, 3, 4):
             check(got == reserved and reserved >= peak,
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
 
+ONLY = {"--prefetch": ("zero3", "fsdp"), "--shard-group": ("fsdp",)}  # the strategies that take these flags
+
+
 def check_variant(variant, n, strategies, batch=24):
     """Every number of a two-step run of each strategy with the trainers' flags `variant` equals the plan's
     (flags a strategy does not take, such as --prefetch for ZeRO-1/2, are left out of its run)."""
@@ -83,7 +86,7 @@ def check_variant(variant, n, strategies, batch=24):
             predicted[(strategy, r)] = numbers
     for strategy in strategies:
         pairs = [variant[i:i + 2] for i in range(0, len(variant), 2)]
-        flags = [f for pair in pairs if strategy in ("zero3", "fsdp") or pair[0] != "--prefetch" for f in pair]
+        flags = [f for pair in pairs if strategy in ONLY.get(pair[0], (strategy,)) for f in pair]
         trainer = [f"{BUILD}/train_{strategy}"]
         if strategy in ("zero1", "zero2"):
             trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
@@ -110,6 +113,9 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
 for variant in VARIANTS:
     for n in (2, 3):
         check_variant(variant, n, ("zero2", "zero3", "fsdp"))
+# FSDP's hybrid sharding: FSDP's memory within a group of S
+for n, S in ((4, 2), (4, 1)):
+    check_variant(["--shard-group", str(S)], n, ("fsdp",))
 
 # --precision bf16: every strategy, both gradient dtypes, and with prefetch and
 # accumulation: bf16 working copies, fp32 masters, and the fp32 copies of each unit
