@@ -1,9 +1,11 @@
 // comm.c: argument checks, accounting, and the MPI engine for host buffers.
 // Device buffers go to comm_nccl.cu (GPU build).
 //
-// The engine (one per Comm) is the CPU's analogue of a CUDA stream: a queue of
-// collectives and a thread that runs them one at a time, in the order they were
-// started, on a duplicate of MPI_COMM_WORLD that nothing else uses:
+// The engine (one per Comm: the world, and each group comm_split makes) is the
+// CPU's analogue of a CUDA stream: a queue of collectives and a thread that runs
+// them one at a time, in the order they were started, on a duplicate of the
+// group's communicator that nothing else uses (two groups' collectives order
+// among themselves, each on its own engine):
 //
 //   compute thread:  start(u3) start(u2) ...compute...       wait(u3) wait(u2)
 //   engine thread:       [ all-reduce u3 ][ all-reduce u2 ]
@@ -81,7 +83,6 @@ struct CommEngine {
     int waiters;            // callers blocked in comm_wait
     int stop;
     int spin;               // SHARDLAB_COMM_ENGINE=spin: MPI_Wait, no pauses
-    int spin_mode;          // the same, kept for the groups split from this one
     MPI_Op bf16_sum;        // MPI knows no bf16: the sum of bf16 elements (bf16_sum below)
 };
 
@@ -106,7 +107,7 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     const bf16 *a = in;
     bf16 *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = bf16_from_float(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = bf16_add(a[i], b[i]);
 }
 
 static void issue(MPI_Comm comm, EngineOp *o) {
@@ -309,7 +310,6 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     comm->backend = COMM_BACKEND_MPI;
     comm->engine_thread = threaded;
     comm->engine = engine_start(MPI_COMM_WORLD, threaded, strcmp(mode, "spin") == 0);
-    comm->engine->spin_mode = strcmp(mode, "spin") == 0;
 }
 
 void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
@@ -327,12 +327,13 @@ void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
     group->engine_thread = parent->engine_thread;
     group->parent = parent;
     group->is_across = across;
-    group->engine = engine_start(split, parent->engine_thread, parent->engine->spin_mode);
-    group->engine->spin_mode = parent->engine->spin_mode;
+    group->engine = engine_start(split, parent->engine_thread, parent->engine->spin);
     if (parent->backend == COMM_BACKEND_NCCL) comm_nccl_split(parent, group, color, key);
 }
 
 void comm_free_group(Comm *group) {
+    CHECK(group->parent, "comm_free_group: rank %d's group was not made by comm_split", group->rank);
+    comm_record(group, 0);
     if (group->backend == COMM_BACKEND_NCCL) comm_nccl_free(group);
     MPI_Comm split = group->engine->group;
     engine_stop(group);
@@ -565,8 +566,11 @@ CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t co
 
 // Keeps the record of a collective just waited for, when recording; an NCCL
 // event stays with it until comm_records reads its time.
+// A group's records go to the nearest group above it that keeps them (the trace
+// attaches the world's).
 static void keep_record(Comm *comm, const CommHandle *h, double waited, double done, void *event) {
     CommLog *log = comm->log;
+    for (Comm *c = comm->parent; !log && c; c = c->parent) log = c->log;
     if (!log) {
         if (event) comm_nccl_event_free(event);
         return;
@@ -600,7 +604,7 @@ static void host_scale(void *x, size_t count, DType dtype, float factor) {
         return;
     }
     bf16 *b = x;
-    for (size_t i = 0; i < count; i++) b[i] = bf16_from_float(bf16_to_float(b[i]) * factor);
+    for (size_t i = 0; i < count; i++) b[i] = bf16_scale(b[i], factor);
 }
 
 // Finishes a collective the engine carries: the wait, the average, the copy back
@@ -709,21 +713,20 @@ double comm_all_reduce_double(Comm *comm, double value) {
 
 double comm_metric_average(Comm *comm, double value) {
     double sum;
-    MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm->engine->group));
     return sum / comm->world;
 }
 
 double comm_metric_max(Comm *comm, double value) {
-    (void)comm;
     double max;
-    MPI_CHECK(MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm->engine->group));
     return max;
 }
 
 void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **counts) {
     int mine = (int)count;
     int *sizes = comm->rank == 0 ? xcalloc((size_t)comm->world, sizeof(int)) : NULL;
-    MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes, 1, MPI_INT, 0, comm->engine->group));
     int *displs = NULL;
     char *all = NULL;
     if (comm->rank == 0) {
@@ -737,7 +740,7 @@ void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **c
         }
         all = xmalloc(total);
     }
-    MPI_CHECK(MPI_Gatherv(bytes, mine, MPI_BYTE, all, sizes, displs, MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Gatherv(bytes, mine, MPI_BYTE, all, sizes, displs, MPI_BYTE, 0, comm->engine->group));
     free(sizes);
     free(displs);
     return all;

@@ -18,13 +18,14 @@
 // These are the bytes an optimal ring/chain algorithm moves (the model behind
 // nccl-tests' bus bandwidth), not a trace of what MPI's chosen algorithm did.
 //
-// On host buffers (MPI) each rank has a communication engine: a thread that runs
-// the rank's collectives one after another, in the order they were started, on a
+// On host buffers (MPI) each Comm has a communication engine: a thread that runs
+// its collectives one after another, in the order they were started, on a
 // communicator of its own, the way a CUDA stream runs kernels. comm_*_start
 // queues a collective and returns at once; the thread carries it while the rank
 // computes; comm_wait blocks until it is complete. A blocking collective is a
-// start and a wait, so every collective of every rank goes through the one queue
-// in program order, the order MPI needs on all ranks. SHARDLAB_COMM_ENGINE=inline
+// start and a wait, so every collective of a Comm goes through its one queue in
+// program order, the order MPI needs on all ranks (a group from comm_split has
+// its own queue: its collectives order among themselves). SHARDLAB_COMM_ENGINE=inline
 // (or an MPI without MPI_THREAD_MULTIPLE) runs them on the calling thread
 // instead, where they advance only inside MPI calls (comm_progress, comm_wait).
 // A Comm belongs to one calling thread: the rank's compute thread.

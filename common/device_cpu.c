@@ -72,7 +72,7 @@ void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
     }
     bf16 *d = dst;
     const bf16 *x = src;
-    for (size_t i = 0; i < count; i++) d[i] = bf16_from_float(bf16_to_float(d[i]) + bf16_to_float(x[i]));
+    for (size_t i = 0; i < count; i++) d[i] = bf16_add(d[i], x[i]);
 }
 
 double device_sum_squares_as(const void *x, size_t count, DType dtype) {
@@ -89,7 +89,7 @@ void device_scale_as(void *x, size_t count, DType dtype, float factor) {
         return;
     }
     bf16 *b = x;
-    for (size_t i = 0; i < count; i++) b[i] = bf16_from_float(bf16_to_float(b[i]) * factor);
+    for (size_t i = 0; i < count; i++) b[i] = bf16_scale(b[i], factor);
 }
 
 void device_to_host_as(void *host, const void *src, size_t count, DType dtype) {

@@ -102,16 +102,9 @@ extern "C" void device_add(float *dst, const float *src, size_t count) {
 // gives the same sum every time.
 #define SUM_SQUARES_BLOCKS 256
 #define SUM_SQUARES_THREADS 256
+// An element of either dtype as fp32 (dtype.h's conversions run in kernels too).
 __device__ static float as_float(float x) { return x; }
-__device__ static float as_float(bf16 x) { return __uint_as_float((unsigned)x << 16); }
-
-// dtype.h's bf16_from_float, on the GPU: the same bits as the CPU's.
-__device__ static bf16 round_bf16(float f) {
-    unsigned bits = __float_as_uint(f);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (bf16)((bits >> 16) | 0x0040u);
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-    return (bf16)(bits >> 16);
-}
+__device__ static float as_float(bf16 x) { return bf16_to_float(x); }
 
 template <typename T>
 __global__ static void sum_squares_kernel(double *partial, const T *x, size_t count) {
@@ -171,14 +164,14 @@ __global__ static void adamw_kernel(float *params, const float *grads, const bf1
                                     float beta1_correction, float beta2_correction) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
-    float g = grads_bf16 ? as_float(grads_bf16[i]) : grads[i];
+    float g = grads_bf16 ? bf16_to_float(grads_bf16[i]) : grads[i];
     float mi = beta1 * m[i] + (1.0f - beta1) * g;
     float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
     float m_hat = mi / beta1_correction, v_hat = vi / beta2_correction;
     params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
-    if (working) working[i] = round_bf16(params[i]);
+    if (working) working[i] = bf16_from_float(params[i]);
 }
 
 extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
@@ -238,7 +231,7 @@ extern "C" void device_zero_as(void *ptr, size_t count, DType dtype) {
 
 __global__ static void add_bf16_kernel(bf16 *dst, const bf16 *src, size_t count) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) dst[i] = round_bf16(as_float(dst[i]) + as_float(src[i]));
+    if (i < count) dst[i] = bf16_add(dst[i], src[i]);
 }
 
 extern "C" void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
@@ -257,7 +250,7 @@ extern "C" double device_sum_squares_as(const void *x, size_t count, DType dtype
 
 __global__ static void scale_bf16_kernel(bf16 *x, size_t count, float factor) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) x[i] = round_bf16(as_float(x[i]) * factor);
+    if (i < count) x[i] = bf16_scale(x[i], factor);
 }
 
 extern "C" void device_scale_as(void *x, size_t count, DType dtype, float factor) {
@@ -304,17 +297,17 @@ extern "C" void device_from_host_rounded(void *dst, const float *host, size_t co
 
 __global__ static void widen_kernel(float *dst, const bf16 *src, size_t count) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) dst[i] = as_float(src[i]);
+    if (i < count) dst[i] = bf16_to_float(src[i]);
 }
 
 __global__ static void round_kernel(bf16 *dst, const float *src, size_t count) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) dst[i] = round_bf16(src[i]);
+    if (i < count) dst[i] = bf16_from_float(src[i]);
 }
 
 __global__ static void add_rounded_kernel(bf16 *dst, const float *src, size_t count) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) dst[i] = round_bf16(as_float(dst[i]) + src[i]);
+    if (i < count) dst[i] = bf16_from_float(bf16_to_float(dst[i]) + src[i]);
 }
 
 extern "C" void device_widen(float *dst, const bf16 *src, size_t count) {

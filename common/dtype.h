@@ -19,6 +19,14 @@ typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } DType;
 
 typedef uint16_t bf16;  // the bits of a bfloat16
 
+// The conversions below are the same functions on the host and, compiled by
+// nvcc, in kernels: the GPU's bf16 arithmetic is bit for bit the CPU's.
+#ifdef __CUDACC__
+#define DTYPE_HOST_DEVICE __host__ __device__
+#else
+#define DTYPE_HOST_DEVICE
+#endif
+
 static inline size_t dtype_size(DType dtype) { return dtype == DTYPE_BF16 ? 2 : 4; }
 // "fp32" or "bf16".
 const char *dtype_name(DType dtype);
@@ -31,7 +39,7 @@ static inline void *dtype_at(void *buffer, size_t index, DType dtype) {
 }
 
 // Exact: a bf16 is an fp32 whose low 16 bits are zero.
-static inline float bf16_to_float(bf16 x) {
+static inline DTYPE_HOST_DEVICE float bf16_to_float(bf16 x) {
     uint32_t bits = (uint32_t)x << 16;
     float f;
     memcpy(&f, &bits, sizeof f);
@@ -44,12 +52,20 @@ static inline float bf16_to_float(bf16 x) {
 // past bf16's largest finite value) and works unchanged on subnormals. NaN
 // would carry into the sign or become infinity, so it is made a quiet NaN
 // with its sign instead.
-static inline bf16 bf16_from_float(float f) {
+static inline DTYPE_HOST_DEVICE bf16 bf16_from_float(float f) {
     uint32_t bits;
     memcpy(&bits, &f, sizeof bits);
     if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (bf16)((bits >> 16) | 0x0040u);
     bits += 0x7FFFu + ((bits >> 16) & 1u);
     return (bf16)(bits >> 16);
+}
+
+// a + b and x * factor as bf16 arithmetic does them: in fp32, rounded once.
+static inline DTYPE_HOST_DEVICE bf16 bf16_add(bf16 a, bf16 b) {
+    return bf16_from_float(bf16_to_float(a) + bf16_to_float(b));
+}
+static inline DTYPE_HOST_DEVICE bf16 bf16_scale(bf16 x, float factor) {
+    return bf16_from_float(bf16_to_float(x) * factor);
 }
 
 #ifdef __cplusplus

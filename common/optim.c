@@ -38,14 +38,17 @@ void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     if (span->grads_bf16) {
         float beta1_correction = 1.0f - powf(cfg.beta1, (float)span->step);
         float beta2_correction = 1.0f - powf(cfg.beta2, (float)span->step);
+#pragma omp parallel for
         for (size_t i = 0; i < span->count; i++)
             adamw_element(&span->params[i], bf16_to_float(span->grads_bf16[i]), &span->m[i], &span->v[i], cfg,
                           beta1_correction, beta2_correction);
     } else {
         adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
     }
-    if (span->working)
+    if (span->working) {
+#pragma omp parallel for
         for (size_t i = 0; i < span->count; i++) span->working[i] = bf16_from_float(span->params[i]);
+    }
 }
 
 // Step s of S (1-based), peak rate lr, warmup W, final rate min_lr:

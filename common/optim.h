@@ -35,7 +35,7 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 // and `working` the bf16 copy the model reads, rounded from it after each update;
 // with --reduce-dtype bf16 the gradients come as grads_bf16 instead of grads.
 typedef struct {
-    float *params, *grads, *m, *v;  // (count) each
+    float *params, *grads, *m, *v;  // (count) each; grads NULL when grads_bf16 holds them
     size_t count;
     int step;                       // updates applied so far
     const bf16 *grads_bf16;         // NULL, or (count) the gradients, in place of grads

@@ -485,8 +485,12 @@ int main(int argc, char **argv) {
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
     grad_dtype = param_dtype;
     if (reduce_dtype && dtype_parse(reduce_dtype, &grad_dtype) != 0) fatal("--reduce-dtype: give fp32 or bf16");
+    if (shard_group == 0) shard_group = world;
+    if (shard_group > world || world % shard_group != 0)
+        fatal("--shard-group %d does not divide the %d ranks into equal groups", shard_group, world);
     if (params_only) {
         if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
+        if (shard_group != world) fatal("--shard-group goes with a model (--config or --model), not --params");
         print_model_states(params_only, world, param_dtype, grad_dtype);
         return 0;
     }
@@ -498,9 +502,6 @@ int main(int argc, char **argv) {
     else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     if (!B) B = 4 * world;
     if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);
-    if (shard_group == 0) shard_group = world;
-    if (shard_group > world || world % shard_group != 0)
-        fatal("--shard-group %d does not divide the %d ranks into equal groups", shard_group, world);
     if (B / world % micro_batches != 0)
         fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
               micro_batches, B / world, B, world, micro_batches);
@@ -515,6 +516,7 @@ int main(int argc, char **argv) {
     shape.prefetch = prefetch_window(&layout, prefetch);
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
+        if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");
         print_layout(&layout, world);
         gpt2_layout_free(&layout);
         return 0;
@@ -548,8 +550,9 @@ int main(int argc, char **argv) {
     plan_sharded(&layout, shard_group, NULL, 0, &shape, &acct, model);  // hybrid: FSDP's within a group of S
     print_row("fsdp", "0", &acct, tsv);
     if (!tsv)
-        printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)\n",
-               world <= 8 ? "each rank" : "rank 0 shown, --tsv for all");
+        printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)%s\n",
+               world <= 8 ? "each rank" : "rank 0 shown, --tsv for all",
+               shard_group < world ? "; FSDP hybrid: sharded within groups of --shard-group ranks" : "");
     gpt2_layout_free(&layout);
     return 0;
 }
