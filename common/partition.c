@@ -76,11 +76,11 @@ void zero3_partition(const GPT2Layout *layout, int world, int *owner) {
     free(order);
 }
 
-size_t zero3_owned_bytes(const GPT2Layout *layout, const int *owner, int rank) {
-    size_t bytes = 0;
+size_t zero3_owned_numel(const GPT2Layout *layout, const int *owner, int rank) {
+    size_t numel = 0;
     for (int t = 0; t < layout->num_tensors; t++)
-        if (owner[t] == rank) bytes += layout->tensors[t].numel * sizeof(float);
-    return bytes;
+        if (owner[t] == rank) numel += layout->tensors[t].numel;
+    return numel;
 }
 
 int fsdp_slice_rows(const GPT2Tensor *tensor, int world) { return (tensor->rows + world - 1) / world; }

@@ -31,8 +31,8 @@ void flat_layout_free(FlatLayout *flat);
 
 // ZeRO-3: owner[t] for every tensor (owner has num_tensors entries).
 void zero3_partition(const GPT2Layout *layout, int world, int *owner);
-// Bytes of parameters rank `rank` owns under zero3_partition.
-size_t zero3_owned_bytes(const GPT2Layout *layout, const int *owner, int rank);
+// Parameter elements rank `rank` owns under zero3_partition.
+size_t zero3_owned_numel(const GPT2Layout *layout, const int *owner, int rank);
 
 // FSDP: rows of tensor t in each rank's slice (ceil(rows / world)).
 int fsdp_slice_rows(const GPT2Tensor *tensor, int world);

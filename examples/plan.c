@@ -314,7 +314,7 @@ static void replay_step(Replay *r, const StepShape *shape) {
 // blocks), then everything freed.
 static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, int rank, const StepShape *shape,
                          MemAccount *acct, ModelBuffers model) {
-    size_t resident = owner ? zero3_owned_bytes(layout, owner, rank) / sizeof(float)
+    size_t resident = owner ? zero3_owned_numel(layout, owner, rank)
                             : fsdp_padded_params(layout, world) / (size_t)world;
     Replay r = {.layout = layout, .world = world, .rank = rank, .owner = owner, .shape = shape, .acct = acct,
                 .state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState)),

@@ -57,7 +57,7 @@ static void report_balance(const State *s, const StrategyContext *ctx) {
     if (world == 1) return;
     size_t largest = 0, size = dtype_size(s->model->param_dtype);
     for (int r = 0; r < world; r++) {
-        size_t bytes = zero3_owned_bytes(layout, s->owner, r) / sizeof(float) * size;  // fp32 bytes, in the run's dtype
+        size_t bytes = zero3_owned_numel(layout, s->owner, r) * size;
         if (bytes > largest) largest = bytes;
     }
     double mean = (double)layout->num_params * size / world;
