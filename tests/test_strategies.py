@@ -411,7 +411,7 @@ def check_precision(tmp, common):
     """--precision bf16 at N = 1..4 for every strategy, against train_single --precision bf16 with the same
     --reduce-dtype. With --reduce-dtype fp32 the gradients stay fp32 from the backward through the reduce, so a
     strategy differs from the single rank only in the order of fp32 sums, as an fp32 run does; but a master
-    weight one fp32 step away can round to the next bf16 value (2^-8 relative), which the following steps carry:
+    weight one fp32 step away can round to the next bf16 value (2^-8 to 2^-7 away), which the following steps carry:
     losses within 1e-4. With bf16 gradients each rank rounds its partial gradients and the reduce rounds each
     sum, unlike the single rank: the drift is printed and held under 2e-4 (with bf16 parameters, and with fp32
     parameters and bf16 gradients too). Memory and traffic follow expected()'s formulas for the dtypes exactly;
