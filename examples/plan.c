@@ -14,6 +14,7 @@
 // (ZeRO-3's ranks that own no tensor, once N exceeds the number of tensors).
 // --layout prints, instead, which elements of the flat model each rank keeps
 // (see print_layout), for the report's sharding picture.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "../common/util/errors.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
+#include "../common/step_time.h"
 #include "../common/strategy.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"
@@ -440,10 +442,93 @@ static void print_layout(const GPT2Layout *layout, int world) {
     }
 }
 
+// "ALPHA,GBPS" (seconds, GB/s) -> a Link; `flag` names it in errors.
+static Link parse_link(const char *text, const char *flag) {
+    double alpha, gbps;
+    char end;
+    if (sscanf(text, "%lf,%lf%c", &alpha, &gbps, &end) != 2 || !(alpha >= 0) || !(gbps > 0) || !isfinite(alpha) ||
+        !isfinite(gbps))
+        fatal("%s: '%s' is not ALPHA,GBPS (a latency in seconds >= 0, a bandwidth in GB/s > 0)", flag, text);
+    return (Link){alpha, gbps * 1e9};
+}
+
+// --calibrate: bench_comm's tables (one run or several, concatenated): a header
+// "# bench_comm: N ranks, ...", then per collective "# <name>" and rows of
+// bytes, microseconds, ... Fits one link to every row.
+static Link calibrate(const char *path, int tsv) {
+    FILE *f = xfopen(path, "r");
+    char line[512], name[64];
+    int ranks = 0, op = -1, n = 0, capacity = 0;
+    CommOp *ops = NULL;
+    int *group = NULL;
+    double *bytes = NULL, *seconds = NULL;
+    while (fgets(line, sizeof line, f)) {
+        double size, micros;
+        if (sscanf(line, "# bench_comm: %d ranks", &ranks) == 1) continue;
+        if (sscanf(line, "# %63s", name) == 1) {
+            op = -1;
+            for (int k = 0; k < COMM_BARRIER; k++)
+                if (strcmp(name, comm_op_names[k]) == 0) op = k;
+            continue;
+        }
+        if (op < 0 || ranks < 2 || sscanf(line, "%lf %lf", &size, &micros) != 2) continue;
+        if (n == capacity) {
+            capacity = capacity ? 2 * capacity : 64;
+            ops = xrealloc(ops, (size_t)capacity * sizeof *ops);
+            group = xrealloc(group, (size_t)capacity * sizeof *group);
+            bytes = xrealloc(bytes, (size_t)capacity * sizeof *bytes);
+            seconds = xrealloc(seconds, (size_t)capacity * sizeof *seconds);
+        }
+        ops[n] = (CommOp)op, group[n] = ranks, bytes[n] = size, seconds[n] = micros * 1e-6;
+        n++;
+    }
+    fclose(f);
+    Link link;
+    if (fit_link(ops, group, bytes, seconds, n, &link) != 0)
+        fatal("%s: no bench_comm timings at 2 or more ranks and two sizes to fit (run: mpirun -np 2 build/bench_comm "
+              "> %s)", path, path);
+    if (!tsv) printf("calibrated from %d timings in %s: alpha %.3g s, beta %.3g GB/s\n", n, path, link.alpha, link.beta / 1e9);
+    free(ops), free(group), free(bytes), free(seconds);
+    return link;
+}
+
+// --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with
+// `rows` sequences of T tokens per rank at every N (weak scaling).
+static void print_step_times(const GPT2Layout *layout, const Machine *machine, int max_ranks, int rows, int T,
+                             int prefetch, int shard_group, size_t bytes, int tsv) {
+    if (!tsv)
+        printf("predicted step (build/plan --time, docs/scale.md): %d x %d tokens per rank, %d ranks per machine, "
+               "compute %.3g GFLOP/s per rank%s; links: within %.3g s + bytes / %.3g GB/s, across %.3g s + bytes / "
+               "%.3g GB/s\n%-6s %6s %8s %12s %12s %12s %12s %14s\n",
+               rows, T, machine->ranks_per_node, machine->flops_per_s / 1e9,
+               machine->shared_compute ? " (shared by a machine's ranks)" : "", machine->within.alpha,
+               machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, "", "N", "group",
+               "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s");
+    for (int N = 1; N <= max_ranks; N = N * 2 > max_ranks && N < max_ranks ? max_ranks : N * 2) {
+        for (int k = 0; k < STEP_NUM_STRATEGIES; k++) {
+            int S = k == STEP_FSDP && shard_group > 0 && N % shard_group == 0 ? shard_group : N;
+            StepSetup setup = {.ranks = N, .rows = rows, .seq = T, .prefetch = prefetch, .shard_group = S,
+                               .bytes = bytes};
+            StepTime t = step_time(layout, (StepStrategy)k, &setup, machine);
+            double tokens_per_s = (double)N * rows * T / t.step;
+            if (tsv)
+                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", step_strategy_names[k], N, S, t.compute, t.comm,
+                       t.exposed, t.step, tokens_per_s);
+            else
+                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", step_strategy_names[k], N, S,
+                       1e3 * t.compute, 1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.step, tokens_per_s);
+        }
+        if (N == max_ranks) break;
+    }
+}
+
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
+    int time_mode = 0, ranks_per_node = 8, shared_compute = 0;
+    float tokens_per_s = 0;
+    const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
     const CliOption options[] = {
@@ -466,6 +551,19 @@ int main(int argc, char **argv) {
          "the trainers' --precision: fp32 (4 + 4 + 8 bytes per parameter, default) or bf16 mixed precision (2 + 2 + 12)"},
         {"--reduce-dtype", "fp32|bf16", CLI_STRING, &reduce_dtype, 0, 0,
          "the trainers' --reduce-dtype: the gradients (default: the precision)"},
+        {"--time", NULL, CLI_SWITCH, &time_mode, 0, 0,
+         "instead: each strategy's predicted step time at N = 1, 2, 4, ... --ranks, --batch/--ranks rows per rank"},
+        {"--tokens-per-s", "R", CLI_FLOAT, &tokens_per_s, 0, 1e12,
+         "--time: one rank's training rate on this model and --seq, measured (train_single's tokens_per_s)"},
+        {"--ranks-per-node", "G", CLI_INT, &ranks_per_node, 1, 1 << 20, "--time: ranks per machine (default 8)"},
+        {"--shared-compute", NULL, CLI_SWITCH, &shared_compute, 0, 0,
+         "--time: a machine's ranks share its compute rate (CPU cores) instead of one each (GPUs)"},
+        {"--within", "ALPHA,GBPS", CLI_STRING, &within, 0, 0,
+         "--time: the link inside a machine, latency s and GB/s (default 5e-6,300: NVLink-class)"},
+        {"--across", "ALPHA,GBPS", CLI_STRING, &across, 0, 0,
+         "--time: the link between machines (default 1e-5,25: a 200 Gb/s network per rank)"},
+        {"--calibrate", "FILE", CLI_STRING, &calibration, 0, 0,
+         "--time: fit the link inside a machine to bench_comm's output in FILE"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
@@ -518,6 +616,17 @@ int main(int argc, char **argv) {
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");
         print_layout(&layout, world);
+        gpt2_layout_free(&layout);
+        return 0;
+    }
+    if (time_mode) {
+        if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
+        Machine machine = {.ranks_per_node = ranks_per_node, .shared_compute = shared_compute,
+                           .within = calibration ? calibrate(calibration, tsv) : parse_link(within, "--within"),
+                           .across = parse_link(across, "--across")};
+        machine.flops_per_s = tokens_per_s * gpt2_flops_per_step(&config, 1, T) / T;
+        print_step_times(&layout, &machine, world, B / world, T, shape.prefetch, shard_group < world ? shard_group : 0,
+                         dtype_size(param_dtype), tsv);
         gpt2_layout_free(&layout);
         return 0;
     }

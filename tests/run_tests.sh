@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
 echo "== unit tests"
-for t in test_layers test_model test_optim test_dtype test_data test_io test_tokenizer test_train test_errors test_partition test_cache; do
+for t in test_layers test_model test_optim test_dtype test_step_time test_data test_io test_tokenizer test_train test_errors test_partition test_cache; do
     run "$t" "$BUILD/tests/$t"
 done
 
@@ -239,6 +239,25 @@ PY
 then ok "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"
 else bad "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"; cat "$tmp/fig1" "$tmp/fp32" "$tmp/mixed"; fi
 fails "plan: --reduce-dtype half" "--reduce-dtype: give fp32 or bf16" "$BUILD/plan" --config d2 --ranks 2 --reduce-dtype half
+fails "plan: --time without a compute rate" "--time needs --tokens-per-s" "$BUILD/plan" --config d2 --ranks 4 --time
+fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS" "$BUILD/plan" --config d2 --ranks 4 --time \
+    --tokens-per-s 1000 --within 5us
+fails "plan: --calibrate on a file without timings" "no bench_comm timings" "$BUILD/plan" --config d2 --ranks 4 --time \
+    --tokens-per-s 1000 --calibrate "$tmp/small.txt"
+# --time: N = 1, 2, 4 (weak scaling), every strategy; one rank moves nothing, so its step is its compute
+if "$BUILD/plan" --config d2 --vocab 256 --ranks 4 --batch 16 --seq 64 --time --tokens-per-s 1000 --tsv > "$tmp/time" &&
+   python3 - "$tmp/time" <<'PY'
+import sys
+rows = [l.split("\t") for l in open(sys.argv[1])]
+assert [(r[0], int(r[1])) for r in rows] == [(s, n) for n in (1, 2, 4) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")]
+for r in rows:
+    compute, comm, exposed, step, tps = map(float, r[3:])
+    assert abs(compute - 4 * 64 / 1000) < 1e-9, r          # 4 rows of 64 tokens at 1000 tokens/s
+    assert abs(step - (compute + exposed)) < 1e-9 and exposed <= comm + 1e-12, r
+    assert (comm == 0) == (int(r[1]) == 1), r
+PY
+then ok "plan --time: every strategy at N = 1, 2, 4; compute from --tokens-per-s, step = compute + exposed"
+else bad "plan --time: every strategy at N = 1, 2, 4; compute from --tokens-per-s, step = compute + exposed"; cat "$tmp/time"; fi
 fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
