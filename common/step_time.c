@@ -210,7 +210,8 @@ StepTime step_time(const GPT2Layout *layout, StepStrategy strategy, const StepSe
     CHECK(N >= 1 && setup->shard_group >= 1 && N % setup->shard_group == 0, "step_time: %d ranks in groups of %d",
           N, setup->shard_group);
     int local = N < machine->ranks_per_node ? N : machine->ranks_per_node;
-    double rate = machine->shared_compute ? machine->flops_per_s / local : machine->flops_per_s;
+    double rate = machine->flops_per_s;
+    if (machine->compute_slots > 0 && local > machine->compute_slots) rate *= (double)machine->compute_slots / local;
     double tokens = (double)setup->rows * setup->seq;
     Plan plan = {.layout = layout, .setup = setup, .world_link = group_link(machine, N > machine->ranks_per_node),
                  .forward = xcalloc((size_t)U, sizeof(double)), .backward = xcalloc((size_t)U, sizeof(double))};

@@ -32,7 +32,8 @@ typedef struct {
 typedef struct {
     double flops_per_s;  // one rank's compute rate (tokens/s of one rank x FLOPs per token)
     int ranks_per_node;  // ranks that share a machine, and its fast link
-    int shared_compute;  // 1: a machine's ranks share one compute rate (CPU cores); 0: a rate each (GPUs)
+    int compute_slots;   // ranks of a machine that compute at that rate at once (its cores; more share
+                         // them); 0: every rank (a GPU each)
     Link within;         // between ranks of one machine
     Link across;         // between machines
 } Machine;

@@ -465,8 +465,7 @@ static Link calibrate(const char *path, int tsv) {
     while (fgets(line, sizeof line, f)) {
         double size, micros;
         if (sscanf(line, "# bench_comm: %d ranks", &ranks) == 1) continue;
-        if (sscanf(line, "# %63s", name) == 1) {
-            op = -1;
+        if (sscanf(line, "# %63s", name) == 1) {  // a collective's name starts its rows; column titles do not
             for (int k = 0; k < COMM_BARRIER; k++)
                 if (strcmp(name, comm_op_names[k]) == 0) op = k;
             continue;
@@ -501,7 +500,7 @@ static void print_step_times(const GPT2Layout *layout, const Machine *machine, i
                "compute %.3g GFLOP/s per rank%s; links: within %.3g s + bytes / %.3g GB/s, across %.3g s + bytes / "
                "%.3g GB/s\n%-6s %6s %8s %12s %12s %12s %12s %14s\n",
                rows, T, machine->ranks_per_node, machine->flops_per_s / 1e9,
-               machine->shared_compute ? " (shared by a machine's ranks)" : "", machine->within.alpha,
+               machine->compute_slots ? " (a machine's ranks share its cores)" : "", machine->within.alpha,
                machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, "", "N", "group",
                "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s");
     for (int N = 1; N <= max_ranks; N = N * 2 > max_ranks && N < max_ranks ? max_ranks : N * 2) {
@@ -526,7 +525,7 @@ int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
-    int time_mode = 0, ranks_per_node = 8, shared_compute = 0;
+    int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
     float tokens_per_s = 0;
     const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
@@ -556,8 +555,8 @@ int main(int argc, char **argv) {
         {"--tokens-per-s", "R", CLI_FLOAT, &tokens_per_s, 0, 1e12,
          "--time: one rank's training rate on this model and --seq, measured (train_single's tokens_per_s)"},
         {"--ranks-per-node", "G", CLI_INT, &ranks_per_node, 1, 1 << 20, "--time: ranks per machine (default 8)"},
-        {"--shared-compute", NULL, CLI_SWITCH, &shared_compute, 0, 0,
-         "--time: a machine's ranks share its compute rate (CPU cores) instead of one each (GPUs)"},
+        {"--cores-per-node", "C", CLI_INT, &compute_slots, 0, 1 << 20,
+         "--time: ranks share a machine's C cores, each at the --tokens-per-s rate alone (default 0: a GPU each)"},
         {"--within", "ALPHA,GBPS", CLI_STRING, &within, 0, 0,
          "--time: the link inside a machine, latency s and GB/s (default 5e-6,300: NVLink-class)"},
         {"--across", "ALPHA,GBPS", CLI_STRING, &across, 0, 0,
@@ -621,7 +620,7 @@ int main(int argc, char **argv) {
     }
     if (time_mode) {
         if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
-        Machine machine = {.ranks_per_node = ranks_per_node, .shared_compute = shared_compute,
+        Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
                            .within = calibration ? calibrate(calibration, tsv) : parse_link(within, "--within"),
                            .across = parse_link(across, "--across")};
         machine.flops_per_s = tokens_per_s * gpt2_flops_per_step(&config, 1, T) / T;

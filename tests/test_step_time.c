@@ -121,11 +121,13 @@ START_TEST(test_machines_and_groups) {
     setup.shard_group = 4;
     StepTime hybrid = step_time(&layout, STEP_FSDP, &setup, &two);
     ck_assert(hybrid.comm < cross.comm);
-    // a machine's ranks sharing its compute (CPU cores): 8 ranks on 4-rank machines compute 4 times as long
-    two.shared_compute = 1;
-    StepTime shared = step_time(&layout, STEP_DDP, &setup, &two);
+    // ranks sharing a machine's cores: 4 ranks on 1 core compute 4 times as long, on 2 twice, on 4 or more alone
     StepTime own = step_time(&layout, STEP_DDP, &setup, &one);
-    ck_assert_double_eq_tol(shared.compute, 4 * own.compute, 1e-15);
+    for (int slots = 1; slots <= 8; slots *= 2) {
+        two.compute_slots = slots;
+        StepTime shared = step_time(&layout, STEP_DDP, &setup, &two);
+        ck_assert_double_eq_tol(shared.compute, own.compute * (slots < 4 ? 4.0 / slots : 1.0), 1e-15);
+    }
     gpt2_layout_free(&layout);
 }
 END_TEST
