@@ -121,17 +121,26 @@ typedef struct {
     double *reduced;   // (num_units) when the unit's reduce completes; < 0: none in flight
 } Sharded;
 
+// Bytes of the unit's tensors padded to S rows' multiples (FSDP's gathers and
+// reduce-scatters), or of their slices (hybrid's all-reduce).
+static double unit_bytes(const Sharded *s, int unit, int S, int slices) {
+    const GPT2Layout *layout = s->plan->layout;
+    double bytes = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        const GPT2Tensor *tensor = &layout->tensors[layout->unit_tensors[unit][i]];
+        bytes += (double)(slices ? fsdp_slice_numel(tensor, S) : fsdp_padded_numel(tensor, S));
+    }
+    return bytes * s->plan->setup->bytes;
+}
+
 static void start_gather(Sharded *s, Timeline *tl, int unit) {
     const GPT2Layout *layout = s->plan->layout;
     const StepSetup *setup = s->plan->setup;
     if (s->gathered[unit] >= 0) return;
     if (s->fsdp) {  // one all-gather of the unit's padded tensors within the shard group
         int S = setup->shard_group;
-        double bytes = 0;
-        for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
-            bytes += (double)fsdp_padded_numel(&layout->tensors[layout->unit_tensors[unit][i]], S) * setup->bytes;
         Link link = group_link(s->machine, S > s->machine->ranks_per_node);
-        s->gathered[unit] = start(tl, collective_seconds(COMM_ALL_GATHER, bytes, S, link));
+        s->gathered[unit] = start(tl, collective_seconds(COMM_ALL_GATHER, unit_bytes(s, unit, S, 0), S, link));
         return;
     }
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {  // ZeRO-3: a broadcast per tensor
@@ -145,11 +154,8 @@ static void start_reduce(Sharded *s, Timeline *tl, int unit) {
     const StepSetup *setup = s->plan->setup;
     if (s->fsdp) {
         int S = setup->shard_group;
-        double bytes = 0;
-        for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
-            bytes += (double)fsdp_padded_numel(&layout->tensors[layout->unit_tensors[unit][i]], S) * setup->bytes;
         Link link = group_link(s->machine, S > s->machine->ranks_per_node);
-        s->reduced[unit] = start(tl, collective_seconds(COMM_REDUCE_SCATTER, bytes, S, link));
+        s->reduced[unit] = start(tl, collective_seconds(COMM_REDUCE_SCATTER, unit_bytes(s, unit, S, 0), S, link));
         return;
     }
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
@@ -167,12 +173,8 @@ static void finish_reduce(Sharded *s, Timeline *tl, int unit) {
     s->reduced[unit] = -1;
     int S = setup->shard_group, groups = setup->ranks / S;
     if (!s->fsdp || groups == 1) return;
-    const GPT2Layout *layout = s->plan->layout;
-    double bytes = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
-        bytes += (double)fsdp_slice_numel(&layout->tensors[layout->unit_tensors[unit][i]], S) * setup->bytes;
     Link link = group_link(s->machine, setup->ranks > s->machine->ranks_per_node);
-    wait_until(tl, start(tl, collective_seconds(COMM_ALL_REDUCE, bytes, groups, link)));
+    wait_until(tl, start(tl, collective_seconds(COMM_ALL_REDUCE, unit_bytes(s, unit, S, 1), groups, link)));
 }
 
 // The hooks of zero3/zero3.c and fsdp/fsdp.c (resharding after forward), one
