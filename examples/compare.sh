@@ -84,6 +84,10 @@ for strategy in "${strategies[@]}"; do
     esac
     $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
+if (( RANKS > 1 )); then
+    echo "== bench_comm on $RANKS ranks (the step-time model's link)"
+    $MPIRUN -np "$RANKS" "$BUILD/bench_comm" --max-mib 8 > "$RUN/bench_comm.txt"
+fi
 echo "== text sampled from the reference model"
 "$BUILD/sample" --model "$RUN/single.bin" --prompt "The " --tokens 200 --temperature 0.8 --seed 1 | tee "$RUN/sample.txt"
 echo "== plots and report"

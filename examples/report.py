@@ -12,6 +12,7 @@ import html
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -107,6 +108,50 @@ def plan_model_args(cfg):
 
 
 RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def plot_scaling(run, build, cfg, world, logs, strategies, data, plots):
+    """build/plan --time's tokens/s for N = 1, 2, 4, ... 64 ranks, B/N of this run's rows per rank (weak
+    scaling), machines of this run's ranks: compute at train_single's rate (its median step; shared by a
+    machine's ranks on a CPU,
+    one GPU each in the CUDA build), the link inside a machine fitted to compare.sh's bench_comm run, the
+    default network between machines (docs/scale.md). The measured runs are the points."""
+    def rate(name):  # the median step's tokens/s: the first step warms up
+        steps = [x["tokens_per_s"] for x in logs[name][0]]
+        return statistics.median(steps[1:] if len(steps) > 1 else steps)
+
+    rows = cfg["batch"] // world
+    calib = os.path.join(run, "bench_comm.txt")
+    cmd = [f"{build}/plan", *plan_model_args(cfg), "--ranks", "64", "--batch", str(64 * rows), "--seq", str(cfg["seq"]),
+           "--time", "--tokens-per-s", str(rate("single")), "--ranks-per-node", str(world),
+           "--precision", cfg.get("precision", "fp32"), "--tsv"]
+    if logs["single"][1].get("device", "cpu") == "cpu":
+        cmd += ["--cores-per-node", "1"]
+    if os.path.exists(calib):
+        cmd += ["--calibrate", calib]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    predicted = {}
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        predicted.setdefault(int(f[1]), {})[f[0]] = float(f[7])
+    write_tsv(f"{data}/scaling.tsv", ["ranks"] + strategies,
+              [[n] + [predicted[n][s] for s in strategies] for n in sorted(predicted)])
+    write_tsv(f"{data}/scaling_measured.tsv", ["ranks", "single"] + strategies,
+              [[1, rate("single")] + ["NaN"] * len(strategies), [world, "NaN"] + [rate(s) for s in strategies]])
+    lines = ", ".join(f"'{data}/scaling.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' "
+                      f"title '{s} (model)'" for k, s in enumerate(strategies))
+    points = ", ".join(f"'{data}/scaling_measured.tsv' using 1:{k + 2} with points pt 7 ps 1.5 lc rgb '{COLORS[s]}' "
+                       f"title '{s} measured'" for k, s in enumerate(["single"] + strategies))
+    gnuplot(f"""set title "Tokens/s vs ranks: build/plan --time ({rows} rows per rank; machines of {world} ranks)"
+set xlabel "ranks N"
+set ylabel "tokens / s (all ranks)"
+set logscale xy 2
+set xrange [1:64]
+set grid
+set key top left box opaque
+plot {lines}, {points}""", plots, "scaling")
 
 
 def plot_sharding(build, cfg, world, data, plots):
@@ -360,6 +405,9 @@ set grid
 set key bottom left box opaque
 plot {lines}, {points}""", plots, "model_state_vs_ranks")
 
+    # ---- predicted throughput vs ranks (build/plan --time), with the measured points ----
+    plot_scaling(run, build, cfg, world, logs, strategies, data, plots)
+
     # ---- one step as a timeline per rank ----
     for s in strategies:
         events = traces[s]
@@ -472,7 +520,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
              ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
-             ("sharding", "Who keeps which parameters")]
+             ("sharding", "Who keeps which parameters"),
+             ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
     header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
               "sent MB/step", "comm waited"]

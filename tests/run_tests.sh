@@ -385,11 +385,11 @@ cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
 for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
-            model_state_vs_ranks sharding timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
+            model_state_vs_ranks sharding scaling timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "28 plots (PNG and SVG) and the report are written"; else bad "28 plots (PNG and SVG) and the report are written"; fi
+    ok "30 plots (PNG and SVG) and the report are written"; else bad "30 plots (PNG and SVG) and the report are written"; fi
 if grep -q "^## Text sampled from the trained model" "$tmp/runs/tiny/report.md" && [ "$(head -c 4 "$tmp/runs/tiny/sample.txt")" = "The " ] \
     && grep -q "<pre>The " "$tmp/runs/tiny/report.html"; then
     ok "the report ends with text sampled from the trained model"; else bad "the report ends with text sampled from the trained model"; fi
