@@ -258,6 +258,37 @@ for r in rows:
 PY
 then ok "plan --time: every strategy at N = 1, 2, 4; compute from --tokens-per-s, step = compute + exposed"
 else bad "plan --time: every strategy at N = 1, 2, 4; compute from --tokens-per-s, step = compute + exposed"; cat "$tmp/time"; fi
+# --time's machine flags, by hand for DDP on d2 (P = 560,640; 4 buckets, one all-reduce each):
+# comm = 4 * 2(N-1) alpha + 2(N-1)/N * 4P / beta on the link the ring uses
+if python3 - "$BUILD/plan" "$tmp" <<'PY'
+import subprocess, sys
+plan, tmp = sys.argv[1], sys.argv[2]
+base = [plan, "--config", "d2", "--vocab", "256", "--ranks", "4", "--batch", "16", "--seq", "64", "--time",
+        "--tokens-per-s", "1000", "--tsv"]
+def rows(*flags):
+    out = subprocess.run([*base, *flags], capture_output=True, text=True, check=True).stdout
+    return {(f[0], int(f[1])): [float(x) for x in f[3:]] for f in (l.split("\t") for l in out.splitlines())}
+def ddp_comm(n, alpha, beta):
+    return 4 * 2 * (n - 1) * alpha + 2 * (n - 1) / n * 4 * 560640 / beta
+r = rows("--within", "1e-6,1")
+assert abs(r[("ddp", 2)][1] - ddp_comm(2, 1e-6, 1e9)) < 1e-12 and abs(r[("ddp", 4)][1] - ddp_comm(4, 1e-6, 1e9)) < 1e-12, r
+r = rows("--within", "1e-6,1", "--across", "2e-6,0.5", "--ranks-per-node", "2")  # N = 4 spans two machines
+assert abs(r[("ddp", 2)][1] - ddp_comm(2, 1e-6, 1e9)) < 1e-12 and abs(r[("ddp", 4)][1] - ddp_comm(4, 2e-6, 0.5e9)) < 1e-12, r
+one = r[("ddp", 1)][0]
+r = rows("--cores-per-node", "1")                      # 4 ranks on one core each machine: a quarter of the rate each
+assert abs(r[("ddp", 2)][0] - 2 * one) < 1e-12 and abs(r[("ddp", 4)][0] - 4 * one) < 1e-12, r
+r = rows("--cores-per-node", "1", "--ranks-per-node", "2")
+assert abs(r[("ddp", 4)][0] - 2 * one) < 1e-12, r
+with open(f"{tmp}/bench_comm.txt", "w") as f:           # what bench_comm prints, for alpha 30 us and 2 GB/s
+    for n in (2, 4):
+        f.write(f"# bench_comm: {n} ranks, backend mpi\n# all_reduce\n#      bytes      time_us   algbw_GB/s   busbw_GB/s\n")
+        for size in (1024 << k for k in range(0, 14, 2)):
+            f.write(f"  {size:10d} {1e6 * (2 * (n - 1) * 30e-6 + 2 * (n - 1) / n * size / 2e9):12.3f} 0 0\n")
+r = rows("--calibrate", f"{tmp}/bench_comm.txt")
+assert abs(r[("ddp", 2)][1] / ddp_comm(2, 30e-6, 2e9) - 1) < 1e-4, r
+PY
+then ok "plan --time: --within, --across, --ranks-per-node, --cores-per-node and --calibrate, by hand"
+else bad "plan --time: --within, --across, --ranks-per-node, --cores-per-node and --calibrate, by hand"; fi
 fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then

@@ -331,11 +331,31 @@ def worst_loss_diff(steps, ref_steps):
     return max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
 
 
+def across_groups(n, S, rank, accum, mode, size=4):
+    """[calls, elements, sent, recv] of hybrid FSDP's all-reduces across the N/S groups in a step (docs/fsdp.md):
+    one per unit of its slices, per micro-batch in sync-each."""
+    groups, across = n // S, [0, 0, 0, 0]
+    for U in UNITS * (accum if mode == "sync-each" else 1):
+        count = sum(pad(i, S) for i in U) // S
+        sent, recv = ring("all_reduce", count, rank // S, groups, size=size)
+        if groups > 1:
+            across = [across[0] + 1, across[1] + count, across[2] + sent, across[3] + recv]
+    return across
+
+
 def check_rank_formulas(tag, summary, strategy, n, reshard, accum=1, mode="sync-each", prefetch=0, precision="fp32",
-                        reduce=None):
+                        reduce=None, shard_group=None):
+    """Every rank's memory and last-step traffic against expected(). With shard_group S (hybrid FSDP), each rank is an
+    FSDP rank of S within its group, plus the all-reduces across the groups (also in comm_across_last_step)."""
+    S = shard_group or n
     for rank_info in summary["ranks"]:
         r = rank_info["rank"]
-        mem, peaks, traffic = expected(strategy, n, r, reshard, accum, mode, prefetch, precision, reduce)
+        mem, peaks, traffic = expected(strategy, S, r % S, reshard, accum, mode, prefetch, precision, reduce)
+        across = across_groups(n, S, r, accum, mode, 2 if (reduce or precision) == "bf16" else 4)
+        got = [rank_info["comm_across_last_step"]["all_reduce"][k] for k in ("calls", "elements", "bytes_sent",
+                                                                                "bytes_recv")]
+        check(got == across, f"{tag} rank {r}: across the groups {got} == {across}")
+        traffic["all_reduce"] = [a + b for a, b in zip(traffic.get("all_reduce", [0, 0, 0, 0]), across)]
         for cat, want in mem.items():
             got = rank_info["mem"][cat]
             check(got["current"] == want and got["peak"] == want,
@@ -495,27 +515,7 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
         else:
             worst = worst_loss_diff(steps, read_log(bf16_ref)[0])
             check(len(steps) == STEPS and worst <= 1e-4, f"{tag}: losses of train_single's bf16 run ({worst:.2e})")
-        G = n // S
-        for rank_info in summary["ranks"]:
-            r = rank_info["rank"]
-            mem, peaks, within = expected("fsdp", S, r % S, True, accum, mode, prefetch, precision, "fp32")
-            for cat, want in {**mem, **peaks}.items():
-                got = rank_info["mem"][cat]["peak"]
-                check(got == want, f"{tag} rank {r}: {cat} peak {got} == FSDP's at {S} ranks, {want}")
-            across = [0, 0, 0, 0]
-            for U in UNITS * (accum if mode == "sync-each" else 1):
-                count = sum(pad(i, S) for i in U) // S
-                sent, recv = ring("all_reduce", count, r // S, G)
-                if G > 1:
-                    across = [across[0] + 1, across[1] + count, across[2] + sent, across[3] + recv]
-            got_across = rank_info["comm_across_last_step"]["all_reduce"]
-            got_across = [got_across[k] for k in ("calls", "elements", "bytes_sent", "bytes_recv")]
-            check(got_across == across, f"{tag} rank {r}: across the groups {got_across} == {across}")
-            for op, counter in rank_info["comm_last_step"].items():
-                want = [a + b for a, b in zip(within.get(op, [0, 0, 0, 0]), across if op == "all_reduce" else
-                                              [0, 0, 0, 0])]
-                got = [counter["calls"], counter["elements"], counter["bytes_sent"], counter["bytes_recv"]]
-                check(got == want, f"{tag} rank {r}: {op} within + across {got} == {want}")
+        check_rank_formulas(tag, summary, "fsdp", n, True, accum, mode, prefetch, precision, "fp32", shard_group=S)
     plain = run_logged("fsdp N=4 (no --shard-group)", strategy_command("fsdp", 4, common), os.path.join(tmp, "plain.jsonl"),
                        os.path.join(tmp, "plain.bin"))
     if plain and (4, 4, 1, 1, "sync-each", "fp32") in runs:
