@@ -503,7 +503,7 @@ static void print_step_times(const GPT2Layout *layout, const Machine *machine, i
                machine->compute_slots ? " (a machine's ranks share its cores)" : "", machine->within.alpha,
                machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, "", "N", "group",
                "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s");
-    for (int N = 1; N <= max_ranks; N = N * 2 > max_ranks && N < max_ranks ? max_ranks : N * 2) {
+    for (int N = 1;; N = 2 * N < max_ranks ? 2 * N : max_ranks) {  // powers of two, then max_ranks itself
         for (int k = 0; k < STEP_NUM_STRATEGIES; k++) {
             int S = k == STEP_FSDP && shard_group > 0 && N % shard_group == 0 ? shard_group : N;
             StepSetup setup = {.ranks = N, .rows = rows, .seq = T, .prefetch = prefetch, .shard_group = S,
