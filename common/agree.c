@@ -60,7 +60,10 @@ static void describe_flag(AgreeItem *item, const CliOption *flag) {
         uint32_t bits;
         memcpy(&bits, &f, sizeof bits);
         item->key = bits;
-        snprintf(item->shown, sizeof item->shown, "%g", f);
+        for (int digits = 6; digits <= 9; digits++) {  // the fewest digits that read back as f
+            snprintf(item->shown, sizeof item->shown, "%.*g", digits, f);
+            if (strtof(item->shown, NULL) == f) break;
+        }
         break;
     }
     case CLI_UINT64: {

@@ -47,9 +47,15 @@ static void pwrite_all(int fd, const void *data, size_t len, uint64_t offset, co
     }
 }
 
+// O_NONBLOCK: a FIFO in the file's place fails at once instead of waiting for
+// a reader; anything but a regular file is refused.
 static int open_for_writing(const char *path) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) fatal("%s: cannot create: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fatal("%s: not a regular file", path);
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) fatal("%s: cannot set blocking writes", path);
     return fd;
 }
 
@@ -361,8 +367,8 @@ void checkpoint_resolve(const char *path, char *dir, size_t size) {
     xsnprintf(probe, sizeof probe, "%s/" MANIFEST_NAME, path);
     if (access(probe, F_OK) == 0) { xsnprintf(dir, size, "%s", path); return; }
     xsnprintf(probe, sizeof probe, "%s/latest", path);
-    FILE *f = fopen(probe, "r");
-    if (!f) fatal("%s: no checkpoint here (neither %s nor latest)", path, MANIFEST_NAME);
+    if (access(probe, F_OK) != 0) fatal("%s: no checkpoint here (neither %s nor latest)", path, MANIFEST_NAME);
+    FILE *f = xfopen(probe, "r");  // a regular file: a FIFO here is refused, not waited on
     char name[256] = "";
     if (!fgets(name, sizeof name, f)) name[0] = '\0';
     fclose(f);
@@ -374,6 +380,67 @@ void checkpoint_resolve(const char *path, char *dir, size_t size) {
 static int same_config(const GPT2Config *a, const GPT2Config *b) {
     return a->max_seq_len == b->max_seq_len && a->vocab_size == b->vocab_size && a->num_layers == b->num_layers &&
            a->num_heads == b->num_heads && a->channels == b->channels && a->padded_vocab_size == b->padded_vocab_size;
+}
+
+static int by_tensor_then_row(const void *pa, const void *pb) {
+    const CkptPiece *a = pa, *b = pb;
+    if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+    return (a->row_begin > b->row_begin) - (a->row_begin < b->row_begin);
+}
+
+// Rows [first, end) of a tensor are missing when end > first.
+static void check_no_gap(const char *manifest_path, const GPT2Tensor *tensor, int first, int end) {
+    if (end > first)
+        fatal("%s: rows %d..%d of %s are in no piece", manifest_path, first, end - 1, tensor->name);
+}
+
+// Every number the manifest gives is checked before a byte is read: each piece
+// names a tensor of this model and rows inside it, its three byte ranges lie
+// inside their files, its AdamW step is not past the checkpoint's, and the
+// pieces cover every row of every tensor exactly once (counting rows alone, a
+// repeated row could hide a missing one).
+static void check_pieces(const char *manifest_path, const CkptManifest *m, const GPT2Layout *layout) {
+    static const char *const parts[3] = {"parameters", "AdamW m", "AdamW v"};
+    for (int i = 0; i < m->num_pieces; i++) {
+        const CkptPiece *q = &m->pieces[i];
+        if (q->tensor >= layout->num_tensors)
+            fatal("%s: piece %d names tensor %d; the model has %d tensors", manifest_path, i, q->tensor,
+                  layout->num_tensors);
+        const GPT2Tensor *tensor = &layout->tensors[q->tensor];
+        if (q->row_count < 1 || (int64_t)q->row_begin + q->row_count > tensor->rows)
+            fatal("%s: piece %d: rows %d..%lld of %s, which has rows 0..%d", manifest_path, i, q->row_begin,
+                  (long long)q->row_begin + q->row_count - 1, tensor->name, tensor->rows - 1);
+        uint64_t bytes = (uint64_t)q->row_count * (uint64_t)tensor->cols * sizeof(float);
+        for (int k = 0; k < 3; k++) {
+            uint64_t size = m->file_sizes[q->file[k]];
+            if (q->offset[k] > size || bytes > size - q->offset[k])
+                fatal("%s: piece %d: the %s of rows %d..%d of %s, %" PRIu64 " bytes at offset %" PRIu64
+                      ", lie past the end of %s (%" PRIu64 " bytes)", manifest_path, i, parts[k], q->row_begin,
+                      q->row_begin + q->row_count - 1, tensor->name, bytes, q->offset[k], m->files[q->file[k]], size);
+        }
+        if (q->adam_step > m->step)
+            fatal("%s: piece %d: AdamW step %d of %s is past the checkpoint's step %d", manifest_path, i,
+                  q->adam_step, tensor->name, m->step);
+    }
+    CkptPiece *sorted = xmalloc((size_t)m->num_pieces * sizeof *sorted);
+    memcpy(sorted, m->pieces, (size_t)m->num_pieces * sizeof *sorted);
+    qsort(sorted, (size_t)m->num_pieces, sizeof *sorted, by_tensor_then_row);
+    int i = 0;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        int next_row = 0;  // the rows before it are covered
+        for (; i < m->num_pieces && sorted[i].tensor == t; i++) {
+            const CkptPiece *q = &sorted[i];
+            check_no_gap(manifest_path, tensor, next_row, q->row_begin);
+            if (q->row_begin < next_row)
+                fatal("%s: rows %d..%d of %s are in more than one piece", manifest_path, q->row_begin,
+                      (next_row < q->row_begin + q->row_count ? next_row : q->row_begin + q->row_count) - 1,
+                      tensor->name);
+            next_row = q->row_begin + q->row_count;
+        }
+        check_no_gap(manifest_path, tensor, next_row, tensor->rows);
+    }
+    free(sorted);
 }
 
 // Reads one whole piece (params, m, v), checks its CRCs, and copies the rows that
@@ -417,6 +484,7 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
               manifest_path, m->config.num_layers, m->config.num_heads, m->config.channels, m->config.vocab_size,
               m->config.max_seq_len, layout->config.num_layers, layout->config.num_heads, layout->config.channels,
               layout->config.vocab_size, layout->config.max_seq_len);
+    check_pieces(manifest_path, m, layout);
     for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
         char file_path[4200];
         xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);
@@ -432,23 +500,14 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
         const GPT2Tensor *tensor = &layout->tensors[t];
         LocalRows rows;
         if (!strategy->local_rows(strategy->state, t, &rows)) continue;
-        long covered = 0;
         for (int i = 0; i < m->num_pieces; i++) {
             const CkptPiece *q = &m->pieces[i];
             if (q->tensor != t || q->row_begin + q->row_count <= rows.row_begin ||
                 q->row_begin >= rows.row_begin + rows.row_count)
                 continue;
-            if (q->row_begin + q->row_count > tensor->rows) fatal("%s: piece of %s past its last row", manifest_path, tensor->name);
-            load_piece(dir, m, q, tensor, &rows, open_files);
-            int first = q->row_begin > rows.row_begin ? q->row_begin : rows.row_begin;
-            int last = q->row_begin + q->row_count < rows.row_begin + rows.row_count ? q->row_begin + q->row_count
-                                                                                     : rows.row_begin + rows.row_count;
-            covered += last - first;
+            load_piece(dir, m, q, tensor, &rows, open_files);  // check_pieces: they cover every row once
             *rows.adam_step = q->adam_step;
         }
-        if (covered != rows.row_count)
-            fatal("%s: rows %d..%d of %s are not all in the checkpoint (%ld of %d found)", manifest_path,
-                  rows.row_begin, rows.row_begin + rows.row_count - 1, tensor->name, covered, rows.row_count);
         if (rows.working) device_round(rows.working, rows.params, (size_t)rows.row_count * tensor->cols);
     }
     for (int f = 0; f < m->num_files; f++)

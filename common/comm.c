@@ -32,6 +32,7 @@
 
 #include "comm_nccl.h"
 #include "device.h"
+#include "fatal_once.h"
 #include "util/errors.h"
 #include "util/timer.h"
 
@@ -293,6 +294,7 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &comm->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &comm->world));
+    fatal_once_install(comm->rank, comm->world);
     MPI_CHECK(MPI_Query_thread(&provided));
     if (threaded && provided < MPI_THREAD_MULTIPLE) {
         threaded = 0;
@@ -345,7 +347,10 @@ void comm_finalize(Comm *comm) {
     comm_record(comm, 0);
     if (comm->backend == COMM_BACKEND_NCCL) comm_nccl_free(comm);
     engine_stop(comm);
-    if (comm->started_mpi) MPI_CHECK(MPI_Finalize());
+    if (comm->started_mpi) {
+        fatal_once_uninstall();
+        MPI_CHECK(MPI_Finalize());
+    }
     comm->started_mpi = 0;
 }
 
@@ -388,9 +393,9 @@ static void unstage(CommHandle *h) {
     h->staged_send = h->staged_recv = h->device_recv = NULL;
 }
 
-void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, int root, uint64_t *sent,
-                     uint64_t *recv) {
-    uint64_t S = (uint64_t)count * dtype_size(dtype), N = (uint64_t)world;
+// The ring and chain formulas of comm.h for a buffer of S bytes.
+static void ring_bytes(CommOp op, uint64_t S, int rank, int world, int root, uint64_t *sent, uint64_t *recv) {
+    uint64_t N = (uint64_t)world;
     *sent = *recv = 0;
     if (world == 1) return;
     switch (op) {
@@ -409,6 +414,11 @@ void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, 
     }
 }
 
+void comm_ring_bytes(CommOp op, size_t count, DType dtype, int rank, int world, int root, uint64_t *sent,
+                     uint64_t *recv) {
+    ring_bytes(op, (uint64_t)count * dtype_size(dtype), rank, world, root, sent, recv);
+}
+
 static void add_call(CommStats *stats, CommOp op, size_t count, uint64_t sent, uint64_t recv) {
     CommCounter *c = &stats->ops[op];
     c->calls++;
@@ -417,10 +427,26 @@ static void add_call(CommStats *stats, CommOp op, size_t count, uint64_t sent, u
     c->bytes_recv += recv;
 }
 
+// The engine's form of an element type and its sum.
+static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
+    int bf = dtype == DTYPE_BF16;
+    return (EngineOp){.op = op, .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
+}
+
+// The bytes of one element as the backend carries it: on MPI the size of the
+// datatype the engine hands to MPI (an element widened on the wire shows in the
+// counters), on NCCL the dtype's own.
+static size_t wire_element_bytes(const Comm *comm, DType dtype) {
+    if (comm->backend == COMM_BACKEND_NCCL) return dtype_size(dtype);
+    int bytes;
+    MPI_CHECK(MPI_Type_size(engine_op(comm, COMM_BARRIER, dtype).type, &bytes));
+    return (size_t)bytes;
+}
+
 // Into the group's counters and those of every group it was split from.
 static void count_call(Comm *comm, CommOp op, size_t count, DType dtype, int root) {
     uint64_t sent, recv;
-    comm_ring_bytes(op, count, dtype, comm->rank, comm->world, root, &sent, &recv);
+    ring_bytes(op, (uint64_t)count * wire_element_bytes(comm, dtype), comm->rank, comm->world, root, &sent, &recv);
     for (Comm *c = comm; c; c = c->parent) {
         add_call(&c->stats, op, count, sent, recv);
         if (comm->is_across) add_call(&c->across, op, count, sent, recv);
@@ -443,7 +469,7 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, in
     int divisible = !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER) && count % (size_t)comm->world);
     if (!comm->debug_checks) {
         // the local checks are free, so they always run; they end only this rank
-        if (!buffers_ok) fatal("%s: null buffer on rank %d", comm_op_names[op], comm->rank);
+        if (!buffers_ok) fatal("%s: null buffer", comm_op_names[op]);
         if (!root_ok) fatal("%s: root %d is not a rank of %d", comm_op_names[op], root, comm->world);
         if (!divisible)
             fatal("%s: count %zu is not divisible by the %d ranks", comm_op_names[op], count, comm->world);
@@ -453,21 +479,16 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, in
     long long lo[6], hi[6];
     MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_LONG_LONG, MPI_MIN, comm->engine->group));
     MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_LONG_LONG, MPI_MAX, comm->engine->group));
-    if (lo[0] != hi[0]) fatal("rank %d: ranks called different collectives (%s here)", comm->rank, comm_op_names[op]);
+    if (lo[0] != hi[0]) fatal("ranks called different collectives (%s here)", comm_op_names[op]);
     if (lo[1] != hi[1])
-        fatal("rank %d: %s counts differ across ranks (%lld..%lld, %zu here)", comm->rank,
-              comm_op_names[op], lo[1], hi[1], count);
-    if (lo[2] != hi[2])
-        fatal("rank %d: %s roots differ across ranks (%lld..%lld)", comm->rank, comm_op_names[op], lo[2], hi[2]);
+        fatal("%s counts differ across ranks (%lld..%lld, %zu here)", comm_op_names[op], lo[1], hi[1], count);
+    if (lo[2] != hi[2]) fatal("%s roots differ across ranks (%lld..%lld)", comm_op_names[op], lo[2], hi[2]);
     if (!lo[3])
-        fatal("rank %d: %s: a null buffer or a root outside 0..%d on some rank (here: buffer %s, root %d)",
-              comm->rank, comm_op_names[op], comm->world - 1, buffers_ok ? "ok" : "NULL", root);
-    if (!lo[4])
-        fatal("rank %d: %s: count %zu is not divisible by the %d ranks", comm->rank,
-              comm_op_names[op], count, comm->world);
+        fatal("%s: a null buffer or a root outside 0..%d on some rank (here: buffer %s, root %d)",
+              comm_op_names[op], comm->world - 1, buffers_ok ? "ok" : "NULL", root);
+    if (!lo[4]) fatal("%s: count %zu is not divisible by the %d ranks", comm_op_names[op], count, comm->world);
     if (lo[5] != hi[5])
-        fatal("rank %d: %s element types differ across ranks (%s here)", comm->rank, comm_op_names[op],
-              dtype_name(dtype));
+        fatal("%s element types differ across ranks (%s here)", comm_op_names[op], dtype_name(dtype));
 }
 
 static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, void *result, size_t result_count, size_t count,
@@ -478,11 +499,6 @@ static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, void *result, si
     return h;
 }
 
-// The engine's form of an element type and its sum.
-static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
-    int bf = dtype == DTYPE_BF16;
-    return (EngineOp){.op = op, .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
-}
 
 // MPI_IN_PLACE where a collective reads and writes the same buffer.
 CommHandle comm_all_reduce_start(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op) {

@@ -121,6 +121,12 @@ static size_t next_llmc_sample(DataLoader *loader) {
     return (size_t)loader->sample_order[loader->next_sample++];
 }
 
+// 1 when the next global batch (B*T tokens and the last target) fits before the
+// shard's end from `position`; written so that no position can overflow it.
+static int batch_fits(const DataLoader *loader, size_t global) {
+    return loader->position <= loader->num_tokens && loader->num_tokens - loader->position >= global + 1;
+}
+
 void loader_skip_batches(DataLoader *loader, size_t count) {
     size_t global = (size_t)loader->B * loader->T;
     for (size_t k = 0; k < count; k++) {
@@ -128,7 +134,7 @@ void loader_skip_batches(DataLoader *loader, size_t count) {
             next_llmc_sample(loader);
             continue;
         }
-        if (loader->position + global + 1 > loader->num_tokens) loader->position = 0;
+        if (!batch_fits(loader, global)) loader->position = 0;
         loader->position += global;
     }
 }
@@ -136,7 +142,7 @@ void loader_skip_batches(DataLoader *loader, size_t count) {
 void loader_next_batch(DataLoader *loader) {
     size_t global = (size_t)loader->B * loader->T;
     if (loader->sample_order) loader->position = next_llmc_sample(loader) * global;
-    else if (loader->position + global + 1 > loader->num_tokens) loader->position = 0;
+    else if (!batch_fits(loader, global)) loader->position = 0;
     size_t local = global / (size_t)loader->world;
     const uint16_t *start = loader->tokens + loader->position + (size_t)loader->rank * local;
     for (size_t i = 0; i < local; i++) {

@@ -102,6 +102,9 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     else if (o->min_lr > 0 && strcmp(o->lr_schedule, "cosine") != 0)
         problem = "--min-lr goes with --lr-schedule cosine";
     else if (o->min_lr > o->lr) problem = "--min-lr is above --lr: the cosine decays from --lr down to --min-lr";
+    else if (strcmp(o->lr_schedule, "cosine") == 0 && o->warmup > 0 && o->warmup >= o->steps)
+        problem = "--warmup covers every one of the --steps: the cosine of --lr-schedule cosine would never start "
+                  "(give --warmup below --steps)";
     else if (strcmp(o->data_order, "sequential") != 0 && strcmp(o->data_order, "llmc") != 0)
         problem = "--data-order: give sequential or llmc";
     else if (strcmp(o->accum_mode, "sync-each") != 0 && strcmp(o->accum_mode, "no-sync") != 0)

@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +74,7 @@ typedef struct {
     RankSummary summary;
     int first_step;             // 1, or the step after the checkpoint resumed from
     LrSchedule schedule;
+    int ckpt_lock;              // rank 0: the --ckpt-dir, open and locked (-1: none)
 } Run;
 
 static long minor_faults_so_far(void) {
@@ -153,19 +157,99 @@ static void check_writable(const char *flag, const char *value, const char *path
     if (!existed && unlink(path) != 0) fatal("%s %s: cannot remove %s: %s", flag, value, path, strerror(errno));
 }
 
-// Every rank writes its shard into the checkpoint directory: rank 0 makes it,
-// then every rank creates and removes a file of its own in it.
-static void check_checkpoint_dir(Comm *comm, const char *dir, int resuming) {
-    // a fresh run would prune another run's checkpoints as it saves its own
+// --out-model is written to PATH.tmp and renamed over PATH (replace_begin in
+// errors.h): PATH must be a regular file or absent, and PATH.tmp creatable.
+static void check_replaceable(const char *flag, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        fatal("%s %s: not a regular file (%s): the file is written beside it and renamed over it", flag, path,
+              file_kind(st.st_mode));
+    check_writable(flag, path, path);
+    char tmp[4200];
+    xsnprintf(tmp, sizeof tmp, "%s.tmp", path);
+    check_writable(flag, path, tmp);
+}
+
+// The longest path a save makes under --ckpt-dir, checked now rather than at
+// the first save.
+static void check_checkpoint_path_length(const char *dir, int steps, int world) {
+    int longest = snprintf(NULL, 0, "%s/step_%08d.tmp/rank_%05d.bin", dir, steps, world - 1);
+    if (longest >= PATH_MAX)
+        fatal("--ckpt-dir %s: too long: the files of a checkpoint under it would have paths of %d characters, "
+              "the system allows %d", dir, longest, PATH_MAX - 1);
+}
+
+// The pid of the process holding a flock on the open file `fd`, from the kernel's
+// list of locks (/proc/locks: "1: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> ..."),
+// or 0 when it cannot tell.
+static long lock_holder(int fd) {
+    struct stat st;
+    FILE *f = fopen("/proc/locks", "r");
+    if (!f || fstat(fd, &st) != 0) {
+        if (f) fclose(f);
+        return 0;
+    }
+    char line[256];
+    long found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        long pid;
+        unsigned major, minor;
+        unsigned long inode;
+        if (sscanf(line, "%*d: FLOCK %*s %*s %ld %x:%x:%lu", &pid, &major, &minor, &inode) == 4 &&
+            inode == (unsigned long)st.st_ino && makedev(major, minor) == st.st_dev)
+            found = pid;
+    }
+    fclose(f);
+    return found;
+}
+
+// One run at a time saves into a --ckpt-dir: rank 0 holds an exclusive lock
+// (flock) on the directory itself for the whole run, so nothing is written into
+// it. The kernel drops the lock when the process ends, however it ends (a crash
+// or kill -9 included).
+static int lock_checkpoint_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fatal("--ckpt-dir %s: cannot open the directory: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno != EWOULDBLOCK) fatal("--ckpt-dir %s: cannot lock the directory: %s", dir, strerror(errno));
+    long holder = lock_holder(fd);
+    if (holder) fatal("--ckpt-dir %s is in use by another run, pid %ld", dir, holder);
+    fatal("--ckpt-dir %s is in use by another run", dir);
+}
+
+// 1 when --resume names `dir` or a checkpoint inside it.
+static int resumes_from_dir(const char *resume, const char *dir) {
+    char checkpoint[4096], real_checkpoint[PATH_MAX], real_dir[PATH_MAX];
+    checkpoint_resolve(resume, checkpoint, sizeof checkpoint);
+    if (!realpath(checkpoint, real_checkpoint) || !realpath(dir, real_dir)) return 0;
+    char *slash = strrchr(real_checkpoint, '/');
+    if (slash) *slash = '\0';
+    return strcmp(real_checkpoint, real_dir) == 0;
+}
+
+// Every rank writes its shard into the checkpoint directory: rank 0 makes it and
+// locks it, then every rank creates and removes a file of its own in it.
+static void check_checkpoint_dir(Run *run) {
+    const char *dir = run->opts.ckpt_dir, *resume = run->opts.resume;
+    Comm *comm = &run->comm;
+    check_checkpoint_path_length(dir, run->opts.steps, comm->world);
+    // another run's checkpoints: this run's saves and pruning would replace them
     char latest[4200];
     xsnprintf(latest, sizeof latest, "%s/latest", dir);
-    if (!resuming && access(latest, F_OK) == 0)
+    if (access(latest, F_OK) == 0 && !resume)
         fatal("--ckpt-dir %s already holds another run's checkpoints (%s): continue them with --resume %s, "
               "or give another directory", dir, latest, dir);
-    if (comm->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
-        fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
-    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks
+    if (access(latest, F_OK) == 0 && !resumes_from_dir(resume, dir))
+        fatal("--ckpt-dir %s already holds another run's checkpoints (%s), and --resume %s is not one of them: "
+              "give an empty --ckpt-dir, or --resume from %s to continue its run", dir, latest, resume, dir);
     struct stat st;
+    if (comm->rank == 0) {
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
+        run->ckpt_lock = lock_checkpoint_dir(dir);
+    }
+    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
     char probe[4200];
     xsnprintf(probe, sizeof probe, "%s/.write_test_rank_%05d", dir, comm->rank);
@@ -199,9 +283,9 @@ static void write_log_start(Run *run) {
 static void check_outputs(Run *run) {
     const TrainOptions *o = &run->opts;
     char path[4200];
-    if (o->ckpt_dir) check_checkpoint_dir(&run->comm, o->ckpt_dir, o->resume != NULL);
+    if (o->ckpt_dir) check_checkpoint_dir(run);
     if (run->comm.rank != 0) return;
-    if (o->out_model) check_writable("--out-model", o->out_model, o->out_model);
+    if (o->out_model) check_replaceable("--out-model", o->out_model);
     if (o->trace_prefix) {
         xsnprintf(path, sizeof path, "%s.json", o->trace_prefix);
         check_writable("--trace", o->trace_prefix, path);
@@ -267,6 +351,12 @@ static void setup(Run *run) {
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
+        if (m.data_position > run->train.num_tokens) {
+            char dir[4096];
+            checkpoint_resolve(o->resume, dir, sizeof dir);
+            fatal("%s/manifest.txt: data_position %llu is past the end of %s/train.bin (%zu tokens)", dir,
+                  (unsigned long long)m.data_position, o->data_dir, run->train.num_tokens);
+        }
         if (run->train.sample_order) loader_skip_batches(&run->train, (size_t)m.step);  // a function of the step
         else run->train.position = m.data_position;
         if (m.step > o->steps)
@@ -442,10 +532,28 @@ static void write_final_model(Run *run) {
     }
 }
 
+// Where a run that stops on a bad step can continue from, for its message:
+// " (the last good checkpoint is DIR/step_N)", or why there is none.
+static const char *last_good_checkpoint(const Run *run, char *said, size_t size) {
+    const TrainOptions *o = &run->opts;
+    char latest[4200], dir[4096];
+    if (o->ckpt_dir) xsnprintf(latest, sizeof latest, "%s/latest", o->ckpt_dir);
+    if (o->ckpt_dir && access(latest, F_OK) == 0) {
+        checkpoint_resolve(o->ckpt_dir, dir, sizeof dir);
+        snprintf(said, size, " (the last good checkpoint is %s)", dir);
+    } else if (o->resume) {
+        snprintf(said, size, " (no checkpoint saved since the one resumed from, %s)", o->resume);
+    } else {
+        snprintf(said, size, "%s", o->ckpt_dir ? " (no checkpoint was saved before it)" : "");
+    }
+    return said;
+}
+
 int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     Run run;
     memset(&run, 0, sizeof run);
     run.plugin = plugin;
+    run.ckpt_lock = -1;
     comm_init(&run.comm, &argc, &argv);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
     // Each rank parses its own command line, silently. The job's outcome is the
@@ -463,6 +571,12 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         comm_finalize(&run.comm);
         return worst == OPTIONS_HELP ? 0 : 1;
     }
+    // ranks compare what a flag resolves to: --reduce-dtype left out is the precision
+    if (!run.opts.reduce_dtype) run.opts.reduce_dtype = run.opts.precision;
+    if (run.comm.rank == 0 && run.opts.warmup > run.opts.steps)
+        fprintf(stderr, "shardlab: warning: --warmup %d is longer than --steps %d: the learning rate rises to %.3g at "
+                        "the last step and never reaches --lr %g\n", run.opts.warmup, run.opts.steps,
+                run.opts.lr * run.opts.steps / run.opts.warmup, run.opts.lr);
     if (strcmp(device_name(), "cuda") == 0) {  // the CUDA build: one GPU per rank, or ranks sharing one
         device_init(run.comm.local_rank);
         comm_use_device_buffers(&run.comm, device_count());
@@ -486,17 +600,18 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     long faults_before = minor_faults_so_far();
     for (int step = run.first_step; step <= o->steps; step++) {
         double loss, step_s, norm;
+        char said[4200];
         train_step(&run, step, &loss, &step_s, &norm);
         run.summary.last_grad_norm = norm;
         total_s += step_s;
         steps_run++;
         if (step == o->test_nan_at) loss = NAN;
+        // every rank has the same loss and norm: all stop, and the message is printed once
         if (!isfinite(loss))
-            fatal("step %d: loss is %g; stopping without saving%s%s", step, loss,
-                  o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
-        if (o->grad_clip > 0 && !isfinite(norm))  // every rank has the same norm: all stop
-            fatal("step %d: the gradient norm is %g; stopping without saving%s%s", step, norm,
-                  o->ckpt_dir ? " (the last good checkpoint is in " : "", o->ckpt_dir ? o->ckpt_dir : "");
+            fatal("step %d: loss is %g; stopping without saving%s", step, loss, last_good_checkpoint(&run, said, sizeof said));
+        if (o->grad_clip > 0 && !isfinite(norm))
+            fatal("step %d: the gradient norm is %g; stopping without saving%s", step, norm,
+                  last_good_checkpoint(&run, said, sizeof said));
         int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
         if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
             double t0 = timer_now();
@@ -545,6 +660,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     loader_free(&run.train);
     if (run.have_val) loader_free(&run.val);
     trace_free(&run.trace);
+    if (run.ckpt_lock >= 0) close(run.ckpt_lock);  // unlocks --ckpt-dir
     comm_finalize(&run.comm);
     return 0;
 }

@@ -458,12 +458,13 @@ static Link parse_link(const char *text, const char *flag) {
 static Link calibrate(const char *path, int tsv) {
     FILE *f = xfopen(path, "r");
     char line[512], name[64];
-    int ranks = 0, op = -1, n = 0, capacity = 0;
+    int ranks = 0, op = -1, n = 0, capacity = 0, line_number = 0;
     CommOp *ops = NULL;
     int *group = NULL;
     double *bytes = NULL, *seconds = NULL;
     while (fgets(line, sizeof line, f)) {
         double size, micros;
+        line_number++;
         if (sscanf(line, "# bench_comm: %d ranks", &ranks) == 1) continue;
         if (sscanf(line, "# %63s", name) == 1) {  // a collective's name starts its rows; column titles do not
             for (int k = 0; k < COMM_BARRIER; k++)
@@ -471,6 +472,9 @@ static Link calibrate(const char *path, int tsv) {
             continue;
         }
         if (op < 0 || ranks < 2 || sscanf(line, "%lf %lf", &size, &micros) != 2) continue;
+        if (!(isfinite(size) && size > 0 && isfinite(micros) && micros > 0))
+            fatal("--calibrate %s:%d: %g bytes in %g us is not a timing (both must be finite and above 0)", path,
+                  line_number, size, micros);
         if (n == capacity) {
             capacity = capacity ? 2 * capacity : 64;
             ops = xrealloc(ops, (size_t)capacity * sizeof *ops);
@@ -519,6 +523,13 @@ static void print_step_times(const GPT2Layout *layout, const Machine *machine, i
         }
         if (N == max_ranks) break;
     }
+}
+
+// A flag given where it changes nothing is refused: whoever gives it expects
+// the numbers to follow it. `flags` ends with NULL; `why` completes "FLAG: ...".
+static void refuse_flags(const CliSpec *spec, const char *const *flags, const char *why) {
+    for (; *flags; flags++)
+        if (cli_given(spec, *flags)) fatal("%s: %s; give it without %s", *flags, why, *flags);
 }
 
 int main(int argc, char **argv) {
@@ -576,7 +587,23 @@ int main(int argc, char **argv) {
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
+    int given[sizeof options / sizeof options[0]];
+    spec.given = given;
     cli_parse_or_exit(&spec, argc, argv);
+    static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
+                                             "--across", "--calibrate", NULL};
+    static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
+                                             "--grad-accum", "--accum-mode", "--prefetch", "--time", "--layout",
+                                             "--tsv", NULL};
+    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
+                                               "--grad-accum", "--accum-mode", "--prefetch", "--precision",
+                                               "--reduce-dtype", "--time", "--tsv", NULL};
+    static const char *const unmodelled_in_time[] = {"--grad-accum", "--accum-mode", "--reshard-after-forward",
+                                                     "--recompute", NULL};
+    if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
+    if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
+    if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
+    if (time_mode) refuse_flags(&spec, unmodelled_in_time, "the step-time model of --time does not model it");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
@@ -620,6 +647,9 @@ int main(int argc, char **argv) {
     }
     if (time_mode) {
         if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
+        if (grad_dtype != param_dtype)
+            fatal("--reduce-dtype %s: the step-time model of --time moves parameters and gradients in one dtype; "
+                  "give it without --reduce-dtype, or equal to --precision", reduce_dtype);
         Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
                            .within = calibration ? calibrate(calibration, tsv) : parse_link(within, "--within"),
                            .across = parse_link(across, "--across")};

@@ -118,6 +118,48 @@ fails "trainer: unknown preset" "unknown preset 'd7'" "$BUILD/train_single" --co
 fails "trainer: missing data" "/nonexistent/train.bin: cannot open" "$BUILD/train_single" --config d2 --data /nonexistent
 fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_single" --config d2 --vocab 100 --data "$tmp/byte" --steps 1
 fails "trainer: sequence too long" "--seq 2000 exceeds" "${train[@]}" --seq 2000
+# under mpirun an error every rank finds is printed once; ranks that fail
+# differently are named (common/fatal_once.c)
+said_once() {  # NAME PATTERN COMMAND...: fails with PATTERN on exactly one line of stderr, and one "shardlab:" line
+    local name=$1 pattern=$2
+    shift 2
+    fails "$name" "$pattern" "$@"
+    local lines
+    lines=$(grep -c "^shardlab:" "$tmp/err")
+    if [ "$lines" -eq 1 ]; then ok "$name: said once"; else bad "$name: said $lines times"; cat "$tmp/err"; fi
+}
+said_once "trainer -np 3: --grad-accum that does not divide, said once" \
+    "^shardlab: --grad-accum 4: each rank's 2 rows \(--batch 6 over 3 ranks\) do not split into 4 micro-batches$" \
+    $MPIRUN -np 3 "$BUILD/train_ddp" "${train[@]:1}" --batch 6 --grad-accum 4
+said_once "trainer -np 2: an unknown --config, said once" "^shardlab: --config: unknown preset 'd7'" \
+    $MPIRUN -np 2 "$BUILD/train_zero3" "${train[@]:1}" --config d7
+said_once "trainer -np 2: a missing --resume, said once" "^shardlab: $tmp/nothing: no checkpoint here" \
+    $MPIRUN -np 2 "$BUILD/train_fsdp" "${train[@]:1}" --resume "$tmp/nothing"
+fails "ranks that fail differently are named" "^shardlab: ranks 1, 2: all_reduce counts differ across ranks \(8..16, 16 here\)$" \
+    $MPIRUN -np 3 "$BUILD/tests/comm_misuse" counts
+if grep -q "^shardlab: rank 0: all_reduce counts differ across ranks (8..16, 8 here)$" "$tmp/err" &&
+   [ "$(grep -c "^shardlab:" "$tmp/err")" -eq 2 ]; then ok "and rank 0's own message once, with its rank"
+else bad "and rank 0's own message once, with its rank"; cat "$tmp/err"; fi
+fails "a rank that fails alone says so, with its rank" "^shardlab: rank 1: rank 1 stops on purpose$" \
+    $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit
+# whole numbers in any notation; fractions refused
+run "trainer: --steps 2e0 is 2" "${train[@]}" --steps 2e0
+fails "trainer: --steps 2.5" "--steps: '2.5' is not an integer" "${train[@]}" --steps 2.5
+# schedules that never reach their peak
+fails "trainer: a cosine that never starts" "--warmup covers every one of the --steps" "${train[@]}" --lr-schedule cosine --warmup 2
+"${train[@]}" --warmup 4 > "$tmp/out" 2> "$tmp/err"
+if grep -q "warning: --warmup 4 is longer than --steps 2: the learning rate rises to 0.00015 at the last step and never reaches --lr 0.0003" "$tmp/err"
+then ok "trainer: a warmup longer than the run is warned about"; else bad "trainer: a warmup longer than the run is warned about"; cat "$tmp/err"; fi
+# every output is checked before the first step, naming its flag
+fails "trainer: --out-model /dev/null, before step 1" "--out-model /dev/null: not a regular file \(a character device\)" \
+    "${train[@]}" --out-model /dev/null --log "$tmp/devnull.jsonl"
+if grep -q '"step"' "$tmp/devnull.jsonl" 2>/dev/null; then bad "--out-model /dev/null: no step trained"; else ok "--out-model /dev/null: no step trained"; fi
+long="$tmp"
+while [ ${#long} -lt 4060 ]; do long="$long/$(printf 'd%.0s' $(seq 200))"; done
+mkdir -p "$long"
+fails "trainer: a --ckpt-dir too long for its checkpoints, before step 1" "--ckpt-dir .*: too long: the files of a checkpoint under it would have paths of [0-9]+ characters, the system allows 4095" \
+    "${train[@]}" --ckpt-dir "$long" --log "$tmp/long.jsonl"
+if grep -q '"step"' "$tmp/long.jsonl" 2>/dev/null; then bad "a long --ckpt-dir: no step trained"; else ok "a long --ckpt-dir: no step trained"; fi
 fails "trainer: batch not divisible by ranks" "--batch 3 is not divisible by the number of ranks \(2\)" \
     $MPIRUN -np 2 "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --batch 3 --seq 16 --steps 1
 zero3=($MPIRUN -np 2 "$BUILD/train_zero3" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 1)
@@ -127,7 +169,7 @@ fails "trainer: ranks with different --steps" "ranks disagree on --steps: rank 0
     $MPIRUN -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 3 : -np 1 "$BUILD/train_ddp" "${train[@]:1}" --steps 6
 fails "trainer: --out-model in a missing directory" "--out-model /nonexistent/x.bin: cannot write: No such file" \
     "${train[@]}" --out-model /nonexistent/x.bin
-fails "trainer: --out-model is a directory" "--out-model $tmp: cannot write: Is a directory" "${train[@]}" --out-model "$tmp"
+fails "trainer: --out-model is a directory" "--out-model $tmp: not a regular file \(a directory\)" "${train[@]}" --out-model "$tmp"
 fails "trainer: --trace in a missing directory" "--trace /nonexistent/tr: cannot write /nonexistent/tr.json" \
     "${train[@]}" --trace /nonexistent/tr
 fails "trainer: --ckpt-dir is a file" "--ckpt-dir $tmp/small.txt: not a directory" "${train[@]}" --ckpt-dir "$tmp/small.txt"
@@ -289,6 +331,33 @@ assert abs(r[("ddp", 2)][1] / ddp_comm(2, 30e-6, 2e9) - 1) < 1e-4, r
 PY
 then ok "plan --time: --within, --across, --ranks-per-node, --cores-per-node and --calibrate, by hand"
 else bad "plan --time: --within, --across, --ranks-per-node, --cores-per-node and --calibrate, by hand"; fi
+# every flag plan takes changes what it prints, or is refused where it would not
+plan_d2=("$BUILD/plan" --config d2 --vocab 256 --ranks 4)
+for flag in "--grad-accum 2" "--accum-mode no-sync" "--reshard-after-forward 0" "--recompute"; do
+    fails "plan --time: ${flag%% *} is refused, not ignored" "${flag%% *}: the step-time model of --time does not model it" \
+        "${plan_d2[@]}" --time --tokens-per-s 1000 $flag
+done
+fails "plan --time: --reduce-dtype other than --precision is refused" "--reduce-dtype bf16: the step-time model of --time moves" \
+    "${plan_d2[@]}" --time --tokens-per-s 1000 --reduce-dtype bf16
+for flag in "--tokens-per-s 10" "--ranks-per-node 2" "--cores-per-node 2" "--within 1e-6,10" "--across 1e-6,10" \
+            "--calibrate $tmp/small.txt"; do
+    fails "plan: ${flag%% *} without --time" "${flag%% *}: it sets the step-time model of --time" "${plan_d2[@]}" $flag
+done
+for flag in "--grad-accum 2" "--recompute" "--batch 8" "--prefetch 2" "--tsv"; do
+    fails "plan --params: ${flag%% *} is refused" "${flag%% *}: --params P plans the model states alone" \
+        "$BUILD/plan" --params 1000 --ranks 4 $flag
+done
+fails "plan --layout: --seq is refused" "--seq: --layout draws where each element lives" "${plan_d2[@]}" --layout --seq 8
+printf '# bench_comm: 2 ranks\n# all_reduce\n1024 nan\n4096 20\n' > "$tmp/nan_bench.txt"
+fails "plan --calibrate: a NaN timing" "--calibrate $tmp/nan_bench.txt:3: 1024 bytes in nan us is not a timing" \
+    "${plan_d2[@]}" --time --tokens-per-s 1000 --calibrate "$tmp/nan_bench.txt"
+printf '# bench_comm: 2 ranks\n# all_reduce\n1024 10\n4096 inf\n' > "$tmp/inf_bench.txt"
+fails "plan --calibrate: an infinite timing" "inf_bench.txt:4: 4096 bytes in inf us is not a timing" \
+    "${plan_d2[@]}" --time --tokens-per-s 1000 --calibrate "$tmp/inf_bench.txt"
+if "$BUILD/plan" --params 7.5e9 --ranks 64 > "$tmp/p1" && "$BUILD/plan" --params 7500000000 --ranks 64 > "$tmp/p2" &&
+   cmp -s "$tmp/p1" "$tmp/p2"; then ok "plan --params 7.5e9 is --params 7500000000"
+else bad "plan --params 7.5e9 is --params 7500000000"; fi
+fails "plan --params 7.5e-9" "--params: '7.5e-9' is not an integer" "$BUILD/plan" --params 7.5e-9 --ranks 64
 fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
@@ -304,6 +373,16 @@ sample=("$BUILD/sample" --model "$tmp/maxt8.bin" --tokens 3)
 run "sample: a prompt of maxT tokens" "${sample[@]}" --prompt 12345678
 fails "sample: a prompt longer than maxT" "--prompt is 9 tokens, more than the model's maximum sequence length 8" \
     "${sample[@]}" --prompt 123456789
+for bad_value in nan inf; do  # one weight not a finite number: refused, naming it, not sampled into noise
+    python3 - "$tmp/maxt8.bin" "$tmp/$bad_value.bin" "$bad_value" <<'PY'
+import struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<f", data, 1024 + 4 * 7, float(sys.argv[3]))  # wte[7]
+open(sys.argv[2], "wb").write(data)
+PY
+    fails "sample: a model with a $bad_value weight" "--model $tmp/$bad_value.bin: wte\[7\] is $bad_value: the model holds weights that are not finite" \
+        "$BUILD/sample" --model "$tmp/$bad_value.bin" --tokens 3 --prompt 1
+done
 fails "sample: an empty prompt" "--prompt is empty" "${sample[@]}" --prompt ""
 fails "sample: no prompt" "--model FILE.bin and --prompt TEXT are required" "${sample[@]}"
 fails "sample: not a model" "notmodel.bin: not a GPT-2 checkpoint" "$BUILD/sample" --model "$tmp/notmodel.bin" --prompt a

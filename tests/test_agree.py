@@ -82,7 +82,7 @@ CASES = {
     "--data-order": ({}, {"--data-order": "llmc"}),
     "--grad-accum": ({}, {"--grad-accum": "2"}),
     "--accum-mode": ({}, {"--accum-mode": "no-sync"}),
-    "--precision": ({}, {"--precision": "bf16"}),
+    "--precision": ({"--reduce-dtype": "fp32"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
     "--reduce-dtype": ({"--precision": "bf16"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
 }
 
@@ -147,6 +147,14 @@ ddp = [f"{BUILD}/train_ddp", *args({})]
 r = subprocess.run([*MPIRUN, "-np", "1", *ddp, "--zero-stage", "1", ":", "-np", "1", *ddp, "--zero-stage", "2"],
                    capture_output=True, text=True, timeout=60)
 stops_with(r, r"ranks disagree on --zero-stage: rank 0 has 1, rank 1 has 2", "--zero-stage differs")
+
+# values that %g prints alike show their difference; a flag left to its default
+# agrees with the same value given
+r = job((1, tmp, args({"--grad-clip": "1"})), (1, tmp, args({"--grad-clip": "1.0000001"})))
+stops_with(r, r"--grad-clip: rank 0 has 1, rank 1 has 1.0000001$", "--grad-clip values that differ past %g's digits")
+r = job((1, tmp, args({})), (1, tmp, args({"--reduce-dtype": "fp32"})))
+check(r is not None and r.returncode == 0,
+      "--reduce-dtype fp32 on one rank, left to its default (fp32) on the other: the ranks agree and train")
 
 # the same paths, other files: each rank runs in its own directory
 for name in ("wd_a", "wd_b"):

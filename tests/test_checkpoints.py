@@ -14,6 +14,7 @@ import tempfile
 
 from testlib import Checks
 import time
+import zlib
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 COMMON = ["--config", "d2", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16", "--quiet"]
@@ -32,8 +33,8 @@ def launch(strategy, n):
     return [*MPIRUN, "-np", str(n), f"{BUILD}/train_{strategy}"]
 
 
-def train(strategy, n, *args, env=None):
-    r = subprocess.run(launch(strategy, n) + COMMON + list(args), capture_output=True, text=True, timeout=300,
+def train(strategy, n, *args, env=None, timeout=300):
+    r = subprocess.run(launch(strategy, n) + COMMON + list(args), capture_output=True, text=True, timeout=timeout,
                        env=dict(os.environ, **(env or {})))
     return r
 
@@ -214,10 +215,111 @@ r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "-
 fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
 fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")
 
+# every number a manifest gives is checked, naming the manifest and what is wrong
+# (each edit below keeps the manifest's own CRC valid)
+def rewrite_manifest(src, name, edit):
+    dst = copy_ckpt(src, name)
+    path = glob.glob(f"{dst}/step_*/manifest.txt")[0]
+    body = open(path).read().rsplit("end ", 1)[0]
+    body = edit(body)
+    open(path, "w").write(body + f"end {zlib.crc32(body.encode())}\n")
+    return dst
+
+def edit_line(prefix, change):
+    """An edit of the first line that starts with `prefix`: change(fields) -> fields."""
+    def edit(body):
+        lines = body.split("\n")
+        i = next(k for k, line in enumerate(lines) if line.startswith(prefix))
+        lines[i] = " ".join(change(lines[i].split(" ")))
+        return "\n".join(lines)
+    return edit
+
+def set_field(k, value):
+    return lambda fields: fields[:k] + [str(value)] + fields[k + 1:]
+
+# the loader's position near 2^64: read past the shard (heap overflow) before it was checked
+bad = rewrite_manifest(base, "position", edit_line("data_position", set_field(1, 2**64 - 5)))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), f"manifest.txt: data_position {2**64 - 5} is past the end",
+           "a data_position past the shard")
+bad = rewrite_manifest(base, "tensor", edit_line("piece ", set_field(1, 9999)))
+fails_with(train("fsdp", 2, "--steps", "12", "--resume", bad), "piece 0 names tensor 9999; the model has",
+           "a piece of a tensor the model lacks")
+bad = rewrite_manifest(base, "rows", edit_line("piece ", set_field(3, 100000)))
+fails_with(train("zero3", 3, "--steps", "12", "--resume", bad), "piece 0: rows 0..99999 of wte, which has rows 0..",
+           "a piece past its tensor's last row")
+bad = rewrite_manifest(base, "offset", edit_line("piece ", set_field(5, 2**63)))
+fails_with(train("single", 1, "--steps", "12", "--resume", bad), "lie past the end of rank_00000.bin",
+           "a piece's bytes past the end of its file")
+bad = rewrite_manifest(base, "adam", edit_line("piece ", lambda f: f[:-1] + ["99"]))
+fails_with(train("single", 1, "--steps", "12", "--resume", bad), "piece 0: AdamW step 99 of wte is past the checkpoint's step 10",
+           "an AdamW step past the checkpoint's")
+# one piece listed twice in place of another: the row count adds up, the rows do not
+def repeat_a_piece(body):
+    lines = body.split("\n")
+    pieces = [k for k, line in enumerate(lines) if line.startswith("piece ")]
+    lines[pieces[1]] = lines[pieces[0]]
+    return "\n".join(lines)
+bad = rewrite_manifest(base, "repeat", repeat_a_piece)
+r = train("fsdp", 3, "--steps", "12", "--resume", bad)
+check(r.returncode != 0 and "are in more than one piece" in r.stderr and r.stderr.count("shardlab:") == 1,
+      f"a repeated piece hiding a missing one, said once: {r.stderr.strip()[:200]!r}")
+
+# a `latest` that is a FIFO is refused, not waited on
+bad = copy_ckpt(base, "fifo")
+os.remove(f"{bad}/latest")
+os.mkfifo(f"{bad}/latest")
+try:
+    r = train("fsdp", 2, "--steps", "12", "--resume", bad, timeout=60)
+    fails_with(r, "latest: not a regular file (a FIFO)", "a FIFO as latest")
+except subprocess.TimeoutExpired:
+    check(False, "a FIFO as latest: the resume hung")
+
+# another run's --ckpt-dir is refused when resuming from elsewhere, and left as it was
+theirs, mine = f"{tmp}/theirs", f"{tmp}/mine"
+ok = train("single", 1, "--steps", "6", "--save-every", "1", "--keep", "3", "--ckpt-dir", theirs).returncode == 0
+ok &= train("single", 1, "--steps", "3", "--ckpt-dir", mine).returncode == 0
+before = {f: open(f, "rb").read() for f in glob.glob(f"{theirs}/**/*", recursive=True) if os.path.isfile(f)}
+r = train("single", 1, "--steps", "8", "--resume", mine, "--ckpt-dir", theirs, "--save-every", "1")
+fails_with(r, f"--ckpt-dir {theirs} already holds another run's checkpoints", "resuming one run into another's --ckpt-dir")
+after = {f: open(f, "rb").read() for f in glob.glob(f"{theirs}/**/*", recursive=True) if os.path.isfile(f)}
+check(ok and before == after and open(f"{theirs}/latest").read() == "step_00000006\n",
+      "the other run's checkpoints are untouched, latest included")
+
+# one run at a time in a --ckpt-dir: a second, even one resuming it, is refused while
+# the first runs; the lock goes with the first run however it ends
+locked = f"{tmp}/locked"
+def start_long_run(strategy, n):
+    p = subprocess.Popen(launch(strategy, n) + COMMON + ["--steps", "100000", "--save-every", "1", "--ckpt-dir", locked],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(f"{locked}/latest"):
+        time.sleep(0.05)
+    return p
+p = start_long_run("ddp", 2)
+r = train("single", 1, "--steps", "100000", "--resume", locked, "--ckpt-dir", locked)
+lock_pid = [x for x in subprocess.run(["pgrep", "-f", f"train_ddp.*{locked}"], capture_output=True, text=True).stdout.split()
+            if int(x) != p.pid]
+fails_with(r, f"--ckpt-dir {locked} is in use by another run, pid ", "a second run in a --ckpt-dir in use")
+check(any(f"pid {x}\n" in r.stderr for x in lock_pid), f"the refusal names the running rank's pid {lock_pid}")
+r2 = train("ddp", 2, "--steps", "100000", "--ckpt-dir", locked)
+check(r2.returncode != 0 and r2.stderr.count("shardlab:") == 1 and "already holds another run's" in r2.stderr,
+      f"a fresh run into it is refused, said once by its two ranks: {r2.stderr.strip()[:200]!r}")
+for x in lock_pid:
+    os.kill(int(x), signal.SIGKILL)  # no clean exit: the kernel drops the lock
+p.wait(timeout=60)
+step = int(open(f"{locked}/latest").read().strip().split("_")[1])
+check(train("single", 1, "--steps", str(step + 1), "--resume", locked, "--ckpt-dir", locked).returncode == 0,
+      "after the run holding it was killed, the --ckpt-dir resumes into itself")
+
 # a NaN loss stops training and keeps the last good checkpoint
 nan = f"{tmp}/nan"
 r = train("ddp", 2, "--steps", "10", "--save-every", "3", "--ckpt-dir", nan, "--test-nan-at", "5")
-fails_with(r, "step 5: loss is nan; stopping without saving", "a NaN loss")
+fails_with(r, f"step 5: loss is nan; stopping without saving (the last good checkpoint is {nan}/step_00000003)\n",
+           "a NaN loss")
+check(r.stderr.count("shardlab:") == 1, f"the NaN is reported once, not by each rank: {r.stderr.strip()[:300]!r}")
+r = train("ddp", 2, "--steps", "10", "--save-every", "3", "--ckpt-dir", f"{tmp}/nan_first", "--test-nan-at", "1")
+fails_with(r, "step 1: loss is nan; stopping without saving (no checkpoint was saved before it)\n",
+           "a NaN loss before any save")
 check(open(f"{nan}/latest").read().strip() == "step_00000003", "after a NaN, latest is still step 3")
 check(train("ddp", 2, "--steps", "6", "--resume", nan).returncode == 0, "the checkpoint before the NaN resumes")
 

@@ -133,6 +133,37 @@ START_TEST(test_bf16_collectives) {
 }
 END_TEST
 
+// bf16 sums round every partial sum, as the ranks' pairwise additions do: ranks
+// 0, 1, 2 hold 1, 1 + 2^-7 and 2^-10 (any others 0). Added two at a time in any
+// order, with a rounding after each addition, they give 2 (0x4000); summed in
+// fp32 and rounded once they give 2 + 2^-6 (0x4001). So a reduction that widened
+// bf16 to fp32 on the wire fails here, and its bytes (counted from the datatype
+// MPI is given) would be four per element, not two.
+START_TEST(test_bf16_sums_round_each_partial_sum) {
+    int N = comm.world, r = comm.rank;
+    if (N < 3) return;
+    size_t part = 5, n = part * N;
+    bf16 *buf = malloc(n * sizeof(bf16)), *recv = malloc(n * sizeof(bf16));
+    float mine = r == 0 ? 1.0f : r == 1 ? 1.0f + 1.0f / 128 : r == 2 ? 1.0f / 1024 : 0.0f;
+    for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float(mine);
+    CommStats before = comm.stats;
+    comm_all_reduce(&comm, buf, n, DTYPE_BF16, COMM_SUM);
+    for (size_t i = 0; i < n; i++) ck_assert_uint_eq(buf[i], 0x4000);
+    for (size_t i = 0; i < n; i++) buf[i] = bf16_from_float(mine);
+    comm_reduce_scatter(&comm, buf, recv, n, DTYPE_BF16, COMM_SUM);
+    for (size_t i = 0; i < part; i++) ck_assert_uint_eq(recv[i], 0x4000);
+    comm_reduce(&comm, buf, r == 0 ? recv : NULL, n, DTYPE_BF16, 0, COMM_SUM);
+    for (size_t i = 0; r == 0 && i < n; i++) ck_assert_uint_eq(recv[i], 0x4000);
+    CommStats d = comm_stats_diff(&comm.stats, &before);
+    uint64_t S = n * 2;  // two bytes per element
+    ck_assert_uint_eq(d.ops[COMM_ALL_REDUCE].bytes_sent, 2 * (uint64_t)(N - 1) * S / N);
+    ck_assert_uint_eq(d.ops[COMM_REDUCE_SCATTER].bytes_sent, (uint64_t)(N - 1) * S / N);
+    ck_assert_uint_eq(d.ops[COMM_REDUCE].bytes_sent, r == 0 ? 0 : S);
+    free(buf);
+    free(recv);
+}
+END_TEST
+
 // comm_split: two interleaved groups (even and odd ranks) reduce among
 // themselves; their traffic counts in the group, in the parent, and, for a group
 // split as `across`, in the parent's `across`.
@@ -500,6 +531,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_broadcast_from_every_root);
     tcase_add_test(tc, test_reduce_to_every_root);
     tcase_add_test(tc, test_bf16_collectives);
+    tcase_add_test(tc, test_bf16_sums_round_each_partial_sum);
     tcase_add_test(tc, test_split_groups);
     tcase_add_test(tc, test_non_blocking_overlaps_work);
     tcase_add_test(tc, test_counters_follow_the_ring_formulas);

@@ -490,9 +490,9 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
     S = N is plain FSDP bitwise (losses, model, bytes); S = 1 keeps DDP's params, grads and optimizer bytes.
     Also with --grad-accum 2 in both modes (N = 2, S = 1), and in bf16 (against train_single's bf16 run, 1e-4).
     --grad-clip's norm counts each slice once."""
-    bf16_ref = os.path.join(tmp, "hybrid_single_bf16.jsonl")
-    check(run([f"{BUILD}/train_single", *common, "--precision", "bf16", "--reduce-dtype", "fp32", "--log", bf16_ref])
-          == 0, "train_single --precision bf16 --reduce-dtype fp32 runs")
+    bf16_ref, bf16_ref_model = os.path.join(tmp, "hybrid_single_bf16.jsonl"), os.path.join(tmp, "hybrid_single_bf16.bin")
+    check(run([f"{BUILD}/train_single", *common, "--precision", "bf16", "--reduce-dtype", "fp32", "--log", bf16_ref,
+               "--out-model", bf16_ref_model]) == 0, "train_single --precision bf16 --reduce-dtype fp32 runs")
     configs = [(n, S, prefetch, 1, "sync-each", "fp32") for n, S in ((4, 2), (4, 1), (4, 4), (2, 1)) for prefetch in (0, 1)]
     # micro-batches: the groups' all-reduce runs with every reduce-scatter; bf16 parameters: half the bytes
     configs += [(2, 1, 0, 2, "sync-each", "fp32"), (2, 1, 0, 2, "no-sync", "fp32"), (4, 2, 0, 1, "sync-each", "bf16")]
@@ -513,8 +513,15 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
             check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
                   f"{tag}: losses and parameters of train_single (worst loss diff {worst:.2e}, params {pdiff:.2e})")
         else:
+            # bf16 parameters: a master one fp32 step away can round to the neighbouring bf16 value, so a
+            # few differ, by a bf16 step or two; measured 0.9% of them, and 5.0% with the groups' all-reduce
+            # summing instead of averaging, which the losses barely show
             worst = worst_loss_diff(steps, read_log(bf16_ref)[0])
-            check(len(steps) == STEPS and worst <= 1e-4, f"{tag}: losses of train_single's bf16 run ({worst:.2e})")
+            diffs = [abs(a - b) for a, b in zip(params, read_params(bf16_ref_model))]
+            differing = sum(1 for d in diffs if d > 0) / len(diffs)
+            check(len(steps) == STEPS and worst <= 1e-4 and max(diffs) <= 1e-3 and differing <= 0.02,
+                  f"{tag}: losses and parameters of train_single's bf16 run (worst loss diff {worst:.2e}; "
+                  f"{100 * differing:.1f}% of the parameters differ, at most by {max(diffs):.2e})")
         check_rank_formulas(tag, summary, "fsdp", n, True, accum, mode, prefetch, precision, "fp32", shard_group=S)
     plain = run_logged("fsdp N=4 (no --shard-group)", strategy_command("fsdp", 4, common), os.path.join(tmp, "plain.jsonl"),
                        os.path.join(tmp, "plain.bin"))

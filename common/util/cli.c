@@ -73,8 +73,20 @@ static int set_value(const CliOption *o, const char *text, char *err, size_t err
         *(float *)o->dest = (float)v;
         return 0;
     }
-    long long v = strtoll(text, &end, 10);
-    if (errno || end == text || *end || (double)v < o->min || (double)v > o->max) {
+    // whole numbers in any notation: 7500000000, or 7.5e9 as the papers write it
+    unsigned long long v = 0;
+    int whole = 0;
+    if (text[0] != '-' && text[0] != '+') {
+        v = strtoull(text, &end, 10);
+        whole = !errno && end != text && !*end;
+    }
+    if (!whole) {
+        errno = 0;
+        double d = strtod(text, &end);
+        whole = !errno && end != text && !*end && d >= 0 && d < 0x1p64 && d == floor(d);
+        if (whole) v = (unsigned long long)d;
+    }
+    if (!whole || (double)v < o->min || (double)v > o->max) {
         snprintf(err, err_len, "%s: '%s' is not an integer in [%.0f, %.0f]", o->flag, text, o->min, o->max);
         return -1;
     }
@@ -91,6 +103,7 @@ CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
         return CLI_HELP;
     }
     if (spec->num_positional) *spec->num_positional = 0;
+    if (spec->given) memset(spec->given, 0, (size_t)spec->num_options * sizeof *spec->given);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (arg[0] != '-' || arg[1] == '\0') {  // "-" alone names standard input
@@ -103,6 +116,7 @@ CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
         for (int k = 0; k < spec->num_options && !o; k++)
             if (strcmp(arg, spec->options[k].flag) == 0) o = &spec->options[k];
         if (!o) return cli_error(program, speak, "unknown flag '%s'", arg);
+        if (spec->given) spec->given[o - spec->options] = 1;
         if (o->kind == CLI_SWITCH) {
             *(int *)o->dest = 1;
             continue;
@@ -112,6 +126,12 @@ CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
         if (set_value(o, argv[++i], err, sizeof err) != 0) return cli_error(program, speak, "%s", err);
     }
     return CLI_RUN;
+}
+
+int cli_given(const CliSpec *spec, const char *flag) {
+    for (int k = 0; k < spec->num_options; k++)
+        if (strcmp(spec->options[k].flag, flag) == 0) return spec->given[k];
+    fatal("cli_given: %s is not a flag of this tool", flag);
 }
 
 void cli_parse_or_exit(const CliSpec *spec, int argc, char **argv) {

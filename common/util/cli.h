@@ -28,6 +28,7 @@ typedef struct {
     const char **positional;  // (max_positional) where arguments that are not flags go
     int max_positional;       // 0: none allowed
     int *num_positional;      // how many were given (may be NULL when max_positional is 0)
+    int *given;               // optional (num_options): set to 1 for each flag the command line gives
 } CliSpec;
 
 typedef enum { CLI_RUN, CLI_HELP, CLI_ERROR } CliResult;
@@ -37,6 +38,9 @@ typedef enum { CLI_RUN, CLI_HELP, CLI_ERROR } CliResult;
 // after printing the problem on stderr. Prints only when `speak` is set: every
 // rank of an MPI job parses the same argv, and rank 0 alone reports.
 CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak);
+
+// 1 when the command line gave `flag` (spec->given must be set).
+int cli_given(const CliSpec *spec, const char *flag);
 
 // cli_parse for a single-process tool: exits 0 after --help and 1 after an error.
 void cli_parse_or_exit(const CliSpec *spec, int argc, char **argv);

@@ -8,14 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// The whole message goes out in one write: under mpirun every rank shares the
+// Who reports a fatal error: set once by the communication layer, read by
+// fatal() wherever it is called from, which is why it is a global.
+static void (*fatal_reporter)(const char *message);
+
+void fatal_set_reporter(void (*reporter)(const char *message)) { fatal_reporter = reporter; }
+
+// The whole line goes out in one write: under mpirun every rank shares the
 // terminal, and piecewise writes from several ranks interleave mid-line.
-static void write_message(const char *where, const char *fmt, va_list ap) {
-    char line[8192];
-    int n = snprintf(line, sizeof line, "shardlab: %s", where);
-    if (n < 0 || (size_t)n >= sizeof line) n = 0;
-    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    size_t len = m < 0 ? (size_t)n : (size_t)n + (size_t)m;
+void error_print(const char *text) {
+    char line[8400];
+    int n = snprintf(line, sizeof line, "shardlab: %s", text);
+    size_t len = n < 0 ? 0 : (size_t)n;
     if (len > sizeof line - 2) len = sizeof line - 2;  // a truncated message still ends its line
     line[len++] = '\n';
     fflush(stdout);
@@ -26,22 +30,35 @@ static void write_message(const char *where, const char *fmt, va_list ap) {
     }
 }
 
-void fatal(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    write_message("", fmt, ap);
-    va_end(ap);
+static void format_message(char *message, size_t size, const char *where, const char *fmt, va_list ap) {
+    int n = snprintf(message, size, "%s", where);
+    if (n < 0 || (size_t)n >= size) n = 0;
+    vsnprintf(message + n, size - (size_t)n, fmt, ap);
+}
+
+static void __attribute__((noreturn)) report_and_exit(const char *message) {
+    if (fatal_reporter) fatal_reporter(message);
+    error_print(message);
     exit(1);
 }
 
+void fatal(const char *fmt, ...) {
+    char message[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    format_message(message, sizeof message, "", fmt, ap);
+    va_end(ap);
+    report_and_exit(message);
+}
+
 void fatal_at(const char *file, int line, const char *fmt, ...) {
-    char where[512];
+    char where[512], message[8192];
     snprintf(where, sizeof where, "%s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    write_message(where, fmt, ap);
+    format_message(message, sizeof message, where, fmt, ap);
     va_end(ap);
-    exit(1);
+    report_and_exit(message);
 }
 
 void xsnprintf(char *out, size_t size, const char *fmt, ...) {
@@ -70,7 +87,7 @@ void *xrealloc(void *ptr, size_t bytes) {
     return p;
 }
 
-static const char *file_kind(mode_t mode) {
+const char *file_kind(mode_t mode) {
     if (S_ISDIR(mode)) return "a directory";
     if (S_ISFIFO(mode)) return "a FIFO";
     if (S_ISSOCK(mode)) return "a socket";

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +17,13 @@ void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn))
 // Like fatal, with the source location in front (used by the CHECK macros).
 void fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+// Under MPI every rank usually fails the same way at the same point: the
+// communication layer installs a reporter (common/fatal_once.c) that prints such
+// an error once for the job. It receives the message without the "shardlab: "
+// prefix and must not return. NULL: print here and exit (the default).
+void fatal_set_reporter(void (*reporter)(const char *message));
+// Writes "shardlab: <text>\n" to stderr in one write (a reporter's output).
+void error_print(const char *text);
 
 // Checked wrappers for the C library: they name the file or what was asked for.
 void *xmalloc(size_t bytes);
@@ -36,6 +44,9 @@ void replace_commit(FILE *f, const char *tmp_path, const char *path);
 char *xread_file(const char *path, size_t *len);
 // Size of an open file in bytes.
 long xfsize(FILE *f, const char *path);
+
+// "a directory", "a FIFO", ... for what stat() found that is not a regular file.
+const char *file_kind(mode_t mode);
 
 // snprintf that exits instead of truncating (for file paths).
 void xsnprintf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
