@@ -60,7 +60,7 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean
+.PHONY: all gpu deps test test-quick test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
 
@@ -130,6 +130,12 @@ $(BUILD)/tests/test_layers: $(BUILD)/obj/f64/tests/test_layers.o $(BUILD)/obj/f6
 test: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_tests.sh
+
+# The fast tier, a few minutes: unit tests, the diffs, and every strategy at N = 2
+# against train_single (tests/run_quick.sh). `make test` runs all of it and more.
+test-quick: deps
+	$(MAKE) all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_quick.sh
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan:

@@ -182,7 +182,11 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
     uint64_t offset = 0;
     for (int t = 0; t < layout->num_tensors; t++) {
         LocalRows rows;
-        if (!strategy->local_rows(strategy->state, t, &rows) || !rows.writes) continue;
+        if (!strategy->local_rows(strategy->state, t, &rows)) continue;
+        if (!rows.writes) {
+            local_rows_done(&rows);
+            continue;
+        }
         if (fd < 0) fd = open_for_writing(path);
         size_t cols = (size_t)layout->tensors[t].cols;
         int chunk = rows_per_piece(&layout->tensors[t]);
@@ -204,6 +208,7 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
             free(host);
             push_piece(pieces, q);
         }
+        local_rows_done(&rows);
     }
     if (fd >= 0) sync_and_close(fd, path);
 }
@@ -236,13 +241,15 @@ static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layou
         float *assembled = device_alloc(&scratch, MEM_COMM_BUFFERS, 3 * tensor->numel);
         LocalRows rows;
         double step = 0;
-        if (strategy->local_rows(strategy->state, t, &rows) && rows.writes) {
+        int kept = strategy->local_rows(strategy->state, t, &rows);
+        if (kept && rows.writes) {
             size_t at = (size_t)rows.row_begin * tensor->cols, n = (size_t)rows.row_count * tensor->cols;
             device_copy(assembled + at, rows.params, n);
             device_copy(assembled + tensor->numel + at, rows.m, n);
             device_copy(assembled + 2 * tensor->numel + at, rows.v, n);
             step = *rows.adam_step;
         }
+        if (kept) local_rows_done(&rows);
         comm_reduce(comm, assembled, root ? assembled : NULL, 3 * tensor->numel, DTYPE_FP32, 0, COMM_SUM);
         step = comm_metric_max(comm, step);
         float *full = root ? xmalloc(3 * tensor->numel * sizeof(float)) : NULL;
@@ -443,6 +450,20 @@ static void check_pieces(const char *manifest_path, const CkptManifest *m, const
     free(sorted);
 }
 
+// The flags that make a model of this config: a preset's, or a --model file's shape.
+static void describe_config(const GPT2Config *c, char *out, size_t size) {
+    static const char *const presets[] = {"d2", "d4", "d6", "d12"};
+    for (int i = 0; i < 4; i++) {
+        GPT2Config preset;
+        if (gpt2_config_preset(presets[i], c->vocab_size, &preset) == 0 && same_config(&preset, c)) {
+            snprintf(out, size, "--config %s --vocab %d", presets[i], c->vocab_size);
+            return;
+        }
+    }
+    snprintf(out, size, "a --model of that shape (build/init_model --layers %d --heads %d --channels %d --vocab %d "
+             "--max-seq %d)", c->num_layers, c->num_heads, c->channels, c->vocab_size, c->max_seq_len);
+}
+
 // Reads one whole piece (params, m, v), checks its CRCs, and copies the rows that
 // overlap [row_begin, row_begin + row_count) into `rows`.
 static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *q, const GPT2Tensor *tensor,
@@ -479,11 +500,14 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
     char *text = xread_file(manifest_path, &len);
     if (ckpt_manifest_parse(text, len, m, err, sizeof err) != 0) fatal("%s: %s", manifest_path, err);
     free(text);
-    if (!same_config(&m->config, &layout->config))
-        fatal("%s: checkpoint is for L=%d NH=%d C=%d V=%d maxT=%d, but this run's model is L=%d NH=%d C=%d V=%d maxT=%d",
-              manifest_path, m->config.num_layers, m->config.num_heads, m->config.channels, m->config.vocab_size,
-              m->config.max_seq_len, layout->config.num_layers, layout->config.num_heads, layout->config.channels,
-              layout->config.vocab_size, layout->config.max_seq_len);
+    if (!same_config(&m->config, &layout->config)) {
+        char resume_with[160];
+        describe_config(&m->config, resume_with, sizeof resume_with);
+        fatal("%s: checkpoint is for L=%d NH=%d C=%d V=%d maxT=%d, but this run's model is L=%d NH=%d C=%d V=%d maxT=%d: "
+              "resume it with %s", manifest_path, m->config.num_layers, m->config.num_heads, m->config.channels,
+              m->config.vocab_size, m->config.max_seq_len, layout->config.num_layers, layout->config.num_heads,
+              layout->config.channels, layout->config.vocab_size, layout->config.max_seq_len, resume_with);
+    }
     check_pieces(manifest_path, m, layout);
     for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
         char file_path[4200];
@@ -509,6 +533,7 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
             *rows.adam_step = q->adam_step;
         }
         if (rows.working) device_round(rows.working, rows.params, (size_t)rows.row_count * tensor->cols);
+        local_rows_done(&rows);
     }
     for (int f = 0; f < m->num_files; f++)
         if (open_files[f]) fclose(open_files[f]);

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/errors.h"
 
@@ -15,6 +16,28 @@ void token_shard_write(const char *path, const uint16_t *tokens, size_t count) {
     xfwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, f, tmp);
     xfwrite(tokens, sizeof(uint16_t), count, f, tmp);
     replace_commit(f, tmp, path);
+}
+
+void data_dir_write_tokenizer(const char *dir, const char *tokenizer, int vocab_size) {
+    char path[4200], tmp[4300];
+    xsnprintf(path, sizeof path, "%s/tokenizer.txt", dir);
+    FILE *f = replace_begin(path, tmp, sizeof tmp);
+    if (fprintf(f, "tokenizer %s\nvocab_size %d\n", tokenizer, vocab_size) < 0) fatal("%s: write failed", tmp);
+    replace_commit(f, tmp, path);
+}
+
+int data_dir_vocab(const char *dir, char *name, size_t size) {
+    char path[4200];
+    xsnprintf(path, sizeof path, "%s/tokenizer.txt", dir);
+    if (access(path, F_OK) != 0) return 0;
+    size_t len;
+    char *text = xread_file(path, &len), word[64];
+    int vocab = 0;
+    if (sscanf(text, "tokenizer %63s vocab_size %d", word, &vocab) != 2 || vocab < 1 || vocab > 65536)
+        fatal("%s: malformed (expected \"tokenizer NAME\" and \"vocab_size V\" lines, as build/prepare writes)", path);
+    snprintf(name, size, "%s", word);
+    free(text);
+    return vocab;
 }
 
 int token_shard_parse(const unsigned char *bytes, size_t len, int vocab_size, uint16_t **tokens,

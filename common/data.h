@@ -21,6 +21,14 @@
 #define TOKEN_SHARD_VERSION 1
 
 void token_shard_write(const char *path, const uint16_t *tokens, size_t count);
+
+// A prepared data directory says which tokenizer made its shards, so that a
+// trainer's model gets their vocabulary: DIR/tokenizer.txt holds
+// "tokenizer <name>" and "vocab_size <V>" (build/prepare writes it).
+void data_dir_write_tokenizer(const char *dir, const char *tokenizer, int vocab_size);
+// V from DIR/tokenizer.txt, and the tokenizer's name into `name`; 0 when the
+// directory has no such file (shards written by other means).
+int data_dir_vocab(const char *dir, char *name, size_t size);
 // Checks a shard held in memory and copies its tokens into *tokens (malloc'ed);
 // returns -1 with a message in err instead of exiting (so it can be fuzzed).
 int token_shard_parse(const unsigned char *bytes, size_t len, int vocab_size, uint16_t **tokens,

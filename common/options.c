@@ -23,7 +23,7 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
     o->precision = "fp32";
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &o->config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
-        {"--vocab", "V", CLI_INT, &o->vocab_size, 1, 65536, "vocab of a --config model (default 50257)"},
+        {"--vocab", "V", CLI_INT, &o->vocab_size, 1, 65536, "vocab of a --config model (default: --data's, as build/prepare recorded it; else 50257)"},
         {"--model", "FILE.bin", CLI_STRING, &o->model_path, 0, 0, "start from an llm.c checkpoint instead"},
         {"--data", "DIR", CLI_STRING, &o->data_dir, 0, 0, "DIR/train.bin (and DIR/val.bin), from build/prepare"},
         {"--batch", "B", CLI_INT, &o->batch, 1, 1 << 20, "global sequences per step (default 4, divisible by ranks)"},
@@ -82,10 +82,10 @@ void options_dtypes(const TrainOptions *opts, DType *param_dtype, DType *grad_dt
     if (opts->reduce_dtype) CHECK(dtype_parse(opts->reduce_dtype, grad_dtype) == 0, "--reduce-dtype %s", opts->reduce_dtype);
 }
 
-OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags, const char *strategy,
-                            int argc, char **argv, int speak) {
+OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
+                            const StrategyPlugin *plugin, int argc, char **argv, int speak) {
     char about[64];
-    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", strategy);
+    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", plugin->name);
     CliSpec spec = {
         .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
         .about = about, .options = flags, .num_options = num_flags,
@@ -112,6 +112,7 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";
+    else if (plugin->check_options) problem = plugin->check_options(plugin->options);
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

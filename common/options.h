@@ -62,8 +62,9 @@ int options_flags(TrainOptions *opts, const StrategyPlugin *plugin, CliOption *f
 // OPTIONS_HELP after printing the usage on stdout (the program then exits 0);
 // or OPTIONS_ERROR after printing the problem (exit 1). Prints only when
 // `speak` is set, so that every rank of an MPI job can parse, rank 0 alone
-// reports, and all of them finalize MPI. `strategy` names the trainer in the usage.
-OptionsResult options_parse(const TrainOptions *opts, const CliOption *flags, int num_flags, const char *strategy,
-                            int argc, char **argv, int speak);
+// reports, and all of them finalize MPI. The plugin names the trainer in the
+// usage, and checks its own options.
+OptionsResult options_parse(const TrainOptions *opts, const CliOption *flags, int num_flags,
+                            const StrategyPlugin *plugin, int argc, char **argv, int speak);
 
 #endif

@@ -93,6 +93,12 @@ size_t fsdp_padded_numel(const GPT2Tensor *tensor, int world) {
     return fsdp_slice_numel(tensor, world) * (size_t)world;
 }
 
+int fsdp_real_rows(const GPT2Tensor *tensor, int world, int rank, int *first) {
+    int k = fsdp_slice_rows(tensor, world);
+    *first = rank * k;
+    return *first >= tensor->rows ? 0 : (*first + k > tensor->rows ? tensor->rows - *first : k);
+}
+
 size_t fsdp_padded_params(const GPT2Layout *layout, int world) {
     size_t total = 0;
     for (int t = 0; t < layout->num_tensors; t++) total += fsdp_padded_numel(&layout->tensors[t], world);

@@ -39,6 +39,9 @@ int fsdp_slice_rows(const GPT2Tensor *tensor, int world);
 // Elements of one slice, and of the whole padded tensor.
 size_t fsdp_slice_numel(const GPT2Tensor *tensor, int world);
 size_t fsdp_padded_numel(const GPT2Tensor *tensor, int world);
+// The rows of tensor's slice `rank` that hold real data, from *first (the rest
+// of the slice is padding; 0 when all of it is).
+int fsdp_real_rows(const GPT2Tensor *tensor, int world, int rank, int *first);
 // Sum of fsdp_padded_numel over all tensors: pad(P).
 size_t fsdp_padded_params(const GPT2Layout *layout, int world);
 

@@ -9,19 +9,39 @@
 void *resident_params(const Resident *r, int t) { return dtype_at(r->params, r->flat.offset[t], r->param_dtype); }
 void *resident_grads(const Resident *r, int t) { return dtype_at(r->grads, r->flat.offset[t], r->grad_dtype); }
 
+void *resident_unit_grads(const Resident *r, int unit, size_t *count) {
+    *count = r->flat.unit_end[unit] - r->flat.unit_begin[unit];
+    return dtype_at(r->grads, r->flat.unit_begin[unit], r->grad_dtype);
+}
+
+size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only) {
+    size_t numel = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (!only || only[t] == TENSOR_SHARDED) numel += r->flat.count[t];
+    }
+    return numel;
+}
+
+// Every array, in one order (the planner replays it: examples/plan.c).
+static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t grads, size_t state, MemAccount *mem) {
+    r->param_dtype = model->param_dtype;
+    r->grad_dtype = model->grad_dtype;
+    r->params_numel = params, r->grads_numel = grads, r->state_numel = state;
+    r->params = device_alloc_as(mem, MEM_PARAMS, params, r->param_dtype);
+    r->grads = device_alloc_as(mem, MEM_GRADS, grads, r->grad_dtype);
+    // the master copy is optimizer state, as in the ZeRO paper's 2 + 2 + 12 bytes
+    r->master = r->param_dtype == DTYPE_BF16 ? device_alloc(mem, MEM_OPTIM, state) : NULL;
+    r->m = device_alloc(mem, MEM_OPTIM, state);
+    r->v = device_alloc(mem, MEM_OPTIM, state);
+    r->spans = xcalloc((size_t)model->layout.num_tensors, sizeof(AdamWSpan));
+    r->staged_tensor = -1;
+}
+
 void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem) {
     const GPT2Layout *layout = &model->layout;
     flat_layout_init(&r->flat, layout, count);
-    r->param_dtype = model->param_dtype;
-    r->grad_dtype = model->grad_dtype;
-    size_t total = r->flat.total;
-    r->params = device_alloc_as(mem, MEM_PARAMS, total, r->param_dtype);
-    r->grads = device_alloc_as(mem, MEM_GRADS, total, r->grad_dtype);
-    // the master copy is optimizer state, as in the ZeRO paper's 2 + 2 + 12 bytes
-    r->master = r->param_dtype == DTYPE_BF16 ? device_alloc(mem, MEM_OPTIM, total) : NULL;
-    r->m = device_alloc(mem, MEM_OPTIM, total);
-    r->v = device_alloc(mem, MEM_OPTIM, total);
-    r->spans = xcalloc((size_t)layout->num_tensors, sizeof(AdamWSpan));
+    alloc_arrays(r, model, r->flat.total, r->flat.total, r->flat.total, mem);
     for (int t = 0; t < layout->num_tensors; t++) {
         size_t off = r->flat.offset[t];
         float *values = r->master ? r->master + off : resident_params(r, t);
@@ -29,6 +49,72 @@ void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccou
         r->spans[t] = adamw_span(values, resident_grads(r, t), r->grad_dtype, r->m + off, r->v + off, working,
                                  r->flat.count[t]);
     }
+}
+
+void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem) {
+    const GPT2Layout *layout = &model->layout;
+    size_t P = layout->num_params, hi;
+    zero12_range(P, world, rank, &r->lo, &hi);
+    r->range = 1;
+    r->whole_grads = whole_grads;
+    alloc_arrays(r, model, (hi - r->lo) * (size_t)world, whole_grads ? P : hi - r->lo, hi - r->lo, mem);
+    for (int t = 0; t < layout->num_tensors; t++) {
+        const GPT2Tensor *tensor = &layout->tensors[t];
+        size_t begin, end, count = zero12_overlap(P, world, rank, tensor->offset, tensor->numel, &begin, &end);
+        if (count == 0) continue;
+        // AdamW's view of the part: the replica's own elements, or in a bf16 run
+        // the master's, rounded into the replica after each update
+        size_t at = begin - r->lo;
+        float *values = r->master ? r->master + at : dtype_at(r->params, begin, DTYPE_FP32);
+        bf16 *working = r->master ? dtype_at(r->params, begin, DTYPE_BF16) : NULL;
+        r->spans[t] = adamw_span(values, resident_grad_at(r, begin), r->grad_dtype, r->m + at, r->v + at, working, count);
+    }
+}
+
+void *resident_grad_at(const Resident *r, size_t element) {
+    return dtype_at(r->grads, r->whole_grads ? element : element - r->lo, r->grad_dtype);
+}
+
+// The checkpoint is done with the staged rows: this rank's part goes back (a
+// load filled them), and they are freed.
+static void unstage_rows(void *resident) {
+    Resident *r = resident;
+    const AdamWSpan *span = &r->spans[r->staged_tensor];
+    size_t numel = r->staged_numel, at = r->staged_at;
+    if (span->count > 0) {
+        device_copy(span->m, r->staged + at, span->count);
+        device_copy(span->v, r->staged + numel + at, span->count);
+        if (r->master) device_copy(span->params, r->staged + 2 * numel + at, span->count);
+    }
+    device_free(&r->staging, MEM_COMM_BUFFERS, r->staged, (r->master ? 3 : 2) * numel);
+    r->staged = NULL;
+    r->staged_tensor = -1;
+}
+
+LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm, int t) {
+    const GPT2Tensor *tensor = &layout->tensors[t];
+    const AdamWSpan *span = &r->spans[t];
+    size_t numel = tensor->numel, count = (r->master ? 3 : 2) * numel;
+    CHECK(r->range && !r->staged, "resident_stage_rows: tensor %d's rows are still staged", r->staged_tensor);
+    r->staged = device_alloc(&r->staging, MEM_COMM_BUFFERS, count);  // zeroed: the other ranges' parts add in
+    r->staged_tensor = t;
+    r->staged_numel = numel;
+    r->staged_at = span->count > 0 ? (size_t)(span->m - r->m) + r->lo - tensor->offset : 0;
+    if (span->count > 0) {
+        device_copy(r->staged + r->staged_at, span->m, span->count);
+        device_copy(r->staged + numel + r->staged_at, span->v, span->count);
+        if (r->master) device_copy(r->staged + 2 * numel + r->staged_at, span->params, span->count);
+    }
+    comm_reduce(comm, r->staged, comm->rank == 0 ? r->staged : NULL, count, DTYPE_FP32, 0, COMM_SUM);
+    LocalRows rows = {.row_begin = 0, .row_count = tensor->rows, .m = r->staged, .v = r->staged + numel,
+                      .adam_step = &r->spans[t].step, .writes = comm->rank == 0, .done = unstage_rows, .done_arg = r};
+    if (r->master) {  // a bf16 run stages its master too; a load rounds it into every rank's replica
+        rows.params = r->staged + 2 * numel;
+        rows.working = dtype_at(r->params, tensor->offset, DTYPE_BF16);
+    } else {
+        rows.params = dtype_at(r->params, tensor->offset, DTYPE_FP32);
+    }
+    return rows;
 }
 
 void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource *src, int t, int row_begin,
@@ -51,23 +137,26 @@ void resident_broadcast(Resident *r, Comm *comm, int root) {
 }
 
 void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
-    for (int t = 0; t < num_tensors; t++)
+    for (int t = 0; t < num_tensors; t++) {
         if (r->spans[t].count > 0) device_adamw(&r->spans[t], config);
-    device_zero_as(r->grads, r->flat.total, r->grad_dtype);
+        else r->spans[t].step++;
+    }
+    device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
 }
 
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes) {
     size_t off = r->flat.offset[t];
-    return (LocalRows){row_begin, row_count, r->spans[t].params, r->m + off, r->v + off, &r->spans[t].step, writes,
-                       r->spans[t].working};
+    return (LocalRows){.row_begin = row_begin, .row_count = row_count, .params = r->spans[t].params, .m = r->m + off,
+                       .v = r->v + off, .adam_step = &r->spans[t].step, .writes = writes, .working = r->spans[t].working};
 }
 
 void resident_free(Resident *r, MemAccount *mem) {
-    device_free_as(mem, MEM_PARAMS, r->params, r->flat.total, r->param_dtype);
-    device_free_as(mem, MEM_GRADS, r->grads, r->flat.total, r->grad_dtype);
-    if (r->master) device_free(mem, MEM_OPTIM, r->master, r->flat.total);
-    device_free(mem, MEM_OPTIM, r->m, r->flat.total);
-    device_free(mem, MEM_OPTIM, r->v, r->flat.total);
+    if (r->staged) unstage_rows(r);
+    device_free_as(mem, MEM_PARAMS, r->params, r->params_numel, r->param_dtype);
+    device_free_as(mem, MEM_GRADS, r->grads, r->grads_numel, r->grad_dtype);
+    if (r->master) device_free(mem, MEM_OPTIM, r->master, r->state_numel);
+    device_free(mem, MEM_OPTIM, r->m, r->state_numel);
+    device_free(mem, MEM_OPTIM, r->v, r->state_numel);
     flat_layout_free(&r->flat);
     free(r->spans);
     memset(r, 0, sizeof *r);

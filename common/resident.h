@@ -20,15 +20,35 @@
 typedef struct {
     FlatLayout flat;
     DType param_dtype, grad_dtype;
-    void *params;      // (flat.total) param_dtype, in device memory
-    void *grads;       // (flat.total) grad_dtype
-    float *master;     // (flat.total) fp32 copy of params when those are bf16, else NULL
-    float *m, *v;      // (flat.total) each
+    void *params;      // (params_numel) param_dtype, in device memory
+    void *grads;       // (grads_numel) grad_dtype
+    float *master;     // (state_numel) fp32 copy of the kept params when those are bf16, else NULL
+    float *m, *v;      // (state_numel) each
     AdamWSpan *spans;  // (num_tensors) empty where the rank keeps nothing
+    size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
+    // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
+    int range, whole_grads;
+    size_t lo;
+    MemAccount staging;  // whole rows staged for a checkpoint: not training memory
+    float *staged;       // (2 or 3, staged_numel) m, v (and the master) of staged_tensor, or NULL
+    int staged_tensor;
+    size_t staged_numel, staged_at;  // its elements, and where this range's part starts in it
 } Resident;
 
 // count[t]: the elements of tensor t this rank keeps; the dtypes are the model's.
 void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem);
+// ZeRO-1/2: the flat model in llm.c's order, padded to world equal ranges, of
+// which rank `rank` keeps the AdamW state (and master) of its range; params are
+// the whole replica, grads the whole model (whole_grads: ZeRO-1) or the range.
+// The tensors' parts, in params: tensor->offset (flat is not used).
+void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem);
+// A range's gradient slot for flat element `element` (inside the range unless whole_grads).
+void *resident_grad_at(const Resident *r, size_t element);
+// A range's tensor t as whole rows for a checkpoint: its moments (and master)
+// assembled on rank 0 by a reduce of every range's part (every rank calls it, for
+// every tensor in the same order). The rows' `done` takes this rank's part back
+// out of them (a load fills them) and frees them.
+LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm, int t);
 // Fills tensor t's part with rows [row_begin, row_begin + row_count) from the source.
 void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource *src, int t, int row_begin,
                         int row_count);
@@ -38,7 +58,14 @@ void resident_broadcast(Resident *r, Comm *comm, int root);
 // Where tensor t's part starts in params and in grads.
 void *resident_params(const Resident *r, int t);
 void *resident_grads(const Resident *r, int t);
-// AdamW on every part this rank keeps, then zeroes the gradients for the next step.
+// The unit's gradients side by side (the parts of the tensors at home in the
+// unit: DDP's bucket), *count elements of grad_dtype.
+void *resident_unit_grads(const Resident *r, int unit, size_t *count);
+// Elements of this rank's parts of the unit's tensors; with `only` given, of
+// those whose state is TENSOR_SHARDED (neither here nor on their way).
+size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only);
+// AdamW on every part this rank keeps, then zeroes the gradients for the next
+// step. Every tensor's step count advances, kept or not, so any rank can report it.
 void resident_step(Resident *r, int num_tensors, AdamWConfig config);
 // Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints.
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes);

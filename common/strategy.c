@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "partition.h"
+
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) {
     if (ctx->quiet || ctx->comm->rank != 0) return;
     va_list args;
@@ -15,4 +17,27 @@ void strategy_note(const StrategyContext *ctx, const char *fmt, ...) {
 int prefetch_window(const GPT2Layout *layout, int prefetch) {
     int blocks = layout->num_units - 2;
     return prefetch < blocks ? prefetch : blocks;
+}
+
+int strategy_prefetch(const StrategyContext *ctx, const char *name, int prefetch) {
+    const GPT2Layout *layout = &ctx->model->layout;
+    int window = prefetch_window(layout, prefetch);
+    if (window < prefetch)
+        strategy_note(ctx, "%s: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
+                      name, prefetch, layout->num_units - 2, window);
+    return window;
+}
+
+void zero3_note_balance(const StrategyContext *ctx, const int *owner) {
+    const GPT2Layout *layout = &ctx->model->layout;
+    int world = ctx->comm->world;
+    if (world == 1) return;
+    size_t largest = 0, size = dtype_size(ctx->model->param_dtype);
+    for (int r = 0; r < world; r++) {
+        size_t bytes = zero3_owned_numel(layout, owner, r) * size;
+        if (bytes > largest) largest = bytes;
+    }
+    double mean = (double)layout->num_params * size / world;
+    strategy_note(ctx, "zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n",
+                  world, largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
 }

@@ -34,7 +34,10 @@
 
 // When a strategy whose gradients are sharded reduces them, with K > 1
 // micro-batches per step. DDP and ZeRO-1 keep whole gradients anyway, so they
-// always accumulate locally and reduce once.
+// always accumulate locally and reduce once. ZeRO-2, ZeRO-3 and FSDP reduce K
+// times (sync-each), or once while the full gradients of every tensor (4P bytes
+// in fp32; FSDP: 4 pad(P)) wait for the last micro-batch (no-sync); ZeRO-3 and
+// FSDP also gather the parameters for every micro-batch, K times either way.
 typedef enum {
     ACCUM_SYNC_EACH = 0,  // reduce every micro-batch into the shards: K times the traffic
     ACCUM_NO_SYNC,        // keep whole gradients until the last micro-batch: their memory
@@ -62,9 +65,14 @@ typedef enum {
 // (the blocks), so that the head and unit 0, which share wte, are never in
 // flight together (a tensor waits in one unit's gather at a time).
 int prefetch_window(const GPT2Layout *layout, int prefetch);
+// prefetch_window for the strategy `name`'s --prefetch, with a note when it is capped.
+int strategy_prefetch(const StrategyContext *ctx, const char *name, int prefetch);
 
 // printf on rank 0, unless the run is quiet: what a strategy has to say at init.
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// ZeRO-3's note on how unevenly whole tensors split (owner: zero3_partition's):
+// the fullest rank's parameter bytes against the mean.
+void zero3_note_balance(const StrategyContext *ctx, const int *owner);
 
 // The rows of one tensor that a rank keeps between steps, for checkpoints:
 // pointers to its fp32 parameters (the master copy in a bf16 run) and AdamW
@@ -77,7 +85,14 @@ typedef struct {
                             // across ranks, the writers hold every row of the model once
     bf16 *working;          // NULL, or (row_count, cols) a bf16 run's working copy of params
                             // (the fp32 master above), rounded from them again after a load
+    void (*done)(void *arg);  // NULL, or called once the rows have been saved or loaded
+    void *done_arg;
 } LocalRows;
+
+// The checkpoint code calls this once it is done with rows local_rows gave it.
+static inline void local_rows_done(const LocalRows *rows) {
+    if (rows->done) rows->done(rows->done_arg);
+}
 
 typedef struct {
     const char *name;
@@ -93,7 +108,8 @@ typedef struct {
     void (*gather_full_model)(void *state, float *flat);
     // Fills *rows and returns 1 if this rank keeps rows of tensor t, else 0.
     // Checkpoints call it on every rank for every tensor, in tensor order, so it
-    // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there).
+    // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there),
+    // and local_rows_done once they are done with the rows.
     int (*local_rows)(void *state, int t, LocalRows *rows);
     // The averaged gradient this rank keeps after finish_grads, as one flat span
     // of *count elements of model->grad_dtype (zero padding may be part of it), for clipping. Returns
@@ -121,6 +137,8 @@ typedef struct {
     const CliOption *flags;  // (num_flags) writing into *options
     int num_flags;
     const void *options;
+    // NULL, or what is wrong with the options once parsed (NULL: nothing)
+    const char *(*check_options)(const void *options);
 } StrategyPlugin;
 
 Strategy ddp_init(const StrategyContext *ctx);

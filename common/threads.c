@@ -14,6 +14,11 @@ static int available_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
+int threads_cores_on_node(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 int threads_configure(int ranks_on_node, int *cores) {
     int available = available_cores();
     if (cores) *cores = available;

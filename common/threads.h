@@ -9,5 +9,8 @@
 // Sets the thread count for this process and returns it. cores (may be NULL)
 // receives the cores this process may run on.
 int threads_configure(int ranks_on_node, int *cores);
+// The machine's online cores, whatever this process is bound to (mpirun binds
+// each rank to one core when there are no more ranks than cores).
+int threads_cores_on_node(void);
 
 #endif

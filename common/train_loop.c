@@ -48,6 +48,7 @@ typedef struct {
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
     CommStats across_last_step;  // the part of it between replica groups (FSDP's --shard-group)
+    double step_s;             // this rank's training steps: compute_s + comm_wait_s + optim_s
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
     long minor_faults;         // page faults served without I/O from the first training step to the
@@ -75,6 +76,7 @@ typedef struct {
     int first_step;             // 1, or the step after the checkpoint resumed from
     LrSchedule schedule;
     int ckpt_lock;              // rank 0: the --ckpt-dir, open and locked (-1: none)
+    double test_optim_delay_s;  // tests: rank 1 sleeps this long as its optimizer phase begins
 } Run;
 
 static long minor_faults_so_far(void) {
@@ -295,11 +297,31 @@ static void check_outputs(Run *run) {
     if (o->log_path) open_log(run);
 }
 
+// The vocabulary the --data directory was prepared with (DIR/tokenizer.txt):
+// a --config model takes it when --vocab is left out, and a model of another
+// size is refused, so that byte data never trains a V = 50257 model by accident.
+static void match_data_vocab(TrainOptions *o, const GPT2Config *model) {
+    struct stat st;
+    if (stat(o->data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        fatal("--data %s: %s; make one with build/prepare --text FILE --tokenizer byte --out %s", o->data_dir,
+              stat(o->data_dir, &st) != 0 ? "no such directory" : "not a directory", o->data_dir);
+    char tokenizer[64];
+    int data_vocab = data_dir_vocab(o->data_dir, tokenizer, sizeof tokenizer);
+    if (data_vocab == 0) return;  // shards made by other means: the model's vocabulary is checked per token
+    if (o->config_name && o->vocab_size == 0) o->vocab_size = data_vocab;
+    int vocab = model ? model->vocab_size : o->vocab_size;
+    if (vocab != data_vocab)
+        fatal("%s %d, but --data %s was prepared with the %s tokenizer, V = %d: %s", model ? "the --model has V =" : "--vocab",
+              vocab, o->data_dir, tokenizer, data_vocab,
+              model ? "give a model of that vocabulary" : "leave --vocab out to take the data's");
+}
+
 static void setup(Run *run) {
     TrainOptions *o = &run->opts;
     GPT2Config config;
     if (o->model_path) gpt2_checkpoint_read_config(o->model_path, &config);
-    else if (gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
+    match_data_vocab(o, o->model_path ? &config : NULL);
+    if (!o->model_path && gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
         fatal("--config: unknown preset '%s' (use d2, d4, d6 or d12)", o->config_name);
     if (o->seq > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", o->seq, config.max_seq_len);
     int world = run->comm.world;
@@ -413,7 +435,9 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     s->finish_grads(s->state);
     trace_end(&run->trace, tf, "comm", "finish grads");
     double t_optim = timer_now();
+    CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
+    if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
     *norm = NAN;
     if (run->opts.grad_clip > 0) {
         *norm = grad_norm(run);
@@ -425,10 +449,15 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     double t1 = timer_now();
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
     run->summary.across_last_step = comm_stats_diff(&run->comm.across, &across_before);
+    // each second of the step counts once: communication waited for inside the
+    // optimizer phase (the norm's all-reduce, ZeRO-1/2's all-gather) is communication
     double comm_s = comm_seconds(&run->summary.comm_last_step);
-    run->summary.optim_s += t1 - t_optim;
+    CommStats in_optim = comm_stats_diff(&run->comm.stats, &before_optim);
+    double optim_s = (t1 - t_optim) - comm_seconds(&in_optim);
+    run->summary.step_s += t1 - t0;
+    run->summary.optim_s += optim_s;
     run->summary.comm_wait_s += comm_s;
-    run->summary.compute_s += (t1 - t0) - (t1 - t_optim) - comm_s;
+    run->summary.compute_s += (t1 - t0) - optim_s - comm_s;
     *loss = comm_metric_average(&run->comm, loss_sum / run->opts.grad_accum);
     *step_s = comm_metric_max(&run->comm, t1 - t0);  // a step ends when its slowest rank does
 }
@@ -496,8 +525,10 @@ static void write_summary(Run *run, double tokens_per_s) {
             run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode, dtype_name(run->model.param_dtype),
             dtype_name(run->model.grad_dtype));
     write_strategy_options(f, run->plugin);
-    fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"ranks\": [",
-            run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s);
+    fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
+               "\"ranks_on_node\": %d, \"ranks\": [",
+            run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s, threads_cores_on_node(),
+            run->comm.local_size);
     for (int r = 0; r < run->comm.world; r++) {
         const RankSummary *s = &all[r];
         fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);
@@ -511,8 +542,8 @@ static void write_summary(Run *run, double tokens_per_s) {
         write_counter(f, &s->comm_last_step);
         fprintf(f, ", \"comm_across_last_step\": ");
         write_counter(f, &s->across_last_step);
-        fprintf(f, ", \"time\": {\"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
-                   "\"minor_faults\": %ld, \"last_grad_norm\": ", s->compute_s, s->comm_wait_s, s->optim_s,
+        fprintf(f, ", \"time\": {\"step_s\": %.6f, \"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
+                   "\"minor_faults\": %ld, \"last_grad_norm\": ", s->step_s, s->compute_s, s->comm_wait_s, s->optim_s,
                 s->minor_faults);
         if (isnan(s->last_grad_norm)) fprintf(f, "null}");
         else fprintf(f, "%.17g}", s->last_grad_norm);
@@ -560,13 +591,13 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     // worst of them (ERROR over HELP over RUN: a rank started with other flags must
     // not leave the others waiting), and the first rank with that outcome says why.
     run.num_flags = options_flags(&run.opts, plugin, run.flags);
-    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv, 0);
+    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 0);
     int worst = (int)comm_metric_max(&run.comm, parsed);
     if (worst != OPTIONS_RUN) {
         int speaker = -(int)comm_metric_max(&run.comm, -((int)parsed == worst ? run.comm.rank : run.comm.world));
         if (run.comm.rank == speaker) {
             run.num_flags = options_flags(&run.opts, plugin, run.flags);
-            options_parse(&run.opts, run.flags, run.num_flags, plugin->name, argc, argv, 1);
+            options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 1);
         }
         comm_finalize(&run.comm);
         return worst == OPTIONS_HELP ? 0 : 1;
@@ -590,6 +621,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep};
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
+    const char *delay = getenv("SHARDLAB_TEST_OPTIM_DELAY_S");  // tests: a known wait in the optimizer phase
+    if (delay) run.test_optim_delay_s = atof(delay);
     run.summary.last_grad_norm = NAN;
     // from here on a stop signal ends the run after the step and a save; during the
     // setup above, with nothing to save yet, it ends the process at once

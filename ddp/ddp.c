@@ -23,14 +23,25 @@
 #include "../common/device.h"
 #include "../common/util/errors.h"
 #include "../common/resident.h"
+#include "../common/unit_buffers.h"
 
 typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
     Resident resident;               // every tensor whole: the full replica
-    CommHandle *pending;             // (num_units) each unit's gradient all-reduce
+    CommHandle *reduces;             // (num_units) each unit's gradient all-reduce in flight
 } State;
+
+// Starts averaging the unit's bucket (its gradients, side by side) over all ranks.
+static void start_reduce(State *s, int unit) {
+    size_t count;
+    void *bucket = resident_unit_grads(&s->resident, unit, &count);
+    if (count > 0) s->reduces[unit] = comm_all_reduce_start(s->comm, bucket, count, s->model->grad_dtype, COMM_AVG);
+}
+
+// Waits for the unit's bucket, if it is in flight.
+static void finish_reduce(State *s, int unit) { comm_wait(s->comm, &s->reduces[unit]); }
 
 // Parameters are always resident: nothing to fetch or release.
 static void before_forward(void *state, int unit) { (void)state; (void)unit; }
@@ -43,17 +54,15 @@ static void before_backward(void *state, int unit) { (void)state; (void)unit; }
 // replica's gradients: the all-reduce of their sum is the same, and K times cheaper.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
-    if (!last_micro_batch) return;
-    size_t begin = s->resident.flat.unit_begin[unit], count = s->resident.flat.unit_end[unit] - begin;
-    if (count > 0)
-        s->pending[unit] = comm_all_reduce_start(s->comm, dtype_at(s->resident.grads, begin, s->resident.grad_dtype), count,
-                                                 s->resident.grad_dtype, COMM_AVG);
-    for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->pending[u]);
+    if (last_micro_batch) {
+        start_reduce(s, unit);
+        for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->reduces[u]);
+    }
 }
 
 static void finish_grads(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) comm_wait(s->comm, &s->pending[u]);
+    for (int u = 0; u < s->model->layout.num_units; u++) finish_reduce(s, u);
 }
 
 static void step(void *state, AdamWConfig config) {
@@ -61,13 +70,12 @@ static void step(void *state, AdamWConfig config) {
     resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
+// Unit by unit: every replica is the same, rank 0's is the model.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
-    if (s->comm->rank != 0) return;  // every replica is the same: rank 0's is the model
-    for (int t = 0; t < layout->num_tensors; t++)
-        device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
-                               s->model->param_dtype);
+    for (int u = 0; u < s->model->layout.num_units; u++) {
+        if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
+    }
 }
 
 // Every replica keeps every row; rank 0 alone writes them.
@@ -88,7 +96,7 @@ static int local_grads(void *state, void **grads, size_t *count) {
 static void destroy(void *state) {
     State *s = state;
     resident_free(&s->resident, s->mem);
-    free(s->pending);
+    free(s->reduces);
     free(s);
 }
 
@@ -99,11 +107,11 @@ Strategy ddp_init(const StrategyContext *ctx) {
     s->model = model;
     s->comm = ctx->comm;
     s->mem = ctx->mem;
+    s->reduces = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
     resident_init(&s->resident, model, count, s->mem);
     free(count);
-    s->pending = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     for (int t = 0; t < layout->num_tensors; t++) {
         if (s->comm->rank == 0) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
         // the model reads and writes the replica directly, for good

@@ -84,6 +84,26 @@ for strategy in "${strategies[@]}"; do
     esac
     $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
+# More ranks than cores take turns on the cores: their tokens/s and waits measure the
+# time-slicing as much as the strategy. Speed is then measured again with as many ranks
+# as there are cores (the largest such N that divides the batch), 10 steps each.
+cores=$(nproc)
+if (( RANKS > cores && cores > 1 )); then
+    speed_ranks=$cores
+    while (( BATCH % speed_ranks != 0 )); do speed_ranks=$((speed_ranks - 1)); done
+    if (( speed_ranks > 1 )); then
+        mkdir -p "$RUN/speed"
+        for strategy in "${strategies[@]}"; do
+            echo "== $strategy on $speed_ranks ranks, one per core (speed)"
+            case "$strategy" in
+                zero1|zero2) trainer=("$BUILD/train_ddp" --zero-stage "${strategy#zero}") ;;
+                *) trainer=("$BUILD/train_$strategy") ;;
+            esac
+            $MPIRUN -np "$speed_ranks" "${trainer[@]}" "${common[@]}" --steps $(( STEPS < 10 ? STEPS : 10 )) \
+                --eval-every 0 --quiet --log "$RUN/speed/$strategy.jsonl"
+        done
+    fi
+fi
 if (( RANKS > 1 )); then
     echo "== bench_comm on $RANKS ranks (the step-time model's link)"
     $MPIRUN -np "$RANKS" "$BUILD/bench_comm" --max-mib 8 > "$RUN/bench_comm.txt"

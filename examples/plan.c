@@ -118,7 +118,7 @@ static void plan_ddp(const GPT2Layout *layout, const StepShape *shape, MemAccoun
 // Whether a micro-batch's backward reduces: the last one always, the others in sync-each.
 static int reduces_now(const StepShape *shape, int micro) { return micro == shape->micro_batches - 1 || shape->sync_each; }
 
-// ZeRO-2's finish_bucket: the full-size gradients of the tensors homed in `unit` go.
+// ZeRO-2's finish_reduce: the full-size gradients of the tensors homed in `unit` go.
 static void give_bucket(const GPT2Layout *layout, int unit, int *held, DType dtype, MemAccount *acct) {
     for (int t = 0; t < layout->num_tensors; t++)
         if (held[t] && layout->tensors[t].home_unit == unit) {

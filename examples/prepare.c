@@ -1,6 +1,7 @@
 // prepare: turns a text file into llm.c token shards for training.
 //   build/prepare --text FILE --tokenizer byte|gpt2 [--vocab DIR] --out DIR
-// writes DIR/train.bin (the first 90% of the tokens) and DIR/val.bin (the rest).
+// writes DIR/train.bin (the first 90% of the tokens), DIR/val.bin (the rest), and
+// DIR/tokenizer.txt (which tokenizer, and its vocabulary: the trainers take --vocab from it).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ int main(int argc, char **argv) {
     token_shard_write(path, tokens, train);
     snprintf(path, sizeof path, "%s/val.bin", out);
     token_shard_write(path, tokens + train, count - train);
+    data_dir_write_tokenizer(out, kind, tok.vocab_size);
     printf("%s: %ld bytes -> %zu %s tokens (vocab %d): %zu train, %zu val, in %s/\n", text_path, size,
            count, kind, tok.vocab_size, train, count - train, out);
     free(tokens);

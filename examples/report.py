@@ -10,6 +10,7 @@ memory-vs-ranks curves come from build/plan. Exits 1 with a message naming the f
 log is missing or truncated."""
 import html
 import json
+import math
 import os
 import platform
 import statistics
@@ -152,6 +153,7 @@ set xrange [1:64]
 set grid
 set key top left box opaque
 plot {lines}, {points}""", plots, "scaling")
+    return predicted
 
 
 def plot_sharding(build, cfg, world, data, plots):
@@ -319,7 +321,9 @@ plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (t
     tput = {s: logs[s][1]["tokens_per_s"] for s in runs}
     write_tsv(f"{data}/throughput.tsv", ["run", "tokens_per_s", "color"],
               [[s, tput[s], int(COLORS[s][1:], 16)] for s in runs])
-    gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"
+    sliced = time_sliced(logs[strategies[0]][1])
+    gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"""
+            + (f"\\n{sliced}: time-sliced, not a property of the strategies (see Speed)" if sliced else "") + f""""
 set ylabel "tokens / s"
 set style fill solid 0.9 border -1
 set boxwidth 0.6
@@ -406,7 +410,7 @@ set key bottom left box opaque
 plot {lines}, {points}""", plots, "model_state_vs_ranks")
 
     # ---- predicted throughput vs ranks (build/plan --time), with the measured points ----
-    plot_scaling(run, build, cfg, world, logs, strategies, data, plots)
+    predicted = plot_scaling(run, build, cfg, world, logs, strategies, data, plots)
 
     # ---- one step as a timeline per rank ----
     for s in strategies:
@@ -442,7 +446,28 @@ set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, data, plots)
-    write_report(run, logs, world, cfg, worst, tput, strategies)
+    speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores
+    speed = {s: read_log(os.path.join(speed_dir, f"{s}.jsonl")) for s in strategies} if os.path.isdir(speed_dir) else None
+    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed)
+
+
+def time_sliced(summary):
+    """'N ranks on C cores' when a run had more ranks on its machine than cores, else ''."""
+    cores, ranks = summary.get("cores_on_node"), summary.get("ranks_on_node")
+    return f"{ranks} ranks on {cores} cores" if cores and ranks and ranks > cores else ""
+
+
+def speed_rows(source, predicted, world):
+    """Per strategy, its slowest rank's step split (ms per step) and its tokens/s, with the
+    step-time model's tokens/s at N = world."""
+    rows = []
+    for s, (steps, summary) in source.items():
+        n = max(len(steps), 1)
+        t = max((r["time"] for r in summary["ranks"]), key=lambda t: t.get("step_s", 0))
+        rows.append([s, summary["world_size"], f"{1e3 * t.get('step_s', 0) / n:.1f}", f"{1e3 * t['compute_s'] / n:.1f}",
+                     f"{1e3 * t['comm_wait_s'] / n:.1f}", f"{1e3 * t['optim_s'] / n:.1f}",
+                     f"{summary['tokens_per_s']:.0f}", f"{predicted.get(world, {}).get(s, float('nan')):.0f}"])
+    return rows
 
 
 def exposed_share(time):
@@ -451,7 +476,7 @@ def exposed_share(time):
     return time["comm_wait_s"] / total if total > 0 else 0.0
 
 
-def write_report(run, logs, world, cfg, worst, tput, strategies):
+def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed):
     runs = ["single"] + strategies
     table = []
     for s in runs:
@@ -471,13 +496,25 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
     base = "ddp" if "ddp" in row else "single"  # what the others are measured against
     precision = logs["single"][1]["config"].get("precision", "fp32")
     least = min(strategies, key=lambda s: row[s]["peak"])
+    least_resident = min(strategies, key=lambda s: row[s]["resident"])
     sentences = [
         f"All {len(runs)} runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
-        f"{NAMES[least]} holds the least per rank: {row[least]['peak']:.1f} MB at peak against "
-        f"{NAMES[base]}'s {row[base]['peak']:.1f} MB ({row[base]['peak'] / row[least]['peak']:.1f}x less).",
-        "Resident params + grads + AdamW state per rank (the largest rank's): "
+        f"{NAMES[least]} holds the least per rank at the peak moment of its step: {row[least]['peak']:.1f} MB "
+        f"against {NAMES[base]}'s {row[base]['peak']:.1f} MB ({row[base]['peak'] / row[least]['peak']:.1f}x less).",
+        "Resident params + grads + AdamW state per rank between steps (the largest rank's): "
         + ", ".join(f"{NAMES[s]} {row[s]['resident']:.1f} MB" for s in runs) + ".",
     ]
+    if least_resident != least:  # the two rankings differ: what is alive at the peak explains it
+        def temporaries(s):  # at the peak: everything but the resident state and the activations, which stay put
+            return max(r["peak_bytes"] - sum(r["mem"][c]["current"] for c in MODEL_STATE + ["activations"])
+                       for r in logs[s][1]["ranks"]) / MB
+        sentences.append(f"{NAMES[least_resident]} keeps less between steps than {NAMES[least]} "
+                         f"({row[least_resident]['resident']:.1f} against {row[least]['resident']:.1f} MB), yet peaks "
+                         f"higher: at its peak moment {temporaries(least_resident):.1f} MB of gathered parameters, "
+                         f"full gradients and collective buffers are alive at once, against {temporaries(least):.1f} MB "
+                         f"for {NAMES[least]} (the memory plots show each category).")
+    sliced = time_sliced(logs[strategies[0]][1])
+    speed_source = speed if sliced else {s: logs[s] for s in strategies}
     fp32_path = os.path.join(run, "single_fp32.jsonl")
     if precision == "bf16" and os.path.exists(fp32_path):  # compare.sh's fp32 twin of a bf16 comparison
         fp32 = read_log(fp32_path)[0]
@@ -493,9 +530,18 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
                          + f" against {row[base]['sent']:.1f} MB for {NAMES[base]}." if len(strategies) > 1 else "")
     elif all(row[s]["sent"] == 0 for s in strategies):
         sentences.append("With one rank nothing moves between ranks.")
-    if any(row[s]["exposed"] > 0 for s in strategies):
-        sentences.append("Communication a rank waited for (not hidden under compute), as a share of its step: "
-                         + ", ".join(f"{NAMES[s]} {100 * row[s]['exposed']:.0f}%" for s in strategies)
+    if sliced:
+        sentences.append(f"These runs put {sliced}: the ranks take turns on the cores, so their tokens/s and "
+                         "communication waits measure that time-slicing as much as the strategies, and rank nothing. "
+                         + ("The Speed section measures each strategy again with one rank per core." if speed_source
+                            else "Run with no more ranks than cores to measure speed."))
+    exposed = {s: max(exposed_share(r["time"]) for r in speed_source[s][1]["ranks"]) for s in strategies} \
+        if speed_source else {}
+    if any(x > 0 for x in exposed.values()):
+        measured = speed_source[strategies[0]][1]
+        sentences.append(f"Communication a rank waited for (not hidden under compute), as a share of its step, "
+                         f"with {measured['world_size']} ranks on {measured.get('cores_on_node', '?')} cores: "
+                         + ", ".join(f"{NAMES[s]} {100 * exposed[s]:.0f}%" for s in strategies)
                          + " (the largest rank's; ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
     if "zero3" in row:
         z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
@@ -523,14 +569,27 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
              ("sharding", "Who keeps which parameters"),
              ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
-    header = ["run", "ranks", "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
+    header = ["run", "ranks", "tokens/s (time-sliced)" if sliced else "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
               "sent MB/step", "comm waited"]
     cells = [[t["run"], t["ranks"], f"{t['tokens_per_s']:.0f}", f"{t['final_loss']:.6f}", f"{t['resident']:.2f}",
               f"{t['peak']:.2f}", f"{t['reserved']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}",
               f"{100 * t['exposed']:.0f}%"] for t in table]
+    speed_header = ["run", "ranks", "step ms", "compute ms", "comm waited ms", "optimizer ms", "tokens/s measured",
+                    f"tokens/s predicted at N = {world}"]
+    speed_cells = speed_rows(speed_source, predicted, world) if speed_source else []
+    speed_note = (f"Measured with {speed_cells[0][1]} ranks, no more than the machine's cores"
+                  + (f" (the runs above put {sliced})" if sliced else "") + ": the slowest rank's mean step, split so "
+                  "that each second counts once (docs/logs.md). Predicted: build/plan --time's model for the "
+                  f"run's N = {world} on machines of {world} ranks (docs/scale.md; the scaling plot), not a "
+                  "measurement.") if speed_cells else ""
     # compare.sh samples the reference model's continuation of a prompt (build/sample)
     sample_path, sampled = os.path.join(run, "sample.txt"), None
+    final = logs["single"][0][-1]["loss"]
     sample_title = "Text sampled from the trained model (train_single's, build/sample)"
+    sample_note = (f"After {cfg['steps']} steps the model's loss is {final:.2f} nats per token, against "
+                   f"{math.log(cfg['vocab_size']):.2f} for guessing uniformly among its {cfg['vocab_size']} tokens: "
+                   "a model this briefly trained writes mostly noise. The text shows the whole pipeline runs end to "
+                   "end, not what the strategies learned (they learned the same).")
     if os.path.exists(sample_path):
         sampled = open(sample_path, encoding="utf-8", errors="replace").read().rstrip("\n")
     with open(os.path.join(run, "report.md"), "w") as f:
@@ -544,10 +603,16 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
                 "reserved: what the allocator held, in use + freed blocks cached for reuse (docs/memory.md). "
                 "Sent bytes follow the ring model (docs/communication.md). Comm waited: the time the rank was "
                 "blocked on a collective, as a share of its step (the largest rank's).\n\n")
+        if speed_cells:
+            f.write("## Speed\n\n" + speed_note + "\n\n| " + " | ".join(speed_header) + " |\n|"
+                    + "---|" * len(speed_header) + "\n")
+            for c in speed_cells:
+                f.write("| " + " | ".join(str(x) for x in c) + " |\n")
+            f.write("\n")
         for name, title in plots:
             f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
         if sampled is not None:  # indented: a code block, whatever the text holds
-            f.write(f"## {sample_title}\n\n" + "".join(f"    {line}\n" for line in sampled.split("\n")))
+            f.write(f"## {sample_title}\n\n{sample_note}\n\n" + "".join(f"    {line}\n" for line in sampled.split("\n")))
     with open(os.path.join(run, "report.html"), "w") as f:
         f.write("<!doctype html><html><head><meta charset='utf-8'><title>shardlab comparison</title>"
                 "<style>body{font-family:sans-serif;max-width:1050px;margin:auto}table{border-collapse:collapse}"
@@ -559,10 +624,17 @@ def write_report(run, logs, world, cfg, worst, tput, strategies):
         for c in cells:
             f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
         f.write("</table>\n")
+        if speed_cells:
+            f.write(f"<h2>Speed</h2><p>{html.escape(speed_note)}</p><table><tr>"
+                    + "".join(f"<th>{html.escape(h)}</th>" for h in speed_header) + "</tr>\n")
+            for c in speed_cells:
+                f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
+            f.write("</table>\n")
         for name, title in plots:
             f.write(f"<h2>{html.escape(title)}</h2><img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
         if sampled is not None:
-            f.write(f"<h2>{html.escape(sample_title)}</h2><pre>{html.escape(sampled)}</pre>\n")
+            f.write(f"<h2>{html.escape(sample_title)}</h2><p>{html.escape(sample_note)}</p>"
+                    f"<pre>{html.escape(sampled)}</pre>\n")
         f.write("</body></html>\n")
 
 

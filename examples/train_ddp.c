@@ -11,12 +11,22 @@ static Strategy init_by_stage(const StrategyContext *ctx) {
     return ddp->zero_stage == 0 ? ddp_init(ctx) : zero12_init(ctx);
 }
 
+// Stage 3 shards the parameters too, which this trainer's replica cannot: it has
+// trainers of its own.
+static const char *check_stage(const void *options) {
+    const DdpOptions *ddp = options;
+    return ddp->zero_stage == 3 ? "--zero-stage 3: ZeRO-3 has trainers of its own: mpirun ... build/train_zero3 "
+                                  "(whole tensors, each on one owner) or build/train_fsdp (every tensor sliced)"
+                                : NULL;
+}
+
 int main(int argc, char **argv) {
     DdpOptions ddp = {.zero_stage = 0};
     const CliOption flags[] = {
-        {"--zero-stage", "0|1|2", CLI_INT, &ddp.zero_stage, 0, 2,
+        {"--zero-stage", "0|1|2", CLI_INT, &ddp.zero_stage, 0, 3,
          "0: DDP (default); 1: ZeRO-1, AdamW state sharded; 2: ZeRO-2, gradients sharded too"},
     };
-    StrategyPlugin plugin = {.name = "ddp", .init = init_by_stage, .flags = flags, .num_flags = 1, .options = &ddp};
+    StrategyPlugin plugin = {.name = "ddp", .init = init_by_stage, .flags = flags, .num_flags = 1, .options = &ddp,
+                             .check_options = check_stage};
     return train_main(argc, argv, &plugin);
 }

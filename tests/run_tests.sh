@@ -6,10 +6,7 @@
 cd "$(dirname "$0")/.."
 . tests/testlib.sh
 
-echo "== unit tests"
-for t in test_layers test_model test_optim test_dtype test_step_time test_data test_io test_tokenizer test_train test_errors test_partition test_cache; do
-    run "$t" "$BUILD/tests/$t"
-done
+run_unit_tests
 
 # Open MPI keeps allocations until exit by design: leak checks (under
 # AddressSanitizer) stay on for the unit tests above and off from here on.
@@ -115,8 +112,21 @@ if cmp -s "$tmp/replaced.bin" "$tmp/replaced_before.bin"; then ok "a failed writ
 else bad "a failed write leaves the old model file whole"; fi
 fails "trainer: bad number" "--steps: 'ten' is not an integer" "${train[@]}" --steps ten
 fails "trainer: unknown preset" "unknown preset 'd7'" "$BUILD/train_single" --config d7 --data "$tmp/byte"
-fails "trainer: missing data" "/nonexistent/train.bin: cannot open" "$BUILD/train_single" --config d2 --data /nonexistent
-fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_single" --config d2 --vocab 100 --data "$tmp/byte" --steps 1
+fails "trainer: missing data" "--data /nonexistent: no such directory; make one with build/prepare" \
+    "$BUILD/train_single" --config d2 --data /nonexistent
+mkdir -p "$tmp/no_shards"
+fails "trainer: a data directory without train.bin" "no_shards/train.bin: cannot open" "$BUILD/train_single" --config d2 \
+    --vocab 256 --data "$tmp/no_shards"
+# a prepared directory records its tokenizer: a --config model takes its vocabulary, another is refused
+if [ "$(cat "$tmp/byte/tokenizer.txt")" = "$(printf 'tokenizer byte\nvocab_size 256')" ] &&
+   "$BUILD/train_single" --config d2 --data "$tmp/byte" --batch 2 --seq 16 --steps 1 | grep -q "L=2 C=128 NH=2 V=256,"
+then ok "trainer: --vocab left out takes the prepared data's V = 256"; else bad "trainer: --vocab left out takes the prepared data's V = 256"; fi
+fails "trainer: a --vocab other than the data's" "--vocab 300, but --data $tmp/byte was prepared with the byte tokenizer, V = 256" \
+    "$BUILD/train_single" --config d2 --vocab 300 --data "$tmp/byte" --steps 1
+fails "trainer: a --model of another vocabulary than the data's" "the --model has V = 101, but --data $tmp/byte was prepared with the byte tokenizer, V = 256" \
+    "$BUILD/train_single" --model tests/data/torch_nh3_c48_v101/model.bin --data "$tmp/byte" --steps 1
+mkdir -p "$tmp/byte_bare" && cp "$tmp/byte/train.bin" "$tmp/byte_bare/"  # shards without their tokenizer's record
+fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_single" --config d2 --vocab 100 --data "$tmp/byte_bare" --steps 1
 fails "trainer: sequence too long" "--seq 2000 exceeds" "${train[@]}" --seq 2000
 # under mpirun an error every rank finds is printed once; ranks that fail
 # differently are named (common/fatal_once.c)
@@ -192,8 +202,10 @@ for trainer in train_single train_zero3 train_fsdp; do
     fails "$trainer: the ddp trainer's --zero-stage is unknown" "unknown flag '--zero-stage'" \
         "$BUILD/$trainer" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage 1
 done
-for stage in 3 -1 1.5 two; do
-    fails "train_ddp: --zero-stage $stage" "--zero-stage: '$stage' is not an integer in \[0, 2\]" \
+fails "train_ddp: --zero-stage 3 points to ZeRO-3's trainers" "--zero-stage 3: ZeRO-3 has trainers of its own: .*build/train_zero3" \
+    "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage 3
+for stage in 4 -1 1.5 two; do
+    fails "train_ddp: --zero-stage $stage" "--zero-stage: '$stage' is not an integer in \[0, 3\]" \
         "$BUILD/train_ddp" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage "$stage"
 done
 head -c 5000 tests/data/torch_nh3_c48_v101/model.bin > "$tmp/truncated.bin"
@@ -433,7 +445,7 @@ if [ -x "$BUILD/cuda/train_single" ] && ! nvidia-smi >/dev/null 2>&1; then
         help_ok "cuda/$tool --help without a GPU" "$BUILD/cuda/$tool" --help
         fails "cuda/$tool: unknown flag" "unknown flag '--bogus'" "$BUILD/cuda/$tool" --bogus
     done
-    fails "cuda/train_ddp: --zero-stage 3" "--zero-stage: '3' is not an integer in \[0, 2\]" "$BUILD/cuda/train_ddp" --zero-stage 3
+    fails "cuda/train_ddp: --zero-stage 3" "--zero-stage 3: ZeRO-3 has trainers of its own" "$BUILD/cuda/train_ddp" --zero-stage 3
     fails "cuda/train_fsdp: --zero-stage is unknown" "unknown flag '--zero-stage'" "$BUILD/cuda/train_fsdp" --zero-stage 1
 fi
 
@@ -510,7 +522,8 @@ if grep -q '^| zero1 | 2 |' "$tmp/runs/tiny/report.md" && grep -q '^| zero2 | 2 
 if python3 - "$tmp/runs/tiny" <<'PY'
 import json, sys
 run = sys.argv[1]
-rows = {l.split("|")[1].strip(): l.split("|")[-2].strip() for l in open(f"{run}/report.md") if l.startswith("| ")}
+rows = {l.split("|")[1].strip(): l.split("|")[-2].strip() for l in open(f"{run}/report.md")
+        if l.startswith("| ") and len(l.split("|")) == 12}  # the main table's rows, not the Speed table's
 for s in ("ddp", "zero3", "fsdp"):
     ranks = json.loads(open(f"{run}/{s}.jsonl").read().splitlines()[-1])["ranks"]
     share = max(r["time"]["comm_wait_s"] / (r["time"]["compute_s"] + r["time"]["comm_wait_s"] + r["time"]["optim_s"])
@@ -520,6 +533,20 @@ for s in ("ddp", "zero3", "fsdp"):
 PY
 then ok "report: comm waited is comm_wait_s over the step, per run; minor faults are counted"
 else bad "report: comm waited is comm_wait_s over the step, per run; minor faults are counted"; fi
+if grep -q "^## Speed" "$tmp/runs/tiny/report.md" && grep -q "^| fsdp | 2 |" "$tmp/runs/tiny/report.md" &&
+   ! grep -q "time-sliced" "$tmp/runs/tiny/report.md" && grep -q "writes mostly noise" "$tmp/runs/tiny/report.md"; then
+    ok "report: a Speed section from the runs themselves (no more ranks than cores), and what the sample is"
+else bad "report: a Speed section from the runs themselves (no more ranks than cores), and what the sample is"; fi
+# more ranks than cores: the numbers are labelled time-sliced, and speed is measured again at one rank per core
+sliced=$(( 2 * $(nproc) ))
+run "compare.sh with more ranks than cores" "${cmp_env[@]}" NAME=sliced RANKS=$sliced BATCH=$sliced STRATEGIES="ddp fsdp" \
+    bash examples/compare.sh
+if grep -q "tokens/s (time-sliced)" "$tmp/runs/sliced/report.md" &&
+   grep -q "These runs put $sliced ranks on $(nproc) cores" "$tmp/runs/sliced/report.md" &&
+   grep -q "^| fsdp | $(nproc) |" "$tmp/runs/sliced/report.md" &&
+   [ "$(python3 -c "import json; print(json.loads(open('$tmp/runs/sliced/speed/ddp.jsonl').read().splitlines()[-1])['world_size'])")" = "$(nproc)" ]
+then ok "report: time-sliced numbers are labelled so, and speed comes from one rank per core"
+else bad "report: time-sliced numbers are labelled so, and speed comes from one rank per core"; grep -E "^- |^\| " "$tmp/runs/sliced/report.md" | head; fi
 run "compare.sh STRATEGIES=\"zero2 fsdp\"" "${cmp_env[@]}" NAME=subset STRATEGIES="zero2 fsdp" bash examples/compare.sh
 if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subset/ddp.jsonl" ] &&
    [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&

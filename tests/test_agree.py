@@ -47,11 +47,15 @@ for name in ("ck_a", "ck_b"):  # two checkpoints of different steps
 BASE = {"--model": f"{tmp}/a.bin", "--data": f"{tmp}/data_a", "--batch": "4", "--seq": "16", "--steps": "2"}
 PRESET = {"--model": None, "--config": "d2", "--vocab": "256"}
 CKPT = {"--ckpt-dir": f"{tmp}/ck_new"}
+# shards without build/prepare's record of their tokenizer: any --vocab that holds their ids trains
+os.makedirs(f"{tmp}/data_bare")
+shutil.copy(f"{tmp}/data_a/train.bin", f"{tmp}/data_bare/train.bin")
+BARE = {**PRESET, "--data": f"{tmp}/data_bare"}
 # flag: (rank 0's changes to BASE, rank 1's); None removes a flag, True gives a switch
 CASES = {
     "--config": (PRESET, {**PRESET, "--config": "d4"}),
     "--model": ({}, {"--model": f"{tmp}/b.bin"}),
-    "--vocab": (PRESET, {**PRESET, "--vocab": "300"}),
+    "--vocab": (BARE, {**BARE, "--vocab": "300"}),
     "--data": ({}, {"--data": f"{tmp}/data_b"}),
     "--batch": ({}, {"--batch": "8"}),
     "--seq": ({}, {"--seq": "32"}),

@@ -213,6 +213,7 @@ fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "manifest.txt: ch
 r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16",
                                           "--steps", "12", "--resume", base, "--quiet"], capture_output=True, text=True)
 fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
+fails_with(r, "resume it with --config d2 --vocab 256", "a checkpoint of another model: the flags that make its model")
 fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")
 
 # every number a manifest gives is checked, naming the manifest and what is wrong

@@ -50,6 +50,7 @@ import tempfile
 from testlib import Checks, read_log, run, write_learnable_shard
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
+QUICK = os.environ.get("SHARDLAB_TEST_QUICK") == "1"  # make test-quick: one N, every strategy
 L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
 VP = 128
 BATCH, SEQ, STEPS = 12, 16, 20
@@ -620,29 +621,10 @@ def check_seed(tmp, data):
               f"{name}: --seed 8 starts from init_model's --seed 8 model (d2 shape)")
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
-    model = os.path.join(tmp, "model.bin")
-    assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
-                "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
-    rng = random.Random(5)
-    data = os.path.join(tmp, "data")
-    os.makedirs(data)
-    for name, count in (("train.bin", 20000), ("val.bin", 2000)):
-        write_learnable_shard(os.path.join(data, name), count, V, rng)
-    check_weight_decay(tmp, model, data)
-    check_seed(tmp, data)
-    common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
-              "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1", "--eval-every", "5", "--quiet"]
-    ref_log, ref_model = os.path.join(tmp, "single.jsonl"), os.path.join(tmp, "single.bin")
-    check(run([f"{BUILD}/train_single", *common, "--log", ref_log, "--out-model", ref_model]) == 0, "train_single runs")
-    ref_steps, _ = read_log(ref_log)
-    ref_params = read_params(ref_model)
-    check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
-    runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \
-           [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
-           [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)] + \
-           [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # K past the L = 2 blocks: capped at L
+def check_strategy_runs(tmp, common, runs, ref_steps, ref_params):
+    """Each (strategy, N, reshard-after-forward, prefetch) run against train_single: losses,
+    validation losses and final parameters within 1e-5, every rank in the summary, the memory
+    and traffic formulas; ZeRO-3 and FSDP with prefetch bitwise their --prefetch 0 run."""
     outputs = {}  # (strategy, n, reshard) -> the --prefetch 0 run's log lines and final model
     for strategy, n, reshard, prefetch in runs:
         tag = f"{strategy} N={n}" + ("" if reshard else " reshard-after-forward 0") + \
@@ -675,6 +657,36 @@ def main():
             else:
                 check(outputs.get((strategy, n, reshard)) == (losses, model_bytes),
                       f"{tag}: bitwise the losses and final model of --prefetch 0")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
+    model = os.path.join(tmp, "model.bin")
+    assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
+                "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
+    rng = random.Random(5)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    for name, count in (("train.bin", 20000), ("val.bin", 2000)):
+        write_learnable_shard(os.path.join(data, name), count, V, rng)
+    check_weight_decay(tmp, model, data)
+    check_seed(tmp, data)
+    common = ["--model", model, "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
+              "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.1", "--eval-every", "5", "--quiet"]
+    ref_log, ref_model = os.path.join(tmp, "single.jsonl"), os.path.join(tmp, "single.bin")
+    check(run([f"{BUILD}/train_single", *common, "--log", ref_log, "--out-model", ref_model]) == 0, "train_single runs")
+    ref_steps, _ = read_log(ref_log)
+    ref_params = read_params(ref_model)
+    check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
+    if QUICK:  # make test-quick: every strategy at N = 2 (ZeRO-3 and FSDP with --prefetch 0 and 1), nothing else
+        runs = [(s, 2, 1, 0) for s in ("ddp", "zero1", "zero2")] + [(s, 2, 1, k) for s in ("zero3", "fsdp") for k in (0, 1)]
+        check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
+        CHECKS.finish()
+    runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \
+           [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
+           [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)] + \
+           [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # K past the L = 2 blocks: capped at L
+    check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
     check_accumulation(tmp, model, data)
     check_trace_overlap(tmp, model, data)
     check_precision(tmp, common)

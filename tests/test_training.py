@@ -17,6 +17,8 @@
     check_llmc_order.
   - --precision bf16: within 2e-2 of fp32 over 50 steps of d2; clipping and
     --recompute in bf16 (check_precision).
+  - the step's time split: compute + communication wait + optimizer = the step, and a
+    known wait lands in communication (check_time_split).
   - build/sample: a seed gives one text, another seed another, temperature 0 is
     greedy; ids are below V, and the text is the prompt and the ids decoded
     (GPT-2's from encoder.json, here); the context slides past maxT.
@@ -361,6 +363,31 @@ def check_sample(tmp):
     check(rc == 0 and text == want, "sample gpt2: the text is the prompt and the ids decoded by encoder.json")
 
 
+def check_time_split(tmp, common):
+    """Each second of a step counts once: on every rank compute_s + comm_wait_s + optim_s =
+    step_s. A known wait lands where it belongs: rank 1 sleeps 0.2 s as its optimizer phase
+    begins (SHARDLAB_TEST_OPTIM_DELAY_S), so rank 0 waits about that long in ZeRO-1's
+    all-gather inside step(): communication, not optimizer time (counted in both before)."""
+    delay, steps = 0.2, 3
+    log = os.path.join(tmp, "time_split.jsonl")
+    rc = run(["env", f"SHARDLAB_TEST_OPTIM_DELAY_S={delay}", *trainer("zero1", 2), *common[:-2], "--steps", str(steps),
+              "--grad-clip", "1", "--log", log])
+    check(rc == 0, "zero1 N=2 with a delay in rank 1's optimizer phase runs")
+    if rc != 0:
+        return
+    _, summary = read_log(log)
+    for r in summary["ranks"]:
+        t = r["time"]
+        parts = t["compute_s"] + t["comm_wait_s"] + t["optim_s"]
+        check(abs(parts - t["step_s"]) <= 1e-5 * t["step_s"] + 3e-6 and min(t.values()) >= 0,
+              f"rank {r['rank']}: compute {t['compute_s']:.4f} + comm {t['comm_wait_s']:.4f} + optim {t['optim_s']:.4f} "
+              f"= step {t['step_s']:.4f} s")
+    t0, t1 = summary["ranks"][0]["time"], summary["ranks"][1]["time"]
+    check(t0["comm_wait_s"] >= 0.9 * delay * steps and t0["optim_s"] < 0.5 * delay * steps,
+          f"rank 0's wait for rank 1 is communication ({t0['comm_wait_s']:.3f} s), not optimizer ({t0['optim_s']:.3f} s)")
+    check(t1["optim_s"] >= 0.9 * delay * steps, f"rank 1's own delay is optimizer time ({t1['optim_s']:.3f} s)")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_training_")
     model = os.path.join(tmp, "model.bin")
@@ -379,6 +406,7 @@ def main():
     check_clip_against_optimizer(tmp, common)
     check_clip_equivalence(tmp, common)
     check_precision(tmp, data)
+    check_time_split(tmp, common)
     CHECKS.finish()
 
 

@@ -1,38 +1,32 @@
 // zero3.c: ZeRO stage 3 by tensor ownership. Each parameter tensor (layer 3's
 // qkvw is one tensor) is owned whole by one rank, chosen to balance bytes
-// (common/partition.c). Only the owner keeps it, its gradient and its AdamW
-// state between uses. Before a unit runs (forward, and again backward) each of
-// its tensors is broadcast from its owner into a temporary full buffer, freed
-// right after; after the unit's backward each gradient is averaged onto its
-// owner by a reduce. Each rank steps only the tensors it owns.
+// (common/partition.c); only the owner keeps it, its gradient and AdamW state.
+// Before a unit runs (forward, and again backward) each of its tensors is
+// broadcast from its owner into a temporary full buffer, freed right after;
+// after its backward each gradient is averaged onto its owner by a reduce.
 //
 //   owner of h0.qkvw --broadcast--> everyone      (before forward / backward)
 //   everyone --reduce(avg)--> owner of h0.qkvw    (after backward)
-//
-// With --prefetch K the next K units' broadcasts are started before unit u
-// computes, and unit u's reduces are waited for only after the next unit's
-// backward: the same collectives, travelling under compute.
-//
 //   rank 0: [ wte      | h1.fcw ...  ]  owned tensors, whole
 //   rank 1: [ h0.qkvw  | h0.fcw ...  ]  (sizes differ: ownership is lumpy)
 //
 // Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
 // balance uneven at small N. Per step: two broadcasts and one reduce of every
 // tensor, plus one broadcast and one reduce of wte for its second use (the head).
-// With K micro-batches, the broadcasts happen K times, and so do the reduces
-// (sync-each), or they happen once while 4P bytes of full gradients wait (no-sync).
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
-// DeepSpeed's production ZeRO-3 instead flattens and slices every tensor across
-// all ranks (like fsdp/ here); ownership is easier to follow and shows the
-// imbalance that slicing avoids.
+//
+// With --prefetch K the next K units' broadcasts are started before unit u
+// computes, and unit u's reduces are waited for only after the next unit's
+// backward: the same collectives, travelling under compute.
 #include <stdlib.h>
 
 #include "../common/device.h"
 #include "../common/util/errors.h"
 #include "../common/resident.h"
+#include "../common/unit_buffers.h"
 #include "zero3.h"
 
 typedef struct {
@@ -41,8 +35,7 @@ typedef struct {
     MemAccount *mem;
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
-    TensorState *tensor_state;       // (num_tensors) GATHERING while its broadcast travels, GATHERED
-                                     // while every rank has tensor t whole
+    TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
     int prefetch;                    // units ahead whose broadcasts start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
@@ -50,32 +43,15 @@ typedef struct {
 
 static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }
 
-// How unevenly whole tensors split: the fullest rank against the mean.
-static void report_balance(const State *s, const StrategyContext *ctx) {
-    const GPT2Layout *layout = &s->model->layout;
-    int world = s->comm->world;
-    if (world == 1) return;
-    size_t largest = 0, size = dtype_size(s->model->param_dtype);
-    for (int r = 0; r < world; r++) {
-        size_t bytes = zero3_owned_numel(layout, s->owner, r) * size;
-        if (bytes > largest) largest = bytes;
-    }
-    double mean = (double)layout->num_params * size / world;
-    strategy_note(ctx, "zero3: the fullest of %d ranks owns %.2f MB of parameters, %.1f%% above the mean %.2f MB\n",
-                  world, largest / 1e6, 100.0 * (largest / mean - 1.0), mean / 1e6);
-}
-
-// Starts broadcasting every tensor of the unit neither here nor on its way, from
-// its owner. The owner sends straight from its resident copy; everyone else
-// receives into a temporary buffer.
+// Starts broadcasting every tensor of the unit neither here nor on its way, from its
+// owner: straight from its resident copy, into a temporary full buffer elsewhere.
 static void start_gather(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    DType dtype = s->model->param_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        DType dtype = s->model->param_dtype;
-        if (!owns(s, t))
-            s->model->params[t] = device_alloc_as(s->mem, MEM_PARAMS_GATHERED, layout->tensors[t].numel, dtype);
+        if (!owns(s, t)) alloc_full_params(s->model, s->mem, t, 1);
         s->gathers[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, dtype, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
@@ -92,15 +68,11 @@ static void finish_gather(State *s, int unit) {
     }
 }
 
-// The unit's parameters, whole, now; and the broadcasts of the next `prefetch`
-// units in `direction` (+1 forward, -1 backward) started behind it, so that
-// they travel while this unit computes.
+// The unit's parameters, whole, now; the next `prefetch` units' gathers (in
+// `direction`, +1 forward, -1 backward) start behind it, to travel meanwhile.
 static void gather_unit(State *s, int unit, int direction) {
-    start_gather(s, unit);
-    for (int k = 1; k <= s->prefetch; k++) {
-        int ahead = unit + direction * k;
-        if (ahead >= 0 && ahead < s->model->layout.num_units) start_gather(s, ahead);
-    }
+    int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
+    for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k);
     finish_gather(s, unit);
 }
 
@@ -109,11 +81,7 @@ static void release_unit(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED) continue;
-        if (!owns(s, t)) {
-            device_free_as(s->mem, MEM_PARAMS_GATHERED, s->model->params[t], layout->tensors[t].numel,
-                           s->model->param_dtype);
-            s->model->params[t] = NULL;
-        }
+        if (!owns(s, t)) free_full_params(s->model, s->mem, t, 1);
         s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
@@ -121,28 +89,27 @@ static void release_unit(State *s, int unit) {
 // Starts averaging each gradient of the unit onto its owner, in place.
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         void *local = s->model->grads[t];
-        s->reduces[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel,
-                                          s->model->grad_dtype, s->owner[t], COMM_AVG);
+        s->reduces[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel, dtype,
+                                          s->owner[t], COMM_AVG);
     }
 }
 
-// Waits for the unit's reduces still in flight; the owner adds each average to
-// its resident gradient (the tied wte arrives twice: from the head and from
-// unit 0), and everyone frees the full gradients.
+// Waits for the unit's reduces still in flight; the owner adds each average to its
+// resident gradient (the tied wte arrives twice: from the head and from unit 0),
+// and everyone frees the full gradients.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
+    DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!s->reduces[t].active) continue;
-        size_t numel = layout->tensors[t].numel;
         comm_wait(s->comm, &s->reduces[t]);
-        DType dtype = s->model->grad_dtype;
-        if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], numel, dtype);
-        device_free_as(s->mem, MEM_GRADS_GATHERED, s->model->grads[t], numel, dtype);
-        s->model->grads[t] = NULL;
+        if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
+        free_full_grads(s->model, s->mem, t, 1);
     }
 }
 
@@ -153,13 +120,8 @@ static void after_forward(void *state, int unit) { release_unit(state, unit); }
 // ones an earlier micro-batch kept, without a reduce, to add into).
 static void before_backward(void *state, int unit) {
     State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
     gather_unit(s, unit, -1);
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
-        int t = layout->unit_tensors[unit][i];
-        if (!s->model->grads[t])
-            s->model->grads[t] = device_alloc_as(s->mem, MEM_GRADS_GATHERED, layout->tensors[t].numel, s->model->grad_dtype);
-    }
+    alloc_unit_grads(s->model, s->mem, unit, 1);
 }
 
 // Reduce the unit's gradients: with prefetch, behind the next unit's backward
@@ -188,14 +150,9 @@ static void step(void *state, AdamWConfig config) {
 // Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
-    const GPT2Layout *layout = &s->model->layout;
-    for (int u = 0; u < layout->num_units; u++) {
-        start_gather(s, u);
-        finish_gather(s, u);
-        for (int t = 0; t < layout->num_tensors; t++)
-            if (s->comm->rank == 0 && layout->tensors[t].home_unit == u)
-                device_to_host_widened(flat + layout->tensors[t].offset, s->model->params[t], layout->tensors[t].numel,
-                                       s->model->param_dtype);
+    for (int u = 0; u < s->model->layout.num_units; u++) {
+        gather_unit(s, u, 0);
+        if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
         release_unit(s, u);
     }
 }
@@ -234,26 +191,21 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->comm = ctx->comm;
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
-    const Zero3Options *options = ctx->options;
-    s->prefetch = prefetch_window(layout, options->prefetch);
-    if (s->prefetch < options->prefetch)
-        strategy_note(ctx, "zero3: --prefetch %d reaches past the model's L = %d blocks: prefetching %d unit(s) ahead\n",
-                      options->prefetch, layout->num_units - 2, s->prefetch);
-    s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
-    s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, s->comm->world, s->owner);
-    report_balance(s, ctx);
+    zero3_note_balance(ctx, s->owner);
+    s->prefetch = strategy_prefetch(ctx, "zero3", ((const Zero3Options *)ctx->options)->prefetch);
+    s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
+    s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
     resident_init(&s->resident, model, count, s->mem);
     free(count);
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
-        if (!owns(s, t)) continue;
-        // each owner makes its own tensors: no initial communication
-        resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
-        model->params[t] = resident_params(&s->resident, t);
+        if (owns(s, t)) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
+        // each owner makes its own tensors (no initial communication), and the model reads them there
+        if (owns(s, t)) model->params[t] = resident_params(&s->resident, t);
     }
     return STRATEGY_TABLE("zero3", s);
 }

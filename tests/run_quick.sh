@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The fast tier (make test-quick, a few minutes on 2 cores): the unit tests, the
+# strategy files' diffs, the communication layer at 2 ranks, and every strategy's
+# equivalence with train_single at N = 2, with its memory and traffic formulas.
+# `make test` runs all of these and the rest. Ends with "N passed, M failed".
+cd "$(dirname "$0")/.."
+. tests/testlib.sh
+
+run_unit_tests
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+echo "== communication layer, 2 ranks"
+run "test_comm -np 2" $MPIRUN -np 2 "$BUILD/tests/test_comm"
+echo "== every strategy at N = 2 against train_single"
+run "test_strategies, quick" env SHARDLAB_TEST_QUICK=1 python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
+finish
