@@ -17,6 +17,8 @@
 // SHARDLAB_COMM_ENGINE=spin makes it wait in MPI_Wait instead (Open MPI spins a
 // core there) and =inline runs collectives on the calling thread, as MPI alone
 // does: both for comparison (bench_comm --overlap-ms).
+// Reductions of 64 KiB or more among ranks of one node go through the node's
+// shared memory instead of MPI's reduction path (comm_node.c), on the same thread.
 // The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
 // thread on the group's own communicator (MPI_COMM_WORLD, or comm_split's):
 // another communicator than the engine's, so their order is independent.
@@ -31,6 +33,7 @@
 #include <string.h>
 
 #include "comm_nccl.h"
+#include "comm_node.h"
 #include "device.h"
 #include "fatal_once.h"
 #include "util/errors.h"
@@ -57,10 +60,15 @@
 // the first, and the longest it doubles to.
 #define ENGINE_FIRST_PAUSE 10e-6
 #define ENGINE_MAX_PAUSE 1e-3
+// Below this many bytes a reduction takes MPI's own path: its latency is lower
+// than three barriers'.
+#define NODE_MIN_BYTES ((size_t)64 << 10)
 
 // One collective as MPI sees it.
 typedef struct EngineOp {
     CommOp op;
+    DType dtype;            // of the elements (comm_all_reduce_double: fp32, two per double)
+    int node;               // 1: through the node's shared memory (comm_node.h), not MPI's own
     MPI_Datatype type;      // MPI_FLOAT, MPI_UINT16_T for bf16, or MPI_DOUBLE for comm_all_reduce_double
     MPI_Op sum;             // MPI_SUM, or the engine's bf16_sum
     const void *send;       // MPI_IN_PLACE where the collective works in place
@@ -85,6 +93,7 @@ struct CommEngine {
     int stop;
     int spin;               // SHARDLAB_COMM_ENGINE=spin: MPI_Wait, no pauses
     MPI_Op bf16_sum;        // MPI knows no bf16: the sum of bf16 elements (bf16_sum below)
+    NodeArena *node;        // the group's shared memory for reductions, or NULL (not on one node, inline)
 };
 
 // The records kept for the trace; events[i] is record i's NCCL completion event
@@ -142,19 +151,21 @@ static void timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double secon
     if (status != 0 && status != ETIMEDOUT) fatal_at(__FILE__, __LINE__, "pthread_cond_timedwait: %s", strerror(status));
 }
 
-// Carries one collective to completion; called and returns with the lock held.
-// Open MPI moves a collective forward only inside MPI calls, and a blocking call
-// spins a core until the collective ends, however long the other ranks take to
-// reach it. So the thread tests and pauses in between while the rank computes
-// (the pause doubles: a late rank costs few tests), and tests back to back only
-// while a caller is blocked in comm_wait, whose core is idle then.
-static void engine_run(CommEngine *e, EngineOp *o) {
-    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
-    issue(e->comm, o);
-    if (e->spin) MPI_CHECK(MPI_Wait(&o->request, MPI_STATUS_IGNORE));
+// Waits for one MPI request on the engine's thread, without the lock. Open MPI
+// moves a collective forward only inside MPI calls, and a blocking call spins a
+// core until the collective ends, however long the other ranks take to reach
+// it. So the thread tests and pauses in between while the rank computes (the
+// pause doubles: a late rank costs few tests), and tests back to back only while
+// a caller is blocked in comm_wait, whose core is idle then.
+static void engine_progress(void *engine, MPI_Request *request) {
+    CommEngine *e = engine;
+    if (e->spin) {
+        MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE));
+        return;
+    }
     double pause = ENGINE_FIRST_PAUSE;
-    for (int done = e->spin; !done;) {
-        MPI_CHECK(MPI_Test(&o->request, &done, MPI_STATUS_IGNORE));
+    for (int done = 0; !done;) {
+        MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
         if (done) break;
         PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
         if (!e->waiters) {
@@ -162,6 +173,19 @@ static void engine_run(CommEngine *e, EngineOp *o) {
             pause = 2 * pause < ENGINE_MAX_PAUSE ? 2 * pause : ENGINE_MAX_PAUSE;
         }
         PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    }
+}
+
+// Carries one collective to completion; called and returns with the lock held.
+// A node reduction's copies and sums run on this thread, between its barriers.
+static void engine_run(CommEngine *e, EngineOp *o) {
+    PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
+    if (o->node) {
+        const void *in = o->send == MPI_IN_PLACE ? o->recv : o->send;
+        node_reduce(e->node, o->op, in, o->recv, (size_t)o->count, o->dtype, o->root, engine_progress, e);
+    } else {
+        issue(e->comm, o);
+        engine_progress(e, &o->request);
     }
     PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
     o->done = timer_now();
@@ -194,6 +218,7 @@ static CommEngine *engine_start(MPI_Comm group, int threaded, int spin) {
     MPI_CHECK(MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN));
     e->spin = spin;
     if (!threaded) return e;
+    e->node = node_arena_create(group);
     pthread_condattr_t monotonic;
     PTHREAD_CHECK(pthread_condattr_init(&monotonic));
     PTHREAD_CHECK(pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC));
@@ -224,6 +249,7 @@ static void engine_stop(Comm *comm) {
         PTHREAD_CHECK(pthread_cond_destroy(&e->done));
         PTHREAD_CHECK(pthread_mutex_destroy(&e->lock));
     }
+    node_arena_free(e->node);
     MPI_CHECK(MPI_Comm_free(&e->comm));
     MPI_CHECK(MPI_Op_free(&e->bf16_sum));
     free(e);
@@ -241,6 +267,8 @@ static int mpi_count(CommOp op, size_t count) {
 static void engine_submit(Comm *comm, CommHandle *h, EngineOp op) {
     EngineOp *o = xmalloc(sizeof *o);
     *o = op;
+    size_t bytes = (size_t)o->count * dtype_size(o->dtype) * (o->op == COMM_REDUCE_SCATTER ? (size_t)comm->world : 1);
+    if (bytes < NODE_MIN_BYTES) o->node = 0;
     o->complete = 0;
     o->next = NULL;
     h->request = o;
@@ -309,6 +337,10 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     MPI_CHECK(MPI_Comm_free(&node));
     const char *debug = getenv("SHARDLAB_COMM_DEBUG");
     comm->debug_checks = debug && strcmp(debug, "0") != 0;
+    const char *reduce = getenv("SHARDLAB_COMM_REDUCE");
+    if (reduce && strcmp(reduce, "node") != 0 && strcmp(reduce, "mpi") != 0)
+        fatal("SHARDLAB_COMM_REDUCE is '%s': give node or mpi", reduce);
+    comm->node_reductions = !reduce || strcmp(reduce, "node") == 0;
     comm->backend = COMM_BACKEND_MPI;
     comm->engine_thread = threaded;
     comm->engine = engine_start(MPI_COMM_WORLD, threaded, strcmp(mode, "spin") == 0);
@@ -326,6 +358,7 @@ void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
     group->backend = parent->backend;
     group->staged = parent->staged;
     group->debug_checks = parent->debug_checks;
+    group->node_reductions = parent->node_reductions;
     group->engine_thread = parent->engine_thread;
     group->parent = parent;
     group->is_across = across;
@@ -353,6 +386,8 @@ void comm_finalize(Comm *comm) {
     }
     comm->started_mpi = 0;
 }
+
+int comm_node_shared(const Comm *comm) { return comm->engine && comm->engine->node != NULL; }
 
 void comm_use_device_buffers(Comm *comm, int gpus_on_node) {
     if (comm->local_size > gpus_on_node) {
@@ -427,10 +462,14 @@ static void add_call(CommStats *stats, CommOp op, size_t count, uint64_t sent, u
     c->bytes_recv += recv;
 }
 
-// The engine's form of an element type and its sum.
+// The engine's form of an element type and its sum. Reductions go through the
+// node's shared memory where the group has it (comm_node.h), unless they are
+// small enough for MPI's latency to win.
 static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
     int bf = dtype == DTYPE_BF16;
-    return (EngineOp){.op = op, .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
+    int reduction = op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE;
+    return (EngineOp){.op = op, .dtype = dtype, .node = reduction && comm->node_reductions && comm->engine->node,
+                      .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
 }
 
 // The bytes of one element as the backend carries it: on MPI the size of the

@@ -75,6 +75,9 @@ typedef struct Comm {
     CommBackend backend;
     int staged;          // MPI on device buffers: copy through pinned host memory
     int debug_checks;    // verify arguments agree across ranks before each call
+    int node_reductions; // reductions of host buffers through the node's shared memory when the
+                         // group is on one node (comm_node.h); 0: MPI's own. SHARDLAB_COMM_REDUCE=mpi
+                         // sets 0 at init; bench_comm sets it per run to time both
     CommStats stats;     // every collective of this group, and of the groups split from it
     CommStats across;    // the part of stats that crossed between replica groups (comm_split's `across`)
     struct Comm *parent; // the group this one was split from (comm_split), or NULL
@@ -123,8 +126,9 @@ void comm_free_group(Comm *group);
 void comm_use_device_buffers(Comm *comm, int gpus_on_node);
 
 // Buffers hold `count` elements of `dtype` (dtype.h): fp32, or bf16, whose sums
-// are worked out in fp32 and rounded (MPI: one rounding per pairwise sum, in the
-// order MPI's algorithm adds; NCCL: its own order).
+// are worked out in fp32 and rounded, one rounding per pairwise sum. The order of
+// the additions: rank order 0, 1, ..., N-1 where the group is on one node and the
+// buffers are 64 KiB or more (comm_node.h); else MPI's algorithm's; NCCL its own.
 //
 // In place: every rank ends with the sum (or average) over ranks of buf.
 void comm_all_reduce(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op);
@@ -189,6 +193,10 @@ void comm_record(Comm *comm, int on);
 // NCCL: reads the completion times from their CUDA events, waiting for those.
 const CommRecord *comm_records(Comm *comm, size_t *count);
 void comm_clear_records(Comm *comm);
+
+// 1 when the group's reductions of host buffers can go through the node's shared
+// memory (every rank on one node, the engine's thread running; comm_node.h).
+int comm_node_shared(const Comm *comm);
 
 void comm_stats_reset(Comm *comm);
 // The counters of `after` minus those of `before`.

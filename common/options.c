@@ -82,16 +82,8 @@ void options_dtypes(const TrainOptions *opts, DType *param_dtype, DType *grad_dt
     if (opts->reduce_dtype) CHECK(dtype_parse(opts->reduce_dtype, grad_dtype) == 0, "--reduce-dtype %s", opts->reduce_dtype);
 }
 
-OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
-                            const StrategyPlugin *plugin, int argc, char **argv, int speak) {
-    char about[64];
-    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", plugin->name);
-    CliSpec spec = {
-        .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
-        .about = about, .options = flags, .num_options = num_flags,
-    };
-    CliResult r = cli_parse(&spec, argc, argv, speak);
-    if (r != CLI_RUN) return r == CLI_HELP ? OPTIONS_HELP : OPTIONS_ERROR;
+// The first problem with the shared flags taken together, or NULL.
+static const char *shared_problem(const TrainOptions *o) {
     const char *problem = NULL;
     if (!o->config_name == !o->model_path) problem = "give exactly one of --config dN and --model FILE.bin";
     else if (o->model_path && o->vocab_size) problem = "--vocab goes with --config; a --model file has its own vocab";
@@ -112,7 +104,22 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";
-    else if (plugin->check_options) problem = plugin->check_options(plugin->options);
+    return problem;
+}
+
+OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
+                            const StrategyPlugin *plugin, int argc, char **argv, int speak) {
+    char about[64];
+    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", plugin->name);
+    CliSpec spec = {
+        .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
+        .about = about, .options = flags, .num_options = num_flags,
+    };
+    CliResult r = cli_parse(&spec, argc, argv, speak);
+    if (r != CLI_RUN) return r == CLI_HELP ? OPTIONS_HELP : OPTIONS_ERROR;
+    // the strategy's own options first: the most specific message
+    const char *problem = plugin->check_options ? plugin->check_options(plugin->options) : NULL;
+    if (!problem) problem = shared_problem(o);
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

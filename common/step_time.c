@@ -56,11 +56,17 @@ static double unit_forward_flops(const GPT2Layout *layout, int unit, double toke
 typedef struct {
     const GPT2Layout *layout;
     const StepSetup *setup;
-    Link world_link;          // the link every rank's ring crosses
+    const Machine *machine;
+    int world_spans;          // the ring of all ranks crosses machines
     double *forward, *backward;  // (num_units) seconds of compute
 } Plan;
 
-static Link group_link(const Machine *m, int group_spans_machines) { return group_spans_machines ? m->across : m->within; }
+// The link a collective of kind `op` runs at: between machines, or inside one at
+// that kind's own fit if it has one.
+static Link group_link(const Machine *m, CommOp op, int group_spans_machines) {
+    if (group_spans_machines) return m->across;
+    return m->within_op[op].beta > 0 ? m->within_op[op] : m->within;
+}
 
 static double home_bytes(const Plan *p, int unit) {
     const GPT2Layout *layout = p->layout;
@@ -78,7 +84,8 @@ static void replay_ddp(const Plan *p, Timeline *tl) {
     for (int u = 0; u < U; u++) tl->now += p->forward[u];
     for (int u = U - 1; u >= 0; u--) {
         tl->now += p->backward[u];
-        last = start(tl, collective_seconds(COMM_ALL_REDUCE, home_bytes(p, u), p->setup->ranks, p->world_link));
+        last = start(tl, collective_seconds(COMM_ALL_REDUCE, home_bytes(p, u), p->setup->ranks,
+                                                 group_link(p->machine, COMM_ALL_REDUCE, p->world_spans)));
     }
     wait_until(tl, last);
 }
@@ -101,14 +108,15 @@ static void replay_zero12(const Plan *p, Timeline *tl, int stage) {
                 size_t begin, end;
                 if (zero12_overlap(P, N, r, tensor->offset, tensor->numel, &begin, &end) == 0) break;
                 done[u] = start(tl, collective_seconds(COMM_REDUCE, (double)(end - begin) * p->setup->bytes, N,
-                                                       p->world_link));
+                                                       group_link(p->machine, COMM_REDUCE, p->world_spans)));
             }
         }
         if (stage == 2 && u + 1 < U) wait_until(tl, done[u + 1]);
     }
     for (int u = 0; u < U; u++) wait_until(tl, done[u]);
     double range = (double)zero12_range_numel(P, N) * N * p->setup->bytes;
-    wait_until(tl, start(tl, collective_seconds(COMM_ALL_GATHER, range, N, p->world_link)));
+    Link link = group_link(p->machine, COMM_ALL_GATHER, p->world_spans);
+    wait_until(tl, start(tl, collective_seconds(COMM_ALL_GATHER, range, N, link)));
     free(done);
 }
 
@@ -139,13 +147,14 @@ static void start_gather(Sharded *s, Timeline *tl, int unit) {
     if (s->gathered[unit] >= 0) return;
     if (s->fsdp) {  // one all-gather of the unit's padded tensors within the shard group
         int S = setup->shard_group;
-        Link link = group_link(s->machine, S > s->machine->ranks_per_node);
+        Link link = group_link(s->machine, COMM_ALL_GATHER, S > s->machine->ranks_per_node);
         s->gathered[unit] = start(tl, collective_seconds(COMM_ALL_GATHER, unit_bytes(s, unit, S, 0), S, link));
         return;
     }
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {  // ZeRO-3: a broadcast per tensor
         double bytes = (double)layout->tensors[layout->unit_tensors[unit][i]].numel * setup->bytes;
-        s->gathered[unit] = start(tl, collective_seconds(COMM_BROADCAST, bytes, setup->ranks, s->plan->world_link));
+        s->gathered[unit] = start(tl, collective_seconds(COMM_BROADCAST, bytes, setup->ranks,
+                                           group_link(s->machine, COMM_BROADCAST, s->plan->world_spans)));
     }
 }
 
@@ -154,13 +163,14 @@ static void start_reduce(Sharded *s, Timeline *tl, int unit) {
     const StepSetup *setup = s->plan->setup;
     if (s->fsdp) {
         int S = setup->shard_group;
-        Link link = group_link(s->machine, S > s->machine->ranks_per_node);
+        Link link = group_link(s->machine, COMM_REDUCE_SCATTER, S > s->machine->ranks_per_node);
         s->reduced[unit] = start(tl, collective_seconds(COMM_REDUCE_SCATTER, unit_bytes(s, unit, S, 0), S, link));
         return;
     }
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         double bytes = (double)layout->tensors[layout->unit_tensors[unit][i]].numel * setup->bytes;
-        s->reduced[unit] = start(tl, collective_seconds(COMM_REDUCE, bytes, setup->ranks, s->plan->world_link));
+        s->reduced[unit] = start(tl, collective_seconds(COMM_REDUCE, bytes, setup->ranks,
+                                         group_link(s->machine, COMM_REDUCE, s->plan->world_spans)));
     }
 }
 
@@ -173,7 +183,7 @@ static void finish_reduce(Sharded *s, Timeline *tl, int unit) {
     s->reduced[unit] = -1;
     int S = setup->shard_group, groups = setup->ranks / S;
     if (!s->fsdp || groups == 1) return;
-    Link link = group_link(s->machine, setup->ranks > s->machine->ranks_per_node);
+    Link link = group_link(s->machine, COMM_ALL_REDUCE, setup->ranks > s->machine->ranks_per_node);
     wait_until(tl, start(tl, collective_seconds(COMM_ALL_REDUCE, unit_bytes(s, unit, S, 1), groups, link)));
 }
 
@@ -215,7 +225,7 @@ StepTime step_time(const GPT2Layout *layout, StepStrategy strategy, const StepSe
     double rate = machine->flops_per_s;
     if (machine->compute_slots > 0 && local > machine->compute_slots) rate *= (double)machine->compute_slots / local;
     double tokens = (double)setup->rows * setup->seq;
-    Plan plan = {.layout = layout, .setup = setup, .world_link = group_link(machine, N > machine->ranks_per_node),
+    Plan plan = {.layout = layout, .setup = setup, .machine = machine, .world_spans = N > machine->ranks_per_node,
                  .forward = xcalloc((size_t)U, sizeof(double)), .backward = xcalloc((size_t)U, sizeof(double))};
     double compute = 0;
     for (int u = 0; u < U; u++) {

@@ -10,7 +10,9 @@
 //   broadcast, reduce     (n-1) alpha +           S / beta   (a pipelined chain)
 //
 // with S the bytes of the whole buffer and n the ranks of the group. A group
-// that spans machines runs at the speed of the link between them.
+// that spans machines runs at the speed of the link between them; inside a
+// machine each kind of collective may have its own alpha and beta (measured:
+// on one machine a reduction and a gather run at different speeds).
 //
 // A step is replayed on two timelines, the rank's compute and its link: each
 // strategy starts and waits for its collectives where its code does (the same
@@ -35,6 +37,8 @@ typedef struct {
     int compute_slots;   // ranks of a machine that compute at that rate at once (its cores; more share
                          // them); 0: every rank (a GPU each)
     Link within;         // between ranks of one machine
+    Link within_op[COMM_NUM_OPS];  // one kind of collective's own fit (--calibrate), where beta > 0: a
+                                   // reduction and a gather need not share one alpha and beta
     Link across;         // between machines
 } Machine;
 

@@ -2,6 +2,8 @@
 // backend. For each size from 1 KiB to 64 MiB: time per call (slowest rank),
 // algorithm bandwidth (bytes / time) and bus bandwidth (algbw times the ring
 // factor: 2(N-1)/N all-reduce, (N-1)/N reduce-scatter and all-gather, 1 otherwise).
+// Where reductions go through the node's shared memory (common/comm_node.c), MPI's
+// own reduction is timed beside each size in the same run (mpi_* columns).
 //   mpirun -np 4 build/bench_comm [--max-mib 64]
 // With --overlap-ms X it measures instead how much of an all-reduce the
 // communication engine hides behind X ms of compute (sgemm on the rank's
@@ -29,6 +31,16 @@ static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) 
     default: break;
     }
     return timer_now() - start;
+}
+
+// The slowest rank's mean time of one call, after a warm-up.
+static double time_op(Comm *comm, CommOp op, float *a, float *b, size_t count) {
+    int iters = count * sizeof(float) <= (1 << 20) ? 50 : 5;
+    run_once(comm, op, a, b, count);
+    comm_barrier(comm);
+    double total = 0;
+    for (int i = 0; i < iters; i++) total += run_once(comm, op, a, b, count);
+    return comm_metric_max(comm, total / iters);
 }
 
 // The stand-in for a unit's forward or backward: sgemms of 256 x 256 matrices.
@@ -146,23 +158,29 @@ int main(int argc, char **argv) {
         comm_finalize(&comm);
         return 0;
     }
-    int N = comm.world;
-    if (comm.rank == 0) printf("# bench_comm: %d ranks, backend %s\n", N, comm.backend == COMM_BACKEND_NCCL ? "nccl" : "mpi");
+    int N = comm.world, node = comm_node_shared(&comm) && comm.node_reductions;
+    if (comm.rank == 0)
+        printf("# bench_comm: %d ranks, backend %s%s\n", N, comm.backend == COMM_BACKEND_NCCL ? "nccl" : "mpi",
+               node ? "; reductions through the node's shared memory, MPI's own beside them (mpi_*)" : "");
     for (int op = 0; op < COMM_BARRIER; op++) {
         double factor = op == COMM_ALL_REDUCE ? 2.0 * (N - 1) / N
                       : (op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER) ? (double)(N - 1) / N : 1.0;
-        if (comm.rank == 0) printf("# %s\n# %10s %12s %12s %12s\n", comm_op_names[op], "bytes", "time_us", "algbw_GB/s", "busbw_GB/s");
+        int both = node && (op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE);
+        if (comm.rank == 0)
+            printf("# %s\n# %10s %12s %12s %12s%s\n", comm_op_names[op], "bytes", "time_us", "algbw_GB/s", "busbw_GB/s",
+                   both ? "  mpi_time_us mpi_busbw_GB/s" : "");
         for (size_t bytes = 1024; bytes <= max_count * sizeof(float); bytes *= 4) {
             size_t count = bytes / sizeof(float);
             count -= count % (size_t)N;  // reduce-scatter and all-gather need multiples of N
-            int iters = bytes <= (1 << 20) ? 50 : 5;
-            run_once(&comm, op, a, b, count);  // warm up
-            comm_barrier(&comm);
-            double total = 0;
-            for (int i = 0; i < iters; i++) total += run_once(&comm, op, a, b, count);
-            double t = comm_metric_max(&comm, total / iters);
-            double algbw = (double)count * sizeof(float) / t / 1e9;
-            if (comm.rank == 0) printf("  %10zu %12.1f %12.3f %12.3f\n", count * sizeof(float), 1e6 * t, algbw, algbw * factor);
+            double t = time_op(&comm, op, a, b, count), busbw = (double)count * sizeof(float) / t / 1e9 * factor;
+            if (comm.rank == 0) printf("  %10zu %12.1f %12.3f %12.3f", count * sizeof(float), 1e6 * t, busbw / factor, busbw);
+            if (both) {  // the same call on MPI's own reduction, in this run
+                comm.node_reductions = 0;
+                double mpi = time_op(&comm, op, a, b, count);
+                comm.node_reductions = 1;
+                if (comm.rank == 0) printf(" %12.1f %14.3f", 1e6 * mpi, (double)count * sizeof(float) / mpi / 1e9 * factor);
+            }
+            if (comm.rank == 0) printf("\n");
         }
     }
     free(a);

@@ -26,10 +26,18 @@ TEXT=${TEXT:-/usr/share/common-licenses}
 OUT=${OUT:-$(mktemp -d /tmp/bench_overlap.XXXXXX)}
 if (( STEPS < 2 )); then echo "bench_overlap: STEPS=$STEPS: give at least 2 (the first step is not timed)" >&2; exit 1; fi
 mkdir -p "$OUT"
-if [ ! -f "$OUT/data/train.bin" ]; then
-    if [ -d "$TEXT" ]; then cat "$TEXT"/* > "$OUT/corpus.txt"; else cp "$TEXT" "$OUT/corpus.txt"; fi
-    "$BUILD/prepare" --text "$OUT/corpus.txt" --tokenizer byte --out "$OUT/data" > /dev/null
-fi
+# the data of each vocab comes from its tokenizer: byte for 256, GPT-2's BPE for 50257
+for vocab in $VOCABS; do
+    case "$vocab" in
+        256) tokenizer=(--tokenizer byte) ;;
+        50257) tokenizer=(--tokenizer gpt2 --vocab models/gpt2_vocab) ;;
+        *) echo "bench_overlap: VOCABS: $vocab has no tokenizer here (give 256, byte, or 50257, GPT-2's)" >&2; exit 1 ;;
+    esac
+    if [ ! -f "$OUT/data-$vocab/train.bin" ]; then
+        [ -f "$OUT/corpus.txt" ] || { if [ -d "$TEXT" ]; then cat "$TEXT"/* > "$OUT/corpus.txt"; else cp "$TEXT" "$OUT/corpus.txt"; fi; }
+        "$BUILD/prepare" --text "$OUT/corpus.txt" "${tokenizer[@]}" --out "$OUT/data-$vocab" > /dev/null
+    fi
+done
 echo "| V | N | strategy | prefetch | step ms | exposed comm ms | exposed / step | minor faults / step | peak MB | reserved MB | step / DDP's |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for vocab in $VOCABS; do
@@ -41,7 +49,7 @@ for vocab in $VOCABS; do
             log="$OUT/$vocab-$ranks-$strategy-$prefetch.jsonl"
             echo "bench_overlap: V=$vocab N=$ranks $strategy ${flags[*]}" >&2
             $MPIRUN -np "$ranks" "$BUILD/train_$strategy" "${flags[@]}" --config d4 --vocab "$vocab" \
-                --data "$OUT/data" --batch 8 --seq 64 --steps "$STEPS" --quiet --log "$log"
+                --data "$OUT/data-$vocab" --batch 8 --seq 64 --steps "$STEPS" --quiet --log "$log"
             python3 - "$log" "$vocab" "$ranks" "$strategy" "$prefetch" "$OUT/ddp-$vocab-$ranks.ms" <<'PY'
 import json, statistics, sys
 log, vocab, ranks, strategy, prefetch, ddp_file = sys.argv[1:]

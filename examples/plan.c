@@ -454,8 +454,9 @@ static Link parse_link(const char *text, const char *flag) {
 
 // --calibrate: bench_comm's tables (one run or several, concatenated): a header
 // "# bench_comm: N ranks, ...", then per collective "# <name>" and rows of
-// bytes, microseconds, ... Fits one link to every row.
-static Link calibrate(const char *path, int tsv) {
+// bytes, microseconds, ... Fits one link to every row (the default), and each
+// kind of collective's own link to its rows (within_op).
+static Link calibrate(const char *path, int tsv, Link *within_op) {
     FILE *f = xfopen(path, "r");
     char line[512], name[64];
     int ranks = 0, op = -1, n = 0, capacity = 0, line_number = 0;
@@ -491,6 +492,20 @@ static Link calibrate(const char *path, int tsv) {
         fatal("%s: no bench_comm timings at 2 or more ranks and two sizes to fit (run: mpirun -np 2 build/bench_comm "
               "> %s)", path, path);
     if (!tsv) printf("calibrated from %d timings in %s: alpha %.3g s, beta %.3g GB/s\n", n, path, link.alpha, link.beta / 1e9);
+    // each kind's rows alone, where they determine a fit of their own
+    CommOp *kind_ops = xmalloc((size_t)n * sizeof *kind_ops);
+    int *kind_group = xmalloc((size_t)n * sizeof *kind_group);
+    double *kind_bytes = xmalloc((size_t)n * sizeof *kind_bytes), *kind_seconds = xmalloc((size_t)n * sizeof *kind_seconds);
+    for (int k = 0; k < COMM_BARRIER; k++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (ops[i] == (CommOp)k)
+                kind_ops[m] = ops[i], kind_group[m] = group[i], kind_bytes[m] = bytes[i], kind_seconds[m++] = seconds[i];
+        if (fit_link(kind_ops, kind_group, kind_bytes, kind_seconds, m, &within_op[k]) == 0 && !tsv)
+            printf("  %s alone, %d timings: alpha %.3g s, beta %.3g GB/s\n", comm_op_names[k], m, within_op[k].alpha,
+                   within_op[k].beta / 1e9);
+    }
+    free(kind_ops), free(kind_group), free(kind_bytes), free(kind_seconds);
     free(ops), free(group), free(bytes), free(seconds);
     return link;
 }
@@ -573,7 +588,7 @@ int main(int argc, char **argv) {
         {"--across", "ALPHA,GBPS", CLI_STRING, &across, 0, 0,
          "--time: the link between machines (default 1e-5,25: a 200 Gb/s network per rank)"},
         {"--calibrate", "FILE", CLI_STRING, &calibration, 0, 0,
-         "--time: fit the link inside a machine to bench_comm's output in FILE"},
+         "--time: fit the link inside a machine to bench_comm's output in FILE (and each collective's own)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
@@ -651,8 +666,8 @@ int main(int argc, char **argv) {
             fatal("--reduce-dtype %s: the step-time model of --time moves parameters and gradients in one dtype; "
                   "give it without --reduce-dtype, or equal to --precision", reduce_dtype);
         Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
-                           .within = calibration ? calibrate(calibration, tsv) : parse_link(within, "--within"),
                            .across = parse_link(across, "--across")};
+        machine.within = calibration ? calibrate(calibration, tsv, machine.within_op) : parse_link(within, "--within");
         machine.flops_per_s = tokens_per_s * gpt2_flops_per_step(&config, 1, T) / T;
         print_step_times(&layout, &machine, world, B / world, T, shape.prefetch, shard_group < world ? shard_group : 0,
                          dtype_size(param_dtype), tsv);

@@ -17,6 +17,9 @@ for n in 1 2 3 4; do run "test_comm -np $n" $MPIRUN -np $n "$BUILD/tests/test_co
 run "test_comm without mpirun" "$BUILD/tests/test_comm"
 run "test_comm -np 3, collectives on the calling thread" env SHARDLAB_COMM_ENGINE=inline $MPIRUN -np 3 "$BUILD/tests/test_comm"
 run "test_comm -np 2, the engine waiting in MPI_Wait" env SHARDLAB_COMM_ENGINE=spin $MPIRUN -np 2 "$BUILD/tests/test_comm"
+run "test_comm -np 3, MPI's own reductions" env SHARDLAB_COMM_REDUCE=mpi $MPIRUN -np 3 "$BUILD/tests/test_comm"
+fails "an unknown SHARDLAB_COMM_REDUCE" "SHARDLAB_COMM_REDUCE is 'fast': give node or mpi" \
+    env SHARDLAB_COMM_REDUCE=fast "$BUILD/tests/test_comm"
 fails "an unknown SHARDLAB_COMM_ENGINE" "SHARDLAB_COMM_ENGINE is 'stream': give thread, spin or inline" \
     env SHARDLAB_COMM_ENGINE=stream "$BUILD/tests/test_comm"
 fails "counts that differ across ranks" "counts differ across ranks" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" counts

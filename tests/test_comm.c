@@ -325,17 +325,23 @@ START_TEST(test_many_in_flight_complete_in_order) {
 }
 END_TEST
 
-// The engine's results are bitwise those of MPI's own non-blocking calls (the
-// path before the engine) on values whose sum depends on the order of addition.
-START_TEST(test_results_bitwise_equal_to_mpi) {
-    int N = comm.world, r = comm.rank;
-    size_t n = 3 * 4096 * (size_t)N;
-    float *mine = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
-    unsigned state = 12345u + 7919u * (unsigned)r;
+// Values whose sum depends on the order of addition.
+static void fill_random(float *x, size_t n, unsigned seed) {
+    unsigned state = seed;
     for (size_t i = 0; i < n; i++) {
         state = state * 1664525u + 1013904223u;
-        mine[i] = (float)(state >> 8) / (float)(1 << 24) * 3.7f - 1.1f;
+        x[i] = (float)(state >> 8) / (float)(1 << 24) * 3.7f - 1.1f;
     }
+}
+
+// With MPI's own reductions (node_reductions 0) the engine's results are bitwise
+// those of MPI's own non-blocking calls (the path before the engine).
+START_TEST(test_results_bitwise_equal_to_mpi) {
+    int N = comm.world, r = comm.rank, node_reductions = comm.node_reductions;
+    comm.node_reductions = 0;
+    size_t n = 3 * 4096 * (size_t)N;
+    float *mine = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    fill_random(mine, n, 12345u + 7919u * (unsigned)r);
     MPI_Comm world;
     ck_assert_int_eq(MPI_Comm_dup(MPI_COMM_WORLD, &world), MPI_SUCCESS);
     MPI_Request req;
@@ -366,6 +372,54 @@ START_TEST(test_results_bitwise_equal_to_mpi) {
     free(mine);
     free(ref);
     free(got);
+    comm.node_reductions = node_reductions;
+}
+END_TEST
+
+// Through the node's shared memory (comm_node.c) a reduction is the sum in rank
+// order 0, 1, ..., N-1, bit for bit: checked against every rank's input gathered
+// and added here, in fp32 and in bf16 (each partial sum rounded), on a size of
+// one chunk and on one of several chunks whose pieces do not divide evenly.
+START_TEST(test_node_reductions_sum_in_rank_order) {
+    int N = comm.world, r = comm.rank;
+    if (N == 1 || !comm.engine_thread || !comm.node_reductions) return;  // inline, or SHARDLAB_COMM_REDUCE=mpi
+    ck_assert_msg(comm_node_shared(&comm), "the ranks of this test share one node: the shared-memory path must be on");
+    size_t sizes[2] = {3 * 4096 * (size_t)N, 700001 * (size_t)N};
+    for (int k = 0; k < 2; k++) {
+        size_t n = sizes[k], p = n / N;
+        float *mine = malloc(n * sizeof(float)), *all = malloc(n * N * sizeof(float)), *ref = malloc(n * sizeof(float)),
+              *got = malloc(n * sizeof(float));
+        bf16 *mine16 = malloc(n * sizeof(bf16)), *ref16 = malloc(n * sizeof(bf16)), *got16 = malloc(n * sizeof(bf16));
+        fill_random(mine, n, 777u + 31u * (unsigned)r + (unsigned)k);
+        ck_assert_int_eq(MPI_Allgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, MPI_COMM_WORLD), MPI_SUCCESS);
+        for (size_t i = 0; i < n; i++) {
+            float acc = all[i];
+            bf16 acc16 = bf16_from_float(all[i]);
+            for (int q = 1; q < N; q++) {
+                acc += all[(size_t)q * n + i];
+                acc16 = bf16_add(acc16, bf16_from_float(all[(size_t)q * n + i]));
+            }
+            ref[i] = acc;
+            ref16[i] = acc16;
+            mine16[i] = bf16_from_float(mine[i]);
+        }
+        memcpy(got, mine, n * sizeof(float));
+        comm_all_reduce(&comm, got, n, DTYPE_FP32, COMM_SUM);
+        ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
+        comm_reduce_scatter(&comm, mine, got, n, DTYPE_FP32, COMM_SUM);
+        ck_assert(memcmp(got, ref + (size_t)r * p, p * sizeof(float)) == 0);
+        comm_reduce(&comm, mine, r == N - 1 ? got : NULL, n, DTYPE_FP32, N - 1, COMM_SUM);
+        if (r == N - 1) ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
+        memcpy(got, mine, n * sizeof(float));
+        comm_all_reduce(&comm, got, n, DTYPE_FP32, COMM_AVG);
+        for (size_t i = 0; i < n; i++) ck_assert(got[i] == ref[i] * (1.0f / (float)N));
+        memcpy(got16, mine16, n * sizeof(bf16));
+        comm_all_reduce(&comm, got16, n, DTYPE_BF16, COMM_SUM);
+        ck_assert(memcmp(got16, ref16, n * sizeof(bf16)) == 0);
+        comm_reduce_scatter(&comm, mine16, got16, n, DTYPE_BF16, COMM_SUM);
+        ck_assert(memcmp(got16, ref16 + (size_t)r * p, p * sizeof(bf16)) == 0);
+        free(mine), free(all), free(ref), free(got), free(mine16), free(ref16), free(got16);
+    }
 }
 END_TEST
 
@@ -539,6 +593,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_engine_completes_in_the_background);
     tcase_add_test(tc, test_many_in_flight_complete_in_order);
     tcase_add_test(tc, test_results_bitwise_equal_to_mpi);
+    tcase_add_test(tc, test_node_reductions_sum_in_rank_order);
     tcase_add_test(tc, test_records);
     tcase_add_test(tc, test_trace_collective_lane);
     tcase_add_test(tc, test_trace_overlapping_collectives_get_threads);

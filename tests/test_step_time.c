@@ -78,6 +78,27 @@ START_TEST(test_ddp_timeline_by_hand) {
 }
 END_TEST
 
+// A kind's own link (--calibrate's fit per collective) prices that kind alone:
+// DDP's all-reduces at the slow link, FSDP's all-gathers and reduce-scatters
+// untouched.
+START_TEST(test_each_kind_its_own_link) {
+    GPT2Layout layout = tiny_layout();
+    StepSetup setup = {.ranks = 4, .rows = 2, .seq = 16, .prefetch = 0, .shard_group = 4, .bytes = 4};
+    Link slow = {2e-5, 1e8};
+    Machine plain = {.flops_per_s = 1e9, .ranks_per_node = 8, .within = LINK, .across = LINK};
+    Machine kinds = plain;
+    kinds.within_op[COMM_ALL_REDUCE] = slow;
+    double C = 32, head = 2 * C * 4, block = (12 * C * C + 13 * C) * 4, unit0 = (64 * C + 16 * C) * 4;
+    double want = collective_seconds(COMM_ALL_REDUCE, head, 4, slow) + collective_seconds(COMM_ALL_REDUCE, block, 4, slow) +
+                  collective_seconds(COMM_ALL_REDUCE, unit0, 4, slow);
+    ck_assert_double_eq_tol(step_time(&layout, STEP_DDP, &setup, &kinds).comm, want, 1e-15);
+    StepTime fsdp = step_time(&layout, STEP_FSDP, &setup, &plain), fsdp_kinds = step_time(&layout, STEP_FSDP, &setup, &kinds);
+    ck_assert_double_eq_tol(fsdp_kinds.comm, fsdp.comm, 1e-15);
+    ck_assert_double_eq_tol(fsdp_kinds.step, fsdp.step, 1e-15);
+    gpt2_layout_free(&layout);
+}
+END_TEST
+
 START_TEST(test_invariants_of_every_strategy) {
     GPT2Layout layout = tiny_layout();
     for (int k = 0; k < STEP_NUM_STRATEGIES; k++) {
@@ -138,6 +159,7 @@ int main(void) {
     tcase_add_test(tc, test_collectives_by_hand);
     tcase_add_test(tc, test_fit_recovers_a_link);
     tcase_add_test(tc, test_ddp_timeline_by_hand);
+    tcase_add_test(tc, test_each_kind_its_own_link);
     tcase_add_test(tc, test_invariants_of_every_strategy);
     tcase_add_test(tc, test_machines_and_groups);
     suite_add_tcase(s, tc);
