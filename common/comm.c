@@ -18,7 +18,8 @@
 // core there) and =inline runs collectives on the calling thread, as MPI alone
 // does: both for comparison (bench_comm --overlap-ms).
 // Reductions of 64 KiB or more among ranks of one node go through the node's
-// shared memory instead of MPI's reduction path (comm_node.c), on the same thread.
+// shared memory instead of MPI's reduction path (comm_node.c), on the same thread,
+// unless SHARDLAB_COMM_REDUCE=mpi or the engine runs inline (no thread, no arena).
 // The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
 // thread on the group's own communicator (MPI_COMM_WORLD, or comm_split's):
 // another communicator than the engine's, so their order is independent.

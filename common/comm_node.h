@@ -1,7 +1,8 @@
 // comm_node.h: reductions among the ranks of one machine at the speed of its
 // memory, through a window of shared memory (comm_node.c). The engine of
-// common/comm.c uses them for all-reduce, reduce-scatter and reduce when every
-// rank of a group is on one node; MPI's own reductions run far below the speed
+// common/comm.c uses them for all-reduce, reduce-scatter and reduce of 64 KiB or
+// more when every rank of a group is on one node and its thread runs them (not
+// the inline engine; not with SHARDLAB_COMM_REDUCE=mpi); MPI's own reductions run far below the speed
 // at which MPI moves the same bytes (docs/communication.md).
 #ifndef SHARDLAB_COMM_NODE_H
 #define SHARDLAB_COMM_NODE_H

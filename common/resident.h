@@ -1,7 +1,9 @@
 // resident.h: what a rank keeps between steps: its part of every tensor's
 // parameters, gradients and AdamW moments, packed unit by unit in one flat
 // layout. The strategies differ only in how much of each tensor that part is:
-// all of it (DDP), all or nothing (ZeRO-3), a dim-0 slice (FSDP).
+// all of it (DDP), all or nothing (ZeRO-3), a dim-0 slice (FSDP); or, for
+// ZeRO-1/2 (resident_init_range), the whole replica with the AdamW state (and
+// ZeRO-2's gradients) of one contiguous range of llm.c's flat order.
 //
 // In a --precision bf16 run the part also has an fp32 master copy of its
 // parameters: AdamW updates the master and rounds it into the bf16 working

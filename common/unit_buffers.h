@@ -1,8 +1,9 @@
 // unit_buffers.h: what a sharding strategy lends the model while a unit runs.
 //
-// ZeRO-2, ZeRO-3 and FSDP keep only part of each tensor between uses. Around a
-// unit they hand the model full-size buffers to read and write, and collectives
-// move the parts through copy-in/copy-out buffers. These are those mechanics,
+// Between uses ZeRO-2 keeps only part of each gradient, ZeRO-3 and FSDP part of
+// each parameter and gradient. Around a unit they hand the model full-size
+// buffers to read and write, and collectives move the parts through
+// copy-in/copy-out buffers. These are those mechanics,
 // one call each in the strategies, so that `diff` between two strategies shows
 // who holds what and which collective runs when, not how buffers are handed out.
 //
@@ -20,7 +21,8 @@
 void alloc_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 // Zeroed full-size gradients (grads_gathered) for every tensor of the unit that
-// has none: those an earlier micro-batch kept, to add into, stay. Freed, NULL.
+// has none: a buffer still held, to add into, stays (an earlier micro-batch's
+// under no-sync; ZeRO-2's wte from the head, until unit 0). Freed, NULL.
 void alloc_unit_grads(GPT2 *model, MemAccount *mem, int unit, int rows_multiple);
 void free_full_grads(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 

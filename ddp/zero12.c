@@ -14,9 +14,9 @@
 //   ZeRO-2: the resident gradient is this rank's range only. A unit's backward
 //           writes into temporary full-size gradient tensors, reduced in place
 //           like ZeRO-1's, after which the owner adds its pieces to its range;
-//           they are freed once their reduce is done (waited for after the next
-//           unit's backward, finish_grads for the last), so only the buckets in
-//           flight are ever full size.
+//           they are freed once their reduce is done (after the next unit's
+//           backward), so only the buckets in flight, and the head's wte until
+//           unit 0's, are full size (no-sync: all, until the last micro-batch).
 //
 //   flat model:  | wte   wpe   ln1w ... | ... qkvw ... | ...  fcprojb lnfw lnfb |pad|
 //   ranges:      |<---- rank 0 ---->|<---- rank 1 ---->|<---- rank 2 ---->|<- 3 ->|

@@ -87,7 +87,7 @@ done
 # More ranks than cores take turns on the cores: their tokens/s and waits measure the
 # time-slicing as much as the strategy. Speed is then measured again with as many ranks
 # as there are cores (the largest such N that divides the batch), 10 steps each.
-cores=$(nproc)
+cores=$(getconf _NPROCESSORS_ONLN)  # the machine's online cores, as the logs' cores_on_node
 if (( RANKS > cores && cores > 1 )); then
     speed_ranks=$cores
     while (( BATCH % speed_ranks != 0 )); do speed_ranks=$((speed_ranks - 1)); done

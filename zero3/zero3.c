@@ -12,7 +12,7 @@
 //
 // Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
 // balance uneven at small N. Per step: two broadcasts and one reduce of every
-// tensor, plus one broadcast and one reduce of wte for its second use (the head).
+// tensor, plus two broadcasts and one reduce of wte for its second use (the head).
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
