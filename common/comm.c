@@ -37,19 +37,10 @@
 #include "comm_node.h"
 #include "device.h"
 #include "fatal_once.h"
+#include "mpi_check.h"
 #include "util/errors.h"
 #include "util/timer.h"
 
-#define MPI_CHECK(call)                                                              \
-    do {                                                                             \
-        int mpi_status_ = (call);                                                    \
-        if (mpi_status_ != MPI_SUCCESS) {                                            \
-            char mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
-            int mpi_len_ = 0;                                                        \
-            MPI_Error_string(mpi_status_, mpi_msg_, &mpi_len_);                      \
-            fatal_at(__FILE__, __LINE__, "MPI error in %s: %s", #call, mpi_msg_);   \
-        }                                                                            \
-    } while (0)
 
 #define PTHREAD_CHECK(call)                                                                         \
     do {                                                                                            \

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "mpi_check.h"
 #include "util/errors.h"
 
 #define SEGMENT_BYTES ((size_t)4 << 20)  // each rank's share of the window: one chunk's copy-in
@@ -36,42 +37,37 @@ struct NodeArena {
     char **segments;    // (world) each rank's segment, as this process sees it
 };
 
-#define NODE_CHECK(call)                                                                   \
-    do {                                                                                   \
-        int node_status_ = (call);                                                         \
-        if (node_status_ != MPI_SUCCESS) fatal_at(__FILE__, __LINE__, "MPI error in %s", #call); \
-    } while (0)
 
 NodeArena *node_arena_create(MPI_Comm comm) {
     int world, on_node;
     MPI_Comm node;
-    NODE_CHECK(MPI_Comm_size(comm, &world));
-    NODE_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    NODE_CHECK(MPI_Comm_size(node, &on_node));
-    NODE_CHECK(MPI_Comm_free(&node));
+    MPI_CHECK(MPI_Comm_size(comm, &world));
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, &on_node));
+    MPI_CHECK(MPI_Comm_free(&node));
     if (world < 2 || on_node != world) return NULL;  // the same answer on every rank of the group
     NodeArena *a = xcalloc(1, sizeof *a);
-    NODE_CHECK(MPI_Comm_dup(comm, &a->comm));
-    NODE_CHECK(MPI_Comm_rank(a->comm, &a->rank));
+    MPI_CHECK(MPI_Comm_dup(comm, &a->comm));
+    MPI_CHECK(MPI_Comm_rank(a->comm, &a->rank));
     a->world = world;
     char *mine;
-    NODE_CHECK(MPI_Win_allocate_shared((MPI_Aint)SEGMENT_BYTES, 1, MPI_INFO_NULL, a->comm, &mine, &a->window));
+    MPI_CHECK(MPI_Win_allocate_shared((MPI_Aint)SEGMENT_BYTES, 1, MPI_INFO_NULL, a->comm, &mine, &a->window));
     a->segments = xcalloc((size_t)world, sizeof *a->segments);
     for (int q = 0; q < world; q++) {
         MPI_Aint size;
         int unit;
-        NODE_CHECK(MPI_Win_shared_query(a->window, q, &size, &unit, &a->segments[q]));
+        MPI_CHECK(MPI_Win_shared_query(a->window, q, &size, &unit, &a->segments[q]));
     }
     // one passive epoch for the window's life: loads and stores, ordered by MPI_Win_sync
-    NODE_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, a->window));
+    MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, a->window));
     return a;
 }
 
 void node_arena_free(NodeArena *a) {
     if (!a) return;
-    NODE_CHECK(MPI_Win_unlock_all(a->window));
-    NODE_CHECK(MPI_Win_free(&a->window));
-    NODE_CHECK(MPI_Comm_free(&a->comm));
+    MPI_CHECK(MPI_Win_unlock_all(a->window));
+    MPI_CHECK(MPI_Win_free(&a->window));
+    MPI_CHECK(MPI_Comm_free(&a->comm));
     free(a->segments);
     free(a);
 }
@@ -79,10 +75,10 @@ void node_arena_free(NodeArena *a) {
 // Every rank's stores to the window before it are seen by every rank's loads after it.
 static void barrier(NodeArena *a, NodeWait wait, void *context) {
     MPI_Request request;
-    NODE_CHECK(MPI_Win_sync(a->window));
-    NODE_CHECK(MPI_Ibarrier(a->comm, &request));
+    MPI_CHECK(MPI_Win_sync(a->window));
+    MPI_CHECK(MPI_Ibarrier(a->comm, &request));
     wait(context, &request);
-    NODE_CHECK(MPI_Win_sync(a->window));
+    MPI_CHECK(MPI_Win_sync(a->window));
 }
 
 // dst[i] = src[0][i] + src[1][i] + ... + src[world-1][i], added in that order

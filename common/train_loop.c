@@ -238,12 +238,14 @@ static void check_checkpoint_dir(Run *run) {
     // another run's checkpoints: this run's saves and pruning would replace them
     char latest[4200];
     xsnprintf(latest, sizeof latest, "%s/latest", dir);
-    if (access(latest, F_OK) == 0 && !resume)
-        fatal("--ckpt-dir %s already holds another run's checkpoints (%s): continue them with --resume %s, "
-              "or give another directory", dir, latest, dir);
-    if (access(latest, F_OK) == 0 && !resumes_from_dir(resume, dir))
-        fatal("--ckpt-dir %s already holds another run's checkpoints (%s), and --resume %s is not one of them: "
-              "give an empty --ckpt-dir, or --resume from %s to continue its run", dir, latest, resume, dir);
+    if (access(latest, F_OK) == 0) {
+        if (!resume)
+            fatal("--ckpt-dir %s already holds another run's checkpoints (%s): continue them with --resume %s, "
+                  "or give another directory", dir, latest, dir);
+        if (!resumes_from_dir(resume, dir))
+            fatal("--ckpt-dir %s already holds another run's checkpoints (%s), and --resume %s is not one of them: "
+                  "give an empty --ckpt-dir, or --resume from %s to continue its run", dir, latest, resume, dir);
+    }
     struct stat st;
     if (comm->rank == 0) {
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
