@@ -68,6 +68,7 @@ typedef struct EngineOp {
     int count;              // elements per MPI's convention for the call
     int root;
     MPI_Request request;
+    NodeMoved moved;        // node reductions: the bytes that crossed, once complete
     int complete;           // engine thread: written under the engine's lock
     double done;            // timer_now() at completion
     struct EngineOp *next;  // the queue
@@ -174,7 +175,8 @@ static void engine_run(CommEngine *e, EngineOp *o) {
     PTHREAD_CHECK(pthread_mutex_unlock(&e->lock));
     if (o->node) {
         const void *in = o->send == MPI_IN_PLACE ? o->recv : o->send;
-        node_reduce(e->node, o->op, in, o->recv, (size_t)o->count, o->dtype, o->root, engine_progress, e);
+        node_reduce(e->node, o->op, in, o->recv, (size_t)o->count, o->dtype, o->root, &o->moved, engine_progress,
+                    e);
     } else {
         issue(e->comm, o);
         engine_progress(e, &o->request);
@@ -492,6 +494,20 @@ static void count_wait(Comm *comm, CommOp op, double seconds) {
     }
 }
 
+// A node reduction's bytes that crossed, once it is complete, likewise.
+static void add_moved(CommCounter *c, NodeMoved moved) {
+    c->node_calls++;
+    c->node_bytes_in += moved.in;
+    c->node_bytes_out += moved.out;
+}
+
+static void count_moved(Comm *comm, CommOp op, NodeMoved moved) {
+    for (Comm *c = comm; c; c = c->parent) {
+        add_moved(&c->stats.ops[op], moved);
+        if (comm->is_across) add_moved(&c->across.ops[op], moved);
+    }
+}
+
 // Debug mode: every rank compares its arguments with everyone else's before the
 // collective starts, so a mismatch becomes the same clear error on all ranks
 // instead of a hang or a silent corruption.
@@ -660,6 +676,7 @@ static void engine_finish(Comm *comm, CommHandle *h) {
     double waited = timer_now();
     EngineOp *o = h->request;
     engine_wait(comm, o);
+    if (o->node) count_moved(comm, h->op, o->moved);
     // MPI has no average: sum, then divide by the number of ranks.
     float scale = 1.0f / (float)comm->world;
     if (h->result_count > 0) host_scale(h->result, h->result_count, h->dtype, scale);
@@ -831,6 +848,9 @@ CommStats comm_stats_diff(const CommStats *after, const CommStats *before) {
         d.ops[i].elements = after->ops[i].elements - before->ops[i].elements;
         d.ops[i].bytes_sent = after->ops[i].bytes_sent - before->ops[i].bytes_sent;
         d.ops[i].bytes_recv = after->ops[i].bytes_recv - before->ops[i].bytes_recv;
+        d.ops[i].node_calls = after->ops[i].node_calls - before->ops[i].node_calls;
+        d.ops[i].node_bytes_in = after->ops[i].node_bytes_in - before->ops[i].node_bytes_in;
+        d.ops[i].node_bytes_out = after->ops[i].node_bytes_out - before->ops[i].node_bytes_out;
         d.ops[i].seconds = after->ops[i].seconds - before->ops[i].seconds;
     }
     return d;

@@ -16,7 +16,8 @@
 //                   S, every rank but root+1 receives S
 //
 // These are the bytes an optimal ring/chain algorithm moves (the model behind
-// nccl-tests' bus bandwidth), not a trace of what MPI's chosen algorithm did.
+// nccl-tests' bus bandwidth), not a trace of what MPI's chosen algorithm did;
+// what the node reductions really moved is counted beside them (node_bytes_*).
 //
 // On host buffers (MPI) each Comm has a communication engine: a thread that runs
 // its collectives one after another, in the order they were started, on a
@@ -54,6 +55,14 @@ typedef struct {
     uint64_t elements;
     uint64_t bytes_sent;
     uint64_t bytes_recv;
+    // The bytes that actually crossed between this rank and the others, for the
+    // collectives whose algorithm shardlab runs itself: the node reductions
+    // (comm_node.h), counted as they read each other's shared memory (in: read
+    // from the others; out: read by them). MPI's and NCCL's own algorithms do not
+    // say what they moved: their calls are not counted here.
+    uint64_t node_calls;
+    uint64_t node_bytes_in;
+    uint64_t node_bytes_out;
     // Wall time the calling thread spent blocked in blocking calls and comm_wait:
     // the communication that compute did not hide. NCCL's waits do not block the
     // host (the compute stream waits on the GPU), so they count next to nothing.

@@ -15,7 +15,10 @@
 //
 // Each rank reads N pieces and writes one in the sum, as the ring algorithm's
 // ranks do, but with memcpy and a vectorised add instead of MPI's messages and
-// its generic reduction path. The order of the additions is fixed, so the result
+// its generic reduction path. What crosses between ranks is what one reads from
+// another's segment, counted as it happens (NodeMoved): for all-reduce and
+// reduce-scatter at N = 2 it is the ring model's bytes, elsewhere it differs
+// (a reduce's root reads every sum; no chain). The order of the additions is fixed, so the result
 // is the same bits whatever MPI's algorithms or the timing: MPI's own order
 // depends on the algorithm it picks for the size.
 #include "comm_node.h"
@@ -109,15 +112,17 @@ static void sum_in_rank_order(void *dst, char *const *src, size_t at, size_t n, 
 
 // Reduce-scatter: rank r's output is block r of every rank's input, summed.
 // Each chunk holds the same stretch of all N blocks.
-static void reduce_scatter(NodeArena *a, const char *in, char *out, size_t count, DType dtype, NodeWait wait,
-                           void *context) {
-    size_t size = dtype_size(dtype), chunk = SEGMENT_BYTES / size / (size_t)a->world;
+static void reduce_scatter(NodeArena *a, const char *in, char *out, size_t count, DType dtype, NodeMoved *moved,
+                           NodeWait wait, void *context) {
+    size_t size = dtype_size(dtype), chunk = SEGMENT_BYTES / size / (size_t)a->world, others = (size_t)a->world - 1;
     char *mine = a->segments[a->rank];
     for (size_t c0 = 0; c0 < count; c0 += chunk) {
         size_t n = count - c0 < chunk ? count - c0 : chunk;
         for (int q = 0; q < a->world; q++) memcpy(mine + (size_t)q * n * size, in + ((size_t)q * count + c0) * size, n * size);
         barrier(a, wait, context);
         sum_in_rank_order(out + c0 * size, a->segments, (size_t)a->rank * n, n, a->world, dtype);
+        moved->in += others * n * size;   // block r of every other segment
+        moved->out += others * n * size;  // block q of mine, read by rank q
         barrier(a, wait, context);
     }
 }
@@ -125,7 +130,7 @@ static void reduce_scatter(NodeArena *a, const char *in, char *out, size_t count
 // All-reduce (every rank copies out) and reduce (the root alone does): piece q
 // of each chunk is summed by rank q into its own segment, then read from there.
 static void reduce_to(NodeArena *a, const char *in, char *out, size_t count, DType dtype, int everyone, int root,
-                      NodeWait wait, void *context) {
+                      NodeMoved *moved, NodeWait wait, void *context) {
     size_t size = dtype_size(dtype), chunk = SEGMENT_BYTES / size, N = (size_t)a->world;
     char *mine = a->segments[a->rank];
     char piece[BLOCK * sizeof(float)];
@@ -140,22 +145,29 @@ static void reduce_to(NodeArena *a, const char *in, char *out, size_t count, DTy
             sum_in_rank_order(piece, a->segments, b, m, a->world, dtype);
             memcpy(mine + b * size, piece, m * size);
         }
+        moved->in += (N - 1) * (hi - lo) * size;  // piece r of every other segment
+        moved->out += (n - (hi - lo)) * size;     // piece q of mine, read by rank q
         barrier(a, wait, context);
-        if (everyone || a->rank == root)
+        if (everyone || a->rank == root) {
             for (size_t q = 0; q < N; q++) {
                 size_t qlo = q * n / N, qhi = (q + 1) * n / N;
                 memcpy(out + (c0 + qlo) * size, a->segments[q] + qlo * size, (qhi - qlo) * size);
             }
+            moved->in += (n - (hi - lo)) * size;  // the other ranks' sums
+        }
+        if (everyone) moved->out += (N - 1) * (hi - lo) * size;  // my sum, read by every other rank
+        else if (a->rank != root) moved->out += (hi - lo) * size;  // by the root
         barrier(a, wait, context);
     }
 }
 
 void node_reduce(NodeArena *a, CommOp op, const void *in, void *out, size_t count, DType dtype, int root,
-                 NodeWait wait, void *context) {
+                 NodeMoved *moved, NodeWait wait, void *context) {
+    *moved = (NodeMoved){0, 0};
     switch (op) {
-    case COMM_REDUCE_SCATTER: reduce_scatter(a, in, out, count, dtype, wait, context); break;
-    case COMM_ALL_REDUCE: reduce_to(a, in, out, count, dtype, 1, root, wait, context); break;
-    case COMM_REDUCE: reduce_to(a, in, out, count, dtype, 0, root, wait, context); break;
+    case COMM_REDUCE_SCATTER: reduce_scatter(a, in, out, count, dtype, moved, wait, context); break;
+    case COMM_ALL_REDUCE: reduce_to(a, in, out, count, dtype, 1, root, moved, wait, context); break;
+    case COMM_REDUCE: reduce_to(a, in, out, count, dtype, 0, root, moved, wait, context); break;
     default: fatal("node_reduce: %s is not a reduction", comm_op_names[op]);
     }
 }

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 
@@ -22,14 +23,20 @@ void node_arena_free(NodeArena *arena);
 // How the caller waits for a barrier's request (the engine tests it between pauses).
 typedef void (*NodeWait)(void *context, MPI_Request *request);
 
+// The bytes one node reduction moved between this rank and the others: read
+// from their segments (in), read by them from this rank's (out).
+typedef struct {
+    uint64_t in, out;
+} NodeMoved;
+
 // op is COMM_ALL_REDUCE (in: count elements, out: count; in == out for in place),
 // COMM_REDUCE_SCATTER (in: world * count, out: this rank's count) or COMM_REDUCE
 // (in: count; out, at root only: count). Sums in rank order 0, 1, ..., N-1,
 // element by element (bf16: each partial sum rounded, as bf16_add), so the
 // result is the same bits whatever the timing. Every rank of the group calls it
 // with the same op, count, dtype and root, in the same order as its other node
-// reductions.
+// reductions. *moved gets the bytes that crossed between ranks.
 void node_reduce(NodeArena *arena, CommOp op, const void *in, void *out, size_t count, DType dtype, int root,
-                 NodeWait wait, void *context);
+                 NodeMoved *moved, NodeWait wait, void *context);
 
 #endif

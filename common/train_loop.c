@@ -492,10 +492,12 @@ static void write_counter(FILE *f, const CommStats *stats) {
     for (int i = 0; i < COMM_NUM_OPS; i++) {
         const CommCounter *c = &stats->ops[i];
         fprintf(f, "%s\"%s\": {\"calls\": %llu, \"elements\": %llu, \"bytes_sent\": %llu, "
-                   "\"bytes_recv\": %llu, \"seconds\": %.6f}",
+                   "\"bytes_recv\": %llu, \"node_calls\": %llu, \"node_bytes_in\": %llu, "
+                   "\"node_bytes_out\": %llu, \"seconds\": %.6f}",
                 i ? ", " : "", comm_op_names[i], (unsigned long long)c->calls,
                 (unsigned long long)c->elements, (unsigned long long)c->bytes_sent,
-                (unsigned long long)c->bytes_recv, c->seconds);
+                (unsigned long long)c->bytes_recv, (unsigned long long)c->node_calls,
+                (unsigned long long)c->node_bytes_in, (unsigned long long)c->node_bytes_out, c->seconds);
     }
     fprintf(f, "}");
 }

@@ -423,6 +423,51 @@ START_TEST(test_node_reductions_sum_in_rank_order) {
 }
 END_TEST
 
+// What the node reductions really moved, counted beside the ring model: with
+// equal pieces (one chunk, N dividing it) all-reduce and reduce-scatter move the
+// ring's bytes; a reduce's root reads every other rank's sum as well. On several
+// uneven chunks every byte one rank reads is one another rank's segment gave
+// (the totals over ranks agree). MPI's own reductions count nothing here.
+static CommCounter moved_by(CommOp op, size_t n, int root) {
+    float *buf = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    CommStats before = comm.stats;
+    if (op == COMM_ALL_REDUCE) comm_all_reduce(&comm, buf, n, DTYPE_FP32, COMM_SUM);
+    if (op == COMM_REDUCE_SCATTER) comm_reduce_scatter(&comm, buf, out, n, DTYPE_FP32, COMM_SUM);
+    if (op == COMM_REDUCE) comm_reduce(&comm, buf, out, n, DTYPE_FP32, root, COMM_SUM);
+    free(buf), free(out);
+    return comm_stats_diff(&comm.stats, &before).ops[op];
+}
+
+START_TEST(test_node_reductions_count_what_moved) {
+    int N = comm.world, r = comm.rank, node_reductions = comm.node_reductions;
+    if (N == 1 || !comm.engine_thread || !comm.node_reductions) return;
+    uint64_t n = 16384 * (uint64_t)N, S = n * sizeof(float), part = S / (uint64_t)N;  // one chunk, 64 KiB or more
+    CommCounter c = moved_by(COMM_ALL_REDUCE, n, 0);
+    ck_assert_uint_eq(c.node_calls, 1);
+    ck_assert_uint_eq(c.node_bytes_in, 2 * (N - 1) * part);
+    ck_assert_uint_eq(c.node_bytes_out, 2 * (N - 1) * part);
+    c = moved_by(COMM_REDUCE_SCATTER, n, 0);
+    ck_assert_uint_eq(c.node_bytes_in, (N - 1) * part);
+    ck_assert_uint_eq(c.node_bytes_out, (N - 1) * part);
+    c = moved_by(COMM_REDUCE, n, 1 % N);
+    ck_assert_uint_eq(c.node_bytes_in, (r == 1 % N ? 2 : 1) * (N - 1) * part);
+    ck_assert_uint_eq(c.node_bytes_out, r == 1 % N ? (N - 1) * part : S);
+    CommOp ops[3] = {COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_REDUCE};
+    for (int k = 0; k < 3; k++) {
+        c = moved_by(ops[k], 2100007 * (size_t)N, N - 1);  // several chunks, pieces of unequal size
+        unsigned long long mine[2] = {c.node_bytes_in, c.node_bytes_out}, total[2];
+        ck_assert_int_eq(MPI_Allreduce(mine, total, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), MPI_SUCCESS);
+        ck_assert_uint_eq(total[0], total[1]);
+        ck_assert_uint_gt(total[0], 0);
+    }
+    comm.node_reductions = 0;
+    c = moved_by(COMM_ALL_REDUCE, n, 0);
+    ck_assert_uint_eq(c.node_calls + c.node_bytes_in + c.node_bytes_out, 0);
+    ck_assert_uint_eq(c.calls, 1);
+    comm.node_reductions = node_reductions;
+}
+END_TEST
+
 // A record per collective waited for while recording, with its times in order.
 START_TEST(test_records) {
     int N = comm.world;
@@ -594,6 +639,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_many_in_flight_complete_in_order);
     tcase_add_test(tc, test_results_bitwise_equal_to_mpi);
     tcase_add_test(tc, test_node_reductions_sum_in_rank_order);
+    tcase_add_test(tc, test_node_reductions_count_what_moved);
     tcase_add_test(tc, test_records);
     tcase_add_test(tc, test_trace_collective_lane);
     tcase_add_test(tc, test_trace_overlapping_collectives_get_threads);
