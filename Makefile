@@ -26,13 +26,18 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
                libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
 
-# Sources shared by the CPU and the CUDA build, and those of each build alone.
+# Sources shared by the CPU and the CUDA build (and the dry device's), and those
+# of each build alone. The dry device (build/plan: the strategies' own code on
+# buffers with no memory behind them, on a simulated network) is a third build
+# of the same core.
 CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
-CORE_SRCS = $(filter-out $(CPU_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c models/gpt2_ops.c \
-            models/gpt2_io.c ddp/ddp.c ddp/zero12.c zero3/zero3.c fsdp/fsdp.c
+DRY_ONLY  = common/device_dry.c models/gpt2_dry.c common/dry_run.c
+CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c \
+            models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c ddp/zero12.c zero3/zero3.c fsdp/fsdp.c
 CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
+DRY_OBJS  = $(CORE_OBJS) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/common/comm_nccl_stub.o
 PROGRAMS = prepare tokenize init_model plan llmc_check sample train_single train_ddp train_zero3 train_fsdp \
            bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
@@ -110,6 +115,17 @@ $(BUILD)/libshardlab.a: $(LIB_OBJS)
 
 $(BUILD)/%: $(BUILD)/obj/examples/%.o $(BUILD)/libshardlab.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/libshardlab_dry.a: $(DRY_OBJS)
+	ar rcs $@ $^
+
+# build/plan and the step-time model's test run on the dry device.
+$(BUILD)/plan: $(BUILD)/obj/examples/plan.o $(BUILD)/libshardlab_dry.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/test_step_time: $(BUILD)/obj/tests/test_step_time.o $(BUILD)/libshardlab_dry.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 	@mkdir -p $(dir $@)

@@ -22,14 +22,16 @@
 // for; the C library's own overhead, and the header in front of each block that
 // remembers its size, show only in the process's RSS.)
 //
-// A dry cache (build/plan) keeps the same books for sizes alone: it allocates
-// nothing and hands out NULL, so the planner can replay a run's buffers through
-// the same policy and predict `reserved` exactly. That is why sizes are matched
+// A dry cache (build/plan's dry device) keeps the same books for sizes alone: it
+// allocates nothing and hands out addresses that no memory stands behind (a
+// block reused is the same address again), so the planner can run the trainers'
+// own code through the same policy and predict `reserved` exactly. That is why sizes are matched
 // exactly: a best fit would have to know which block each buffer got.
 #ifndef SHARDLAB_CACHE_H
 #define SHARDLAB_CACHE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,7 +39,7 @@ extern "C" {
 
 typedef struct {
     size_t bytes;     // the size of every block in this bin
-    void **blocks;    // (count) cached blocks, the most recently freed last (NULLs in a dry cache)
+    void **blocks;    // (count) cached blocks, the most recently freed last (dry: addresses alone)
     size_t count, capacity;
 } CacheBin;
 
@@ -48,11 +50,12 @@ typedef struct {
     size_t in_use, cached;   // bytes of the blocks handed out, and of the blocks in the bins
     size_t reserved_peak;    // the peak of in_use + cached
     int dry;                 // set before first use: sizes only, no memory
+    uintptr_t next_dry;      // dry: the address the next new block gets
 } Cache;
 
-// A zero-filled block of `bytes` (NULL from a dry cache).
+// A zero-filled block of `bytes` (a dry cache's: an address alone, never to be touched).
 void *cache_alloc(Cache *c, size_t bytes);
-// Gives back a block from cache_alloc (NULL to a dry cache); `bytes` must be the
+// Gives back a block from cache_alloc; `bytes` must be the
 // size it was asked with, or the process stops with an error.
 void cache_free(Cache *c, void *block, size_t bytes);
 // Bytes the cache holds now: in use plus cached.

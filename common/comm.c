@@ -35,6 +35,8 @@
 
 #include "comm_nccl.h"
 #include "comm_node.h"
+#include "comm_sim.h"
+#include "step_time.h"
 #include "device.h"
 #include "fatal_once.h"
 #include "mpi_check.h"
@@ -340,8 +342,34 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     comm->engine = engine_start(MPI_COMM_WORLD, threaded, strcmp(mode, "spin") == 0);
 }
 
-void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
+void comm_init_simulated(Comm *comm, int rank, int world, SimClock *clock) {
+    memset(comm, 0, sizeof *comm);
+    comm->rank = rank;
+    comm->world = world;
+    comm->local_size = 1;
+    comm->backend = COMM_BACKEND_SIM;
+    comm->sim = xcalloc(1, sizeof *comm->sim);
+    *comm->sim = (CommSim){.clock = clock, .first = 0, .stride = 1};
+}
+
+void comm_split(Comm *parent, int first, int stride, int size, int across, Comm *group) {
+    int r = parent->rank;
+    CHECK(stride > 0 && size > 0 && r >= first && (r - first) % stride == 0 && (r - first) / stride < size &&
+              first + stride * (size - 1) < parent->world,
+          "comm_split: rank %d is not in the group %d + %d k, k < %d, of %d ranks", r, first, stride, size,
+          parent->world);
     memset(group, 0, sizeof *group);
+    group->parent = parent;
+    group->is_across = across;
+    group->backend = parent->backend;
+    if (parent->backend == COMM_BACKEND_SIM) {
+        group->rank = (r - first) / stride;
+        group->world = size;
+        group->local_size = 1;
+        comm_sim_split(parent, group, first, stride);
+        return;
+    }
+    int color = first, key = r;
     MPI_Comm split;
     MPI_CHECK(MPI_Comm_split(parent->engine->group, color, key, &split));
     MPI_CHECK(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
@@ -349,13 +377,10 @@ void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
     MPI_CHECK(MPI_Comm_size(split, &group->world));
     group->local_rank = parent->local_rank;
     group->local_size = parent->local_size;
-    group->backend = parent->backend;
     group->staged = parent->staged;
     group->debug_checks = parent->debug_checks;
     group->node_reductions = parent->node_reductions;
     group->engine_thread = parent->engine_thread;
-    group->parent = parent;
-    group->is_across = across;
     group->engine = engine_start(split, parent->engine_thread, parent->engine->spin);
     if (parent->backend == COMM_BACKEND_NCCL) comm_nccl_split(parent, group, color, key);
 }
@@ -363,6 +388,11 @@ void comm_split(Comm *parent, int color, int key, int across, Comm *group) {
 void comm_free_group(Comm *group) {
     CHECK(group->parent, "comm_free_group: rank %d's group was not made by comm_split", group->rank);
     comm_record(group, 0);
+    if (group->backend == COMM_BACKEND_SIM) {
+        comm_sim_free(group);
+        memset(group, 0, sizeof *group);
+        return;
+    }
     if (group->backend == COMM_BACKEND_NCCL) comm_nccl_free(group);
     MPI_Comm split = group->engine->group;
     engine_stop(group);
@@ -372,6 +402,10 @@ void comm_free_group(Comm *group) {
 
 void comm_finalize(Comm *comm) {
     comm_record(comm, 0);
+    if (comm->backend == COMM_BACKEND_SIM) {
+        comm_sim_free(comm);
+        return;
+    }
     if (comm->backend == COMM_BACKEND_NCCL) comm_nccl_free(comm);
     engine_stop(comm);
     if (comm->started_mpi) {
@@ -468,9 +502,9 @@ static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
 
 // The bytes of one element as the backend carries it: on MPI the size of the
 // datatype the engine hands to MPI (an element widened on the wire shows in the
-// counters), on NCCL the dtype's own.
+// counters), on NCCL (and the simulated network) the dtype's own.
 static size_t wire_element_bytes(const Comm *comm, DType dtype) {
-    if (comm->backend == COMM_BACKEND_NCCL) return dtype_size(dtype);
+    if (comm->backend != COMM_BACKEND_MPI) return dtype_size(dtype);
     int bytes;
     MPI_CHECK(MPI_Type_size(engine_op(comm, COMM_BARRIER, dtype).type, &bytes));
     return (size_t)bytes;
@@ -553,6 +587,7 @@ CommHandle comm_all_reduce_start(Comm *comm, void *buf, size_t count, DType dtyp
     count_call(comm, COMM_ALL_REDUCE, count, dtype, 0);
     CommHandle h = new_handle(COMM_ALL_REDUCE, op, buf, count, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, 0);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_start(comm, h);
     const void *in = buf;
     stage(comm, &h, &in, count, &buf, count);
     EngineOp o = engine_op(comm, COMM_ALL_REDUCE, dtype);
@@ -570,6 +605,7 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, s
     size_t part = count / (size_t)comm->world;
     CommHandle h = new_handle(COMM_REDUCE_SCATTER, op, recv, part, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_start(comm, h);
     stage(comm, &h, &send, count, &recv, part);
     EngineOp o = engine_op(comm, COMM_REDUCE_SCATTER, dtype);
     o.send = send;
@@ -585,6 +621,7 @@ CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_
     size_t part = count / (size_t)comm->world;
     CommHandle h = new_handle(COMM_ALL_GATHER, COMM_SUM, recv, 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, 0);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_start(comm, h);
     stage(comm, &h, &send, part, &recv, count);
     EngineOp o = engine_op(comm, COMM_ALL_GATHER, dtype);
     o.send = send;
@@ -599,6 +636,7 @@ CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype
     count_call(comm, COMM_BROADCAST, count, dtype, root);
     CommHandle h = new_handle(COMM_BROADCAST, COMM_SUM, buf, 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, buf, buf, count, root);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_start(comm, h);
     const void *in = buf;
     stage(comm, &h, &in, count, &buf, count);
     EngineOp o = engine_op(comm, COMM_BROADCAST, dtype);
@@ -616,6 +654,7 @@ CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t co
     count_call(comm, COMM_REDUCE, count, dtype, root);
     CommHandle h = new_handle(COMM_REDUCE, op, recv, is_root ? count : 0, count, dtype);
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_start(comm, h, send, recv, count, root);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_start(comm, h);
     stage(comm, &h, &send, count, &recv, count);
     EngineOp o = engine_op(comm, COMM_REDUCE, dtype);
     // the root may reduce in place (send == recv), which MPI spells MPI_IN_PLACE
@@ -688,9 +727,21 @@ static void engine_finish(Comm *comm, CommHandle *h) {
     count_wait(comm, h->op, timer_now() - waited);
 }
 
+// The simulated network's wait: on its clock; what compute waited counts as such.
+static void sim_finish(Comm *comm, CommHandle *h) {
+    double waited = comm->sim->clock->now;
+    comm_sim_wait(comm, h);
+    h->active = 0;
+    count_wait(comm, h->op, comm->sim->clock->now - waited);
+}
+
 void comm_wait(Comm *comm, CommHandle *h) {
     if (!h->active) return;
-    if (comm->backend != COMM_BACKEND_NCCL) {
+    if (comm->backend == COMM_BACKEND_SIM) {
+        sim_finish(comm, h);
+        return;
+    }
+    if (comm->backend == COMM_BACKEND_MPI) {
         engine_finish(comm, h);
         return;
     }
@@ -703,7 +754,7 @@ void comm_wait(Comm *comm, CommHandle *h) {
 }
 
 void comm_progress(Comm *comm, CommHandle *h) {
-    if (!h->active || comm->backend == COMM_BACKEND_NCCL || comm->engine_thread) return;
+    if (!h->active || comm->backend != COMM_BACKEND_MPI || comm->engine_thread) return;
     EngineOp *o = h->request;
     if (o->complete) return;
     int done;
@@ -717,6 +768,7 @@ void comm_progress(Comm *comm, CommHandle *h) {
 int comm_test(Comm *comm, CommHandle *h) {
     if (!h->active) return 1;
     if (comm->backend == COMM_BACKEND_NCCL) return comm_nccl_test(h->request);
+    if (comm->backend == COMM_BACKEND_SIM) return comm_sim_test(comm, h);
     EngineOp *o = h->request;
     if (!comm->engine_thread) {
         comm_progress(comm, h);
@@ -760,6 +812,10 @@ void comm_barrier(Comm *comm) {
     check_arguments(comm, COMM_BARRIER, 0, DTYPE_FP32, 0, 1);
     count_call(comm, COMM_BARRIER, 0, DTYPE_FP32, 0);
     CommHandle h = new_handle(COMM_BARRIER, COMM_SUM, NULL, 0, 0, DTYPE_FP32);
+    if (comm->backend == COMM_BACKEND_SIM) {
+        sim_finish(comm, &h);
+        return;
+    }
     engine_submit(comm, &h, (EngineOp){.op = COMM_BARRIER});
     engine_finish(comm, &h);
 }
@@ -768,6 +824,11 @@ double comm_all_reduce_double(Comm *comm, double value) {
     check_arguments(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0, 1);
     count_call(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0);  // 8 bytes: counted as two floats
     CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2, DTYPE_FP32);
+    if (comm->backend == COMM_BACKEND_SIM) {  // every simulated rank alike: N times this one's
+        h = comm_sim_start(comm, h);
+        sim_finish(comm, &h);
+        return value * comm->world;
+    }
     double sum = value;
     engine_submit(comm, &h, (EngineOp){.op = COMM_ALL_REDUCE, .type = MPI_DOUBLE, .sum = MPI_SUM, .send = MPI_IN_PLACE,
                                        .recv = &sum, .count = 1});
@@ -776,18 +837,21 @@ double comm_all_reduce_double(Comm *comm, double value) {
 }
 
 double comm_metric_average(Comm *comm, double value) {
+    if (comm->backend == COMM_BACKEND_SIM) return value;
     double sum;
     MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm->engine->group));
     return sum / comm->world;
 }
 
 double comm_metric_max(Comm *comm, double value) {
+    if (comm->backend == COMM_BACKEND_SIM) return value;
     double max;
     MPI_CHECK(MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm->engine->group));
     return max;
 }
 
 void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **counts) {
+    CHECK(comm->backend != COMM_BACKEND_SIM, "comm_metric_gather: the simulated network has no other ranks to gather");
     int mine = (int)count;
     int *sizes = comm->rank == 0 ? xcalloc((size_t)comm->world, sizeof(int)) : NULL;
     MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes, 1, MPI_INT, 0, comm->engine->group));

@@ -1,7 +1,10 @@
 // comm.h: the only way ranks talk to each other. Two real engines sit behind it:
 //   MPI  - launches the ranks (mpirun), carries collectives on host memory, and
 //          bootstraps NCCL;
-//   NCCL - carries collectives on device memory, one GPU per rank (GPU build).
+//   NCCL - carries collectives on device memory, one GPU per rank (GPU build);
+// and a simulated network for build/plan's dry run: one rank of N, whose
+// collectives are counted, move nothing and take their time on a virtual clock
+// (comm_init_simulated; step_time.h).
 //
 // Every call is counted per collective: calls, elements, the bytes this rank
 // sends and receives under the ring model below, and the wall time this rank
@@ -48,7 +51,7 @@ typedef enum {
 } CommOp;
 
 typedef enum { COMM_SUM, COMM_AVG } CommReduceOp;
-typedef enum { COMM_BACKEND_MPI, COMM_BACKEND_NCCL } CommBackend;
+typedef enum { COMM_BACKEND_MPI, COMM_BACKEND_NCCL, COMM_BACKEND_SIM } CommBackend;
 
 typedef struct {
     uint64_t calls;
@@ -74,7 +77,9 @@ typedef struct {
 } CommStats;
 
 typedef struct CommNccl CommNccl;
+typedef struct CommSim CommSim;
 typedef struct CommEngine CommEngine;
+struct SimClock;
 typedef struct CommLog CommLog;
 
 typedef struct Comm {
@@ -92,6 +97,7 @@ typedef struct Comm {
     struct Comm *parent; // the group this one was split from (comm_split), or NULL
     int is_across;       // this group joins ranks of different replica groups
     CommNccl *nccl;      // NCCL state, GPU build only
+    CommSim *sim;        // the simulated network's state (COMM_BACKEND_SIM), else NULL
     CommEngine *engine;  // the MPI collectives' queue, communicator and thread
     int engine_thread;   // 1: a thread carries them; 0: the calling thread does
     CommLog *log;        // the collectives kept for the trace (comm_record), or NULL
@@ -113,6 +119,7 @@ typedef struct {
     void *staged_recv;    // result goes back to on the device
     void *device_recv;
     size_t staged_recv_count;
+    double sim_done;      // simulated network: when it completes, on the virtual clock
 } CommHandle;
 
 extern const char *const comm_op_names[COMM_NUM_OPS];
@@ -121,12 +128,17 @@ extern const char *const comm_op_names[COMM_NUM_OPS];
 // debug_checks also turns on with the environment variable SHARDLAB_COMM_DEBUG=1.
 void comm_init(Comm *comm, int *argc, char ***argv);
 void comm_finalize(Comm *comm);
-// A group of the ranks of `parent` with the same `color`, ranked by `key`, with
-// an engine of its own (its collectives order among themselves, not with the
-// parent's), on the parent's backend. Every rank of `parent` must call it. Its
-// collectives count in its own stats and in the parent's (and, when `across`,
-// in the parent's `across` too): hybrid sharding's replica groups are across.
-void comm_split(Comm *parent, int color, int key, int across, Comm *group);
+// Rank `rank` of `world` on a simulated network (no MPI): collectives check
+// their arguments and count their bytes as on MPI, move nothing, and cost their
+// alpha-beta time on `clock` (step_time.h). For build/plan's dry run.
+void comm_init_simulated(Comm *comm, int rank, int world, struct SimClock *clock);
+// The group of the parent's ranks first, first + stride, ..., first + (size-1)
+// stride (this rank among them), ranked in that order, with an engine of its own
+// (its collectives order among themselves, not with the parent's), on the
+// parent's backend. Every rank of `parent` must call it, each with its own
+// group. Its collectives count in its own stats and in the parent's (and, when
+// `across`, in the parent's `across` too): hybrid sharding's replica groups are.
+void comm_split(Comm *parent, int first, int stride, int size, int across, Comm *group);
 // Ends a group made by comm_split (every rank of the group calls it).
 void comm_free_group(Comm *group);
 // Collectives will get device buffers (CUDA build): NCCL when every rank on the

@@ -35,7 +35,7 @@ static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count,
 }
 
 static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
-    if (!ptr && !acct->cache.dry) return;
+    if (!ptr) return;
     mem_account_sub(acct, category, bytes);
     cache_free(&acct->cache, ptr, bytes);
 }

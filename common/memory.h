@@ -36,12 +36,12 @@ typedef struct {
 extern const char *const mem_category_names[MEM_NUM_CATEGORIES];
 
 // Zero-filled float buffer counted under `category`, from the account's cache.
-// On a dry account (acct->cache.dry set before first use: build/plan) the same
-// books are kept and NULL comes back.
+// On a dry account (acct->cache.dry set before first use: build/plan's dry
+// device) the same books are kept and the buffer is an address no memory stands
+// behind (cache.h).
 float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count);
 // Gives a buffer from mem_alloc_floats back to the cache; `count` must be the
-// count it was allocated with. NULL is nothing to free, except on a dry account,
-// where every buffer is NULL.
+// count it was allocated with. NULL is nothing to free.
 void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count);
 // The same for `count` elements of `size` bytes each (bf16 buffers: size 2).
 void *mem_alloc_elements(MemAccount *acct, MemCategory category, size_t count, size_t size);

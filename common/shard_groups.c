@@ -8,8 +8,9 @@ Comm *shard_groups_init(ShardGroups *g, const StrategyContext *ctx, int shard_gr
     if (S > N || N % S != 0) fatal("fsdp: --shard-group %d does not divide the %d ranks into equal groups", S, N);
     if (S == N) return g->world;
     g->hybrid = 1;  // groups of S consecutive ranks shard; the ranks at the same place in each group replicate
-    comm_split(g->world, g->world->rank / S, g->world->rank, 0, &g->group);
-    comm_split(g->world, g->world->rank % S, g->world->rank, 1, &g->replicas);
+    int r = g->world->rank;
+    comm_split(g->world, r / S * S, 1, S, 0, &g->group);     // ranks r/S*S, ..., r/S*S + S-1
+    comm_split(g->world, r % S, S, N / S, 1, &g->replicas);  // ranks r%S, r%S + S, ...
     strategy_note(ctx, "fsdp: hybrid sharding, %d group(s) of %d rank(s): slices of 1/%d, gradients all-reduced "
                        "across the groups\n", N / S, S, S);
     return &g->group;

@@ -1,4 +1,6 @@
-// step_time.h: a model of one training step's time, for build/plan --time.
+// step_time.h: the model of a training step's time behind build/plan --time: a
+// virtual clock that a dry run (dry_run.h) advances while the strategies' own
+// code runs a step on the dry device.
 //
 // Each collective costs alpha per message step plus its bytes over the link's
 // bandwidth beta (the alpha-beta model of the ring and chain algorithms whose
@@ -14,12 +16,14 @@
 // machine each kind of collective may have its own alpha and beta (measured:
 // on one machine a reduction and a gather run at different speeds).
 //
-// A step is replayed on two timelines, the rank's compute and its link: each
-// strategy starts and waits for its collectives where its code does (the same
-// schedule as its hooks, prefetch included), a collective runs on the link
-// once the link is free, and the time compute spends waiting is the exposed
-// communication. Compute per unit is its share of the model's FLOPs at the
-// rank's rate; the optimizer step and the host's own overheads are left out.
+// The clock keeps the rank's two timelines, its compute and its link. Each unit
+// the model runs advances compute by the unit's FLOPs at the rank's rate; each
+// collective the strategy starts (comm.h's simulated network) queues on the
+// link, running once the link is free; each wait moves compute to the
+// collective's end if it is not there yet: that time is the exposed
+// communication. Whatever schedule the strategy's code follows (prefetch,
+// accumulation, hybrid groups, a student's change) the clock follows it. The
+// optimizer step and the host's own overheads (copies) cost nothing here.
 #ifndef SHARDLAB_STEP_TIME_H
 #define SHARDLAB_STEP_TIME_H
 
@@ -42,18 +46,6 @@ typedef struct {
     Link across;         // between machines
 } Machine;
 
-typedef enum { STEP_DDP, STEP_ZERO1, STEP_ZERO2, STEP_ZERO3, STEP_FSDP, STEP_NUM_STRATEGIES } StepStrategy;
-extern const char *const step_strategy_names[STEP_NUM_STRATEGIES];  // "ddp", "zero1", ...
-
-typedef struct {
-    int ranks;        // N
-    int rows;         // B/N sequences per rank
-    int seq;          // T
-    int prefetch;     // ZeRO-3, FSDP: --prefetch K (at most L)
-    int shard_group;  // FSDP: --shard-group S (N: none)
-    size_t bytes;     // of a parameter or gradient element (4: fp32, 2: bf16)
-} StepSetup;
-
 typedef struct {
     double compute;  // seconds of compute
     double comm;     // seconds the link is busy
@@ -61,10 +53,30 @@ typedef struct {
     double step;     // compute + exposed
 } StepTime;
 
+// One simulated rank's timelines.
+typedef struct SimClock {
+    const Machine *machine;
+    double flops_per_s;  // this rank's rate: the machine's, shared where its ranks outnumber its cores
+    double now;          // compute's clock, seconds
+    double link_free;    // the link is busy until then
+    StepTime spent;      // since the clock started (step: now)
+} SimClock;
+
 // Seconds of one collective of `bytes` among `ranks` ranks over `link`.
 double collective_seconds(CommOp op, double bytes, int ranks, Link link);
-// One step of `strategy` on `machine` (see the top).
-StepTime step_time(const GPT2Layout *layout, StepStrategy strategy, const StepSetup *setup, const Machine *machine);
+// A clock at 0 for one rank of `world` on `machine`.
+void sim_clock_init(SimClock *clock, const Machine *machine, int world);
+// Compute of `flops` FLOPs.
+void sim_compute(SimClock *clock, double flops);
+// Queues a collective of kind `op` on `bytes` among `ranks` ranks (spanning
+// machines or not) on the link; returns the time it completes.
+double sim_collective(SimClock *clock, CommOp op, double bytes, int ranks, int spans_machines);
+// Compute waits until `done`, if it is not there yet.
+void sim_wait(SimClock *clock, double done);
+// Forward FLOPs of the model's unit `unit` for its B x T tokens (backward: twice
+// these), as in gpt2_flops_per_step: 2 per multiply-add of the matrix products
+// and attention.
+double unit_forward_flops(const GPT2 *model, int unit);
 // Least-squares alpha and beta from n timed collectives: op[i] among ranks[i]
 // ranks on `bytes[i]`, taking seconds[i]. Returns 0, or -1 if they do not
 // determine both (fewer than two distinct sizes).

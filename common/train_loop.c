@@ -28,6 +28,7 @@
 #include "device.h"
 #include "util/errors.h"
 #include "options.h"
+#include "passes.h"
 #include "util/timer.h"
 #include "threads.h"
 #include "trace.h"
@@ -91,36 +92,6 @@ static double comm_seconds(const CommStats *s) {
     return total;
 }
 
-static void forward_pass(Run *run) {
-    Strategy *s = &run->strategy;
-    for (int u = 0; u < run->model.layout.num_units; u++) {
-        double t0 = trace_begin(&run->trace);
-        s->before_forward(s->state, u);
-        trace_end(&run->trace, t0, "comm", "gather fwd u%d", u);
-        t0 = trace_begin(&run->trace);
-        gpt2_forward_unit(&run->model, u);
-        trace_end(&run->trace, t0, "compute", "forward u%d", u);
-        t0 = trace_begin(&run->trace);
-        s->after_forward(s->state, u);
-        trace_end(&run->trace, t0, "comm", "release fwd u%d", u);
-    }
-}
-
-static void backward_pass(Run *run, int last_micro_batch) {
-    Strategy *s = &run->strategy;
-    for (int u = run->model.layout.num_units - 1; u >= 0; u--) {
-        double t0 = trace_begin(&run->trace);
-        s->before_backward(s->state, u);
-        trace_end(&run->trace, t0, "comm", "gather bwd u%d", u);
-        t0 = trace_begin(&run->trace);
-        gpt2_backward_unit(&run->model, u);
-        trace_end(&run->trace, t0, "compute", "backward u%d", u);
-        t0 = trace_begin(&run->trace);
-        s->after_backward(s->state, u, last_micro_batch);
-        trace_end(&run->trace, t0, "comm", "reduce u%d", u);
-    }
-}
-
 // Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each.
 static void set_micro_batch(Run *run, const DataLoader *loader, int micro) {
     size_t tokens = (size_t)run->model.B * run->model.T;
@@ -137,7 +108,7 @@ static double evaluate(Run *run) {
         loader_next_batch(&run->val);
         for (int micro = 0; micro < micro_batches; micro++) {
             set_micro_batch(run, &run->val, micro);
-            forward_pass(run);
+            forward_pass(&run->model, &run->strategy, &run->trace);
             sum += run->model.mean_loss;
         }
     }
@@ -429,8 +400,8 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     double loss_sum = 0;
     for (int micro = 0; micro < run->opts.grad_accum; micro++) {
         set_micro_batch(run, &run->train, micro);
-        forward_pass(run);
-        backward_pass(run, micro == run->opts.grad_accum - 1);
+        forward_pass(&run->model, s, &run->trace);
+        backward_pass(&run->model, s, &run->trace, micro == run->opts.grad_accum - 1);
         loss_sum += run->model.mean_loss;
     }
     double tf = trace_begin(&run->trace);

@@ -1,9 +1,10 @@
 // plan: predicts each strategy's memory per rank (ddp, zero1, zero2, zero3,
-// fsdp) without training. It replays a run's allocations buffer by buffer (the
-// model's, the strategy's resident state, one training step's temporaries, in
-// the trainers' order) on a dry account of the same accountant and cache the
-// trainers use, with the same partitioner, so its numbers, `reserved` included,
-// can be held against a real run's summary.
+// fsdp), and with --time its step time, without training. It runs the trainers'
+// own code (the strategy files, the model, the passes of a step) for one rank of
+// N at a time on the dry device and a simulated network (common/dry_run.h):
+// every buffer goes through the same accountant and cache the trainers use, but
+// no memory stands behind it and nothing is computed or moved, so its numbers,
+// `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode M]
 //              [--prefetch K] [--shard-group S] [--precision P] [--reduce-dtype P] [--tsv | --layout]
@@ -21,316 +22,51 @@
 
 #include "../common/util/cli.h"
 #include "../common/util/errors.h"
+#include "../common/dry_run.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
 #include "../common/step_time.h"
 #include "../common/strategy.h"
+#include "../ddp/ddp.h"
+#include "../fsdp/fsdp.h"
 #include "../models/gpt2.h"
 #include "../models/gpt2_io.h"
+#include "../zero3/zero3.h"
 
-// The trainers' buffers one by one, as device_alloc and device_free make and
-// return them in the CPU build, on a dry account (acct->cache.dry: no memory
-// behind them): the categories come out as a run's, and so does the cache's
-// `reserved`, which depends on the order and the size of every buffer.
-static void take(MemAccount *acct, MemCategory category, size_t floats) { mem_alloc_floats(acct, category, floats); }
-static void give(MemAccount *acct, MemCategory category, size_t floats) { mem_free_floats(acct, category, NULL, floats); }
-// The same for buffers of parameters or gradients, in the run's dtypes (--precision, --reduce-dtype).
-static void take_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
-    mem_alloc_elements(acct, category, count, dtype_size(dtype));
-}
-static void give_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
-    mem_free_elements(acct, category, NULL, count, dtype_size(dtype));
-}
+// Each rank is a dry run of a step or two, whose loops over the ranks make its
+// time grow with N: about 10 s at this many.
+#define MAX_SIMULATED_RANKS (1 << 20)
 
-// What gpt2_init allocates, before any strategy: the activations and the batch.
+// What every simulated rank of one plan shares: the model, the step's shape,
+// the rank count; each strategy adds its init and options, each rank its rank.
 typedef struct {
-    size_t acts;   // floats (gpt2_num_activations)
-    size_t batch;  // ints: GPT2_BATCH_ARRAYS x rows x T
-} ModelBuffers;
+    DrySetup setup;
+    int prefetch, reshard, shard_group;  // ZeRO-3's and FSDP's flags (shard_group: S, or N for none)
+} PlanShape;
 
-static void take_model(MemAccount *acct, ModelBuffers model) {
-    take(acct, MEM_ACTIVATIONS, model.acts);
-    mem_alloc_ints(acct, MEM_ACTIVATIONS, model.batch);
-}
+// The strategies, by the names the trainers log: each one's init and options.
+typedef enum { PLAN_DDP, PLAN_ZERO1, PLAN_ZERO2, PLAN_ZERO3, PLAN_FSDP, PLAN_NUM_STRATEGIES } PlanStrategy;
+static const char *const plan_names[PLAN_NUM_STRATEGIES] = {"ddp", "zero1", "zero2", "zero3", "fsdp"};
 
-// gpt2_free, after the strategy has freed its own: the account is empty again.
-static void give_model(MemAccount *acct, ModelBuffers model) {
-    give(acct, MEM_ACTIVATIONS, model.acts);
-    mem_free_ints(acct, MEM_ACTIVATIONS, NULL, model.batch);
-}
-
-// How a step runs, beyond the strategy: the trainers' --grad-accum, --accum-mode,
-// --prefetch (ZeRO-3, FSDP), --reshard-after-forward (FSDP), --precision and --reduce-dtype.
-typedef struct {
-    int micro_batches;  // K: forward and backward K times per step
-    int sync_each;      // ZeRO-2/3, FSDP: reduce every micro-batch (1) or only the last (0: no-sync)
-    int prefetch;       // units ahead whose gathers start early (prefetch_window: at most L)
-    int reshard;        // FSDP: free gathered parameters after forward
-    DType params;       // --precision: the parameters kept, gathered and moved
-    DType grads;        // --reduce-dtype: the gradients
-} StepShape;
-
-// resident_init and resident_free (common/resident.c): `count` elements each of
-// parameters and gradients (in their dtypes), the fp32 master in a bf16 run, m and v.
-static void take_resident(MemAccount *acct, size_t count, const StepShape *shape) {
-    take_as(acct, MEM_PARAMS, count, shape->params);
-    take_as(acct, MEM_GRADS, count, shape->grads);
-    if (shape->params == DTYPE_BF16) take(acct, MEM_OPTIM, count);
-    take(acct, MEM_OPTIM, count);
-    take(acct, MEM_OPTIM, count);
-}
-
-static void give_resident(MemAccount *acct, size_t count, const StepShape *shape) {
-    give_as(acct, MEM_PARAMS, count, shape->params);
-    give_as(acct, MEM_GRADS, count, shape->grads);
-    if (shape->params == DTYPE_BF16) give(acct, MEM_OPTIM, count);
-    give(acct, MEM_OPTIM, count);
-    give(acct, MEM_OPTIM, count);
-}
-
-// The model's open_unit and close_unit (models/gpt2.c) around a unit's ops: in
-// bf16, fp32 copies of the unit's parameters and (backward, bf16 gradients) of
-// its gradients, freed gradients first.
-static void run_unit(const GPT2Layout *layout, int unit, int backward, const StepShape *shape, MemAccount *acct) {
-    size_t numel = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) numel += layout->tensors[layout->unit_tensors[unit][i]].numel;
-    int widen_params = shape->params == DTYPE_BF16, widen_grads = backward && shape->grads == DTYPE_BF16;
-    if (widen_params) take(acct, MEM_PARAMS_GATHERED, numel);
-    if (widen_grads) take(acct, MEM_GRADS_GATHERED, numel);
-    if (widen_grads) give(acct, MEM_GRADS_GATHERED, numel);
-    if (widen_params) give(acct, MEM_PARAMS_GATHERED, numel);
-}
-
-// DDP: the resident replica and the units run through a step; nothing else
-// (buckets are reduced in place).
-static void plan_ddp(const GPT2Layout *layout, const StepShape *shape, MemAccount *acct, ModelBuffers model) {
-    take_model(acct, model);
-    take_resident(acct, layout->num_params, shape);
-    for (int micro = 0; micro < shape->micro_batches; micro++) {
-        for (int u = 0; u < layout->num_units; u++) run_unit(layout, u, 0, shape, acct);
-        for (int u = layout->num_units - 1; u >= 0; u--) run_unit(layout, u, 1, shape, acct);
+// One rank of `strategy` under `shape`, run dry (dry_run.h): its account and step.
+static DryResult run_rank(const PlanShape *shape, PlanStrategy strategy, int rank, const Machine *machine) {
+    DdpOptions ddp = {.zero_stage = strategy == PLAN_ZERO1 ? 1 : strategy == PLAN_ZERO2 ? 2 : 0};
+    Zero3Options zero3 = {.prefetch = shape->prefetch};
+    FsdpOptions fsdp = {.reshard_after_forward = shape->reshard, .prefetch = shape->prefetch,
+                        .shard_group = shape->shard_group};
+    DrySetup setup = shape->setup;
+    setup.rank = rank;
+    setup.machine = machine;
+    switch (strategy) {
+    case PLAN_DDP: setup.init = ddp_init, setup.options = &ddp; break;
+    case PLAN_ZERO1:
+    case PLAN_ZERO2: setup.init = zero12_init, setup.options = &ddp; break;
+    case PLAN_ZERO3: setup.init = zero3_init, setup.options = &zero3; break;
+    default: setup.init = fsdp_init, setup.options = &fsdp; break;
     }
-    give_resident(acct, layout->num_params, shape);
-    give_model(acct, model);
-}
-
-
-// Whether a micro-batch's backward reduces: the last one always, the others in sync-each.
-static int reduces_now(const StepShape *shape, int micro) { return micro == shape->micro_batches - 1 || shape->sync_each; }
-
-// ZeRO-2's finish_reduce: the full-size gradients of the tensors homed in `unit` go.
-static void give_bucket(const GPT2Layout *layout, int unit, int *held, DType dtype, MemAccount *acct) {
-    for (int t = 0; t < layout->num_tensors; t++)
-        if (held[t] && layout->tensors[t].home_unit == unit) {
-            give_as(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel, dtype);
-            held[t] = 0;
-        }
-}
-
-// ZeRO-1/2, as ddp/zero12.c runs a step: the whole parameter replica (padded to
-// N ranges of S), AdamW moments of this rank's range, and gradients whole
-// (ZeRO-1) or of the range alone (ZeRO-2). ZeRO-2's full-size gradients live
-// from the first backward that writes them until their bucket's reduce is
-// waited for, after the next unit's backward (the head's wte until unit 0's);
-// with no-sync they live until the last micro-batch's. The all-gather after
-// AdamW sends from a copy of the range.
-static void plan_zero12(const GPT2Layout *layout, int world, int stage, const StepShape *shape, MemAccount *acct,
-                        ModelBuffers model) {
-    size_t S = zero12_range_numel(layout->num_params, world), grads = stage == 1 ? layout->num_params : S;
-    int bf16 = shape->params == DTYPE_BF16;
-    take_model(acct, model);
-    take_as(acct, MEM_PARAMS, S * (size_t)world, shape->params);
-    take_as(acct, MEM_GRADS, grads, shape->grads);
-    if (bf16) take(acct, MEM_OPTIM, S);  // the master of the range
-    take(acct, MEM_OPTIM, S);
-    take(acct, MEM_OPTIM, S);
-    int *held = xcalloc((size_t)layout->num_tensors, sizeof(int));
-    for (int micro = 0; micro < shape->micro_batches; micro++) {
-        int last = micro == shape->micro_batches - 1;
-        for (int u = 0; u < layout->num_units; u++) run_unit(layout, u, 0, shape, acct);
-        for (int u = layout->num_units - 1; u >= 0; u--) {
-            for (int i = 0; stage == 2 && i < layout->unit_num_tensors[u]; i++) {
-                int t = layout->unit_tensors[u][i];
-                if (!held[t]) take_as(acct, MEM_GRADS_GATHERED, layout->tensors[t].numel, shape->grads);
-                held[t] = 1;
-            }
-            run_unit(layout, u, 1, shape, acct);
-            if (stage == 1 || !reduces_now(shape, micro)) continue;
-            // after unit u: unit u+1's bucket is freed, then unit 0's before the next micro-batch
-            give_bucket(layout, u + 1, held, shape->grads, acct);
-            if (u == 0 && !last) give_bucket(layout, 0, held, shape->grads, acct);
-        }
-    }
-    give_bucket(layout, 0, held, shape->grads, acct);  // finish_grads
-    free(held);
-    take_as(acct, MEM_COMM_BUFFERS, S, shape->params);
-    give_as(acct, MEM_COMM_BUFFERS, S, shape->params);
-    give_as(acct, MEM_PARAMS, S * (size_t)world, shape->params);
-    give_as(acct, MEM_GRADS, grads, shape->grads);
-    if (bf16) give(acct, MEM_OPTIM, S);
-    give(acct, MEM_OPTIM, S);
-    give(acct, MEM_OPTIM, S);
-    give_model(acct, model);
-}
-
-// A sharded strategy's temporaries through a step, replayed in the order
-// zero3/zero3.c and fsdp/fsdp.c make them: tensor states, and which units have
-// a gather or a reduce in flight.
-typedef struct {
-    const GPT2Layout *layout;
-    int world, rank;
-    const int *owner;          // ZeRO-3: the owner of each tensor; NULL for FSDP
-    const StepShape *shape;
-    MemAccount *acct;
-    TensorState *state;        // (num_tensors)
-    int *has_grad;             // (num_tensors) a full gradient is allocated
-    size_t *gather_pack;       // (num_units) FSDP: elements of this rank's part in flight; 0 if none
-    int *gathering;            // (num_units) 1 while the unit's gather is in flight
-    size_t *reduce_pack;       // (num_units) FSDP: the same for the reduce-scatter
-    int *reducing;             // (num_units) 1 while the unit's reduce is in flight
-} Replay;
-
-static size_t full_numel(const Replay *r, int t) {
-    return r->owner ? r->layout->tensors[t].numel : fsdp_padded_numel(&r->layout->tensors[t], r->world);
-}
-
-static size_t slice_numel(const Replay *r, int t) { return fsdp_slice_numel(&r->layout->tensors[t], r->world); }
-
-// ZeRO-3: a temporary per tensor owned elsewhere; FSDP: send and receive buffers.
-static void replay_start_gather(Replay *r, int unit) {
-    const GPT2Layout *layout = r->layout;
-    size_t pack = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
-        int t = layout->unit_tensors[unit][i];
-        if (r->state[t] != TENSOR_SHARDED) continue;
-        if (r->owner && r->owner[t] != r->rank) take_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
-        if (!r->owner) pack += slice_numel(r, t);
-        r->state[t] = TENSOR_GATHERING;
-        r->gathering[unit] = 1;
-    }
-    if (pack == 0) return;
-    take_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->params);
-    take_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->params);
-    r->gather_pack[unit] = pack;
-}
-
-// FSDP unpacks into full tensors, then frees its buffers.
-static void replay_finish_gather(Replay *r, int unit) {
-    const GPT2Layout *layout = r->layout;
-    if (!r->gathering[unit]) return;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
-        int t = layout->unit_tensors[unit][i];
-        if (r->state[t] != TENSOR_GATHERING) continue;
-        if (!r->owner) take_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
-        r->state[t] = TENSOR_GATHERED;
-    }
-    size_t pack = r->gather_pack[unit];
-    if (pack > 0) {
-        give_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->params);
-        give_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->params);
-    }
-    r->gather_pack[unit] = 0;
-    r->gathering[unit] = 0;
-}
-
-static void replay_gather_unit(Replay *r, int unit, int direction, int prefetch) {
-    replay_start_gather(r, unit);
-    for (int k = 1; k <= prefetch; k++) {
-        int ahead = unit + direction * k;
-        if (ahead >= 0 && ahead < r->layout->num_units) replay_start_gather(r, ahead);
-    }
-    replay_finish_gather(r, unit);
-}
-
-static void replay_release(Replay *r, int unit) {
-    for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
-        int t = r->layout->unit_tensors[unit][i];
-        if (r->state[t] != TENSOR_GATHERED) continue;
-        if (!r->owner || r->owner[t] != r->rank) give_as(r->acct, MEM_PARAMS_GATHERED, full_numel(r, t), r->shape->params);
-        r->state[t] = TENSOR_SHARDED;
-    }
-}
-
-static void replay_start_reduce(Replay *r, int unit) {
-    size_t pack = 0;
-    for (int i = 0; !r->owner && i < r->layout->unit_num_tensors[unit]; i++) pack += slice_numel(r, r->layout->unit_tensors[unit][i]);
-    if (pack > 0) {
-        take_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->grads);
-        take_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->grads);
-    }
-    r->reduce_pack[unit] = pack;
-    r->reducing[unit] = 1;
-}
-
-// The full gradients go, then FSDP's buffers.
-static void replay_finish_reduce(Replay *r, int unit) {
-    if (!r->reducing[unit]) return;
-    for (int i = 0; i < r->layout->unit_num_tensors[unit]; i++) {
-        int t = r->layout->unit_tensors[unit][i];
-        give_as(r->acct, MEM_GRADS_GATHERED, full_numel(r, t), r->shape->grads);
-        r->has_grad[t] = 0;
-    }
-    size_t pack = r->reduce_pack[unit];
-    if (pack > 0) {
-        give_as(r->acct, MEM_COMM_BUFFERS, pack * (size_t)r->world, r->shape->grads);
-        give_as(r->acct, MEM_COMM_BUFFERS, pack, r->shape->grads);
-    }
-    r->reducing[unit] = 0;
-}
-
-// One step of ZeRO-3 (owner != NULL) or FSDP: the strategies' hooks around every
-// unit, micro-batch after micro-batch, then finish_grads.
-static void replay_step(Replay *r, const StepShape *shape) {
-    const GPT2Layout *layout = r->layout;
-    int units = layout->num_units, prefetch = shape->prefetch;
-    int reshard = r->owner ? 1 : shape->reshard;
-    for (int micro = 0; micro < shape->micro_batches; micro++) {
-        int last = micro == shape->micro_batches - 1;
-        for (int u = 0; u < units; u++) {
-            replay_gather_unit(r, u, +1, prefetch);
-            run_unit(layout, u, 0, shape, r->acct);
-            if (reshard) replay_release(r, u);
-        }
-        for (int u = units - 1; u >= 0; u--) {
-            replay_gather_unit(r, u, -1, prefetch);
-            for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
-                int t = layout->unit_tensors[u][i];
-                if (!r->has_grad[t]) take_as(r->acct, MEM_GRADS_GATHERED, full_numel(r, t), shape->grads);
-                r->has_grad[t] = 1;
-            }
-            run_unit(layout, u, 1, shape, r->acct);
-            if (reduces_now(shape, micro)) {
-                replay_start_reduce(r, u);
-                if (prefetch == 0) replay_finish_reduce(r, u);
-                if (u + 1 < units) replay_finish_reduce(r, u + 1);
-                if (u == 0 && !last) replay_finish_reduce(r, 0);
-            }
-            replay_release(r, u);
-        }
-    }
-    replay_finish_reduce(r, 0);
-}
-
-// ZeRO-3 (owner: each tensor's owner) or FSDP (owner NULL) on rank `rank`:
-// resident state, two steps (the second shows the cache reusing the first's
-// blocks), then everything freed.
-static void plan_sharded(const GPT2Layout *layout, int world, const int *owner, int rank, const StepShape *shape,
-                         MemAccount *acct, ModelBuffers model) {
-    size_t resident = owner ? zero3_owned_numel(layout, owner, rank)
-                            : fsdp_padded_params(layout, world) / (size_t)world;
-    Replay r = {.layout = layout, .world = world, .rank = rank, .owner = owner, .shape = shape, .acct = acct,
-                .state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState)),
-                .has_grad = xcalloc((size_t)layout->num_tensors, sizeof(int)),
-                .gather_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
-                .gathering = xcalloc((size_t)layout->num_units, sizeof(int)),
-                .reduce_pack = xcalloc((size_t)layout->num_units, sizeof(size_t)),
-                .reducing = xcalloc((size_t)layout->num_units, sizeof(int))};
-    take_model(acct, model);
-    take_resident(acct, resident, shape);
-    for (int step = 0; step < 2; step++) replay_step(&r, shape);
-    give_resident(acct, resident, shape);
-    give_model(acct, model);
-    free(r.state); free(r.has_grad); free(r.gather_pack); free(r.gathering); free(r.reduce_pack); free(r.reducing);
+    DryResult result;
+    dry_run(&setup, &result);
+    return result;
 }
 
 // --params P: the model states alone, per rank, for P parameters on N ranks, by
@@ -377,24 +113,23 @@ static void print_row(const char *strategy, const char *ranks, const MemAccount 
 // ZeRO-3's rows: one per rank that owns a tensor, and one for the ranks that own
 // none (when N exceeds the number of tensors), which all hold the same. The
 // partition is computed once, so the work grows with the tensors, not with N.
-static void print_zero3(const GPT2Layout *layout, int world, const StepShape *shape, ModelBuffers model, int tsv) {
+static void print_zero3(const GPT2Layout *layout, const PlanShape *shape, int tsv) {
+    int world = shape->setup.world;
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     zero3_partition(layout, world, owner);
     int owning = world < layout->num_tensors ? world : layout->num_tensors;  // ranks [0, owning) own a tensor
     for (int t = 0; t < layout->num_tensors; t++) CHECK(owner[t] < owning, "rank %d owns a tensor", owner[t]);
     char ranks[32];
     for (int r = 0; r < owning && (tsv || r == 0 || world <= 8); r++) {
-        MemAccount acct = {.cache.dry = 1};
-        plan_sharded(layout, world, owner, r, shape, &acct, model);
+        DryResult result = run_rank(shape, PLAN_ZERO3, r, NULL);
         snprintf(ranks, sizeof ranks, "%d", r);
-        print_row("zero3", ranks, &acct, tsv);
+        print_row("zero3", ranks, &result.mem, tsv);
     }
     if (owning < world && (tsv || world <= 8)) {
-        MemAccount acct = {.cache.dry = 1};
-        plan_sharded(layout, world, owner, owning, shape, &acct, model);
+        DryResult result = run_rank(shape, PLAN_ZERO3, owning, NULL);
         if (owning == world - 1) snprintf(ranks, sizeof ranks, "%d", owning);
         else snprintf(ranks, sizeof ranks, "%d-%d", owning, world - 1);
-        print_row("zero3", ranks, &acct, tsv);
+        print_row("zero3", ranks, &result.mem, tsv);
     }
     free(owner);
 }
@@ -510,31 +245,33 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
     return link;
 }
 
-// --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with
-// `rows` sequences of T tokens per rank at every N (weak scaling).
-static void print_step_times(const GPT2Layout *layout, const Machine *machine, int max_ranks, int rows, int T,
-                             int prefetch, int shard_group, size_t bytes, int tsv) {
+// --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with the
+// same rows per rank at every N (weak scaling): rank 0 of each, run dry on the
+// virtual clock of `machine`. FSDP's --shard-group S applies where S divides N.
+static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
+    const DrySetup *d = &plan->setup;
     if (!tsv)
         printf("predicted step (build/plan --time, docs/scale.md): %d x %d tokens per rank, %d ranks per machine, "
                "compute %.3g GFLOP/s per rank%s; links: within %.3g s + bytes / %.3g GB/s, across %.3g s + bytes / "
                "%.3g GB/s\n%-6s %6s %8s %12s %12s %12s %12s %14s\n",
-               rows, T, machine->ranks_per_node, machine->flops_per_s / 1e9,
+               d->rows * d->micro_batches, d->seq, machine->ranks_per_node, machine->flops_per_s / 1e9,
                machine->compute_slots ? " (a machine's ranks share its cores)" : "", machine->within.alpha,
                machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, "", "N", "group",
                "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s");
     for (int N = 1;; N = 2 * N < max_ranks ? 2 * N : max_ranks) {  // powers of two, then max_ranks itself
-        for (int k = 0; k < STEP_NUM_STRATEGIES; k++) {
-            int S = k == STEP_FSDP && shard_group > 0 && N % shard_group == 0 ? shard_group : N;
-            StepSetup setup = {.ranks = N, .rows = rows, .seq = T, .prefetch = prefetch, .shard_group = S,
-                               .bytes = bytes};
-            StepTime t = step_time(layout, (StepStrategy)k, &setup, machine);
-            double tokens_per_s = (double)N * rows * T / t.step;
+        for (int k = 0; k < PLAN_NUM_STRATEGIES; k++) {
+            PlanShape shape = *plan;
+            shape.setup.world = N;
+            int S = k == PLAN_FSDP && N % plan->shard_group == 0 ? plan->shard_group : N;
+            shape.shard_group = S;
+            StepTime t = run_rank(&shape, (PlanStrategy)k, 0, machine).time;
+            double tokens_per_s = (double)N * d->rows * d->micro_batches * d->seq / t.step;
             if (tsv)
-                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", step_strategy_names[k], N, S, t.compute, t.comm,
+                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, S, t.compute, t.comm,
                        t.exposed, t.step, tokens_per_s);
             else
-                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", step_strategy_names[k], N, S,
-                       1e3 * t.compute, 1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.step, tokens_per_s);
+                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", plan_names[k], N, S, 1e3 * t.compute,
+                       1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.step, tokens_per_s);
         }
         if (N == max_ranks) break;
     }
@@ -613,12 +350,9 @@ int main(int argc, char **argv) {
     static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
-    static const char *const unmodelled_in_time[] = {"--grad-accum", "--accum-mode", "--reshard-after-forward",
-                                                     "--recompute", NULL};
     if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
-    if (time_mode) refuse_flags(&spec, unmodelled_in_time, "the step-time model of --time does not model it");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
@@ -646,13 +380,17 @@ int main(int argc, char **argv) {
               micro_batches, B / world, B, world, micro_batches);
     if (strcmp(accum_mode, "sync-each") != 0 && strcmp(accum_mode, "no-sync") != 0)
         fatal("--accum-mode: give sync-each or no-sync");
-    StepShape shape = {.micro_batches = micro_batches, .sync_each = strcmp(accum_mode, "sync-each") == 0,
-                       .prefetch = prefetch, .reshard = reshard, .params = param_dtype, .grads = grad_dtype};
-    int rows = B / world / micro_batches;  // the model is built for one micro-batch
     if (T > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", T, config.max_seq_len);
+    if (world > MAX_SIMULATED_RANKS)
+        fatal("--ranks %d: the plan runs the strategies for up to %d ranks (--params P answers for any N)", world,
+              MAX_SIMULATED_RANKS);
+    PlanShape shape = {.setup = {.accum_mode = strcmp(accum_mode, "sync-each") == 0 ? ACCUM_SYNC_EACH : ACCUM_NO_SYNC,
+                                 .config = config, .rows = B / world / micro_batches, .seq = T,
+                                 .micro_batches = micro_batches, .recompute = recompute, .params = param_dtype,
+                                 .grads = grad_dtype, .world = world, .steps = 2},
+                       .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group};
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
-    shape.prefetch = prefetch_window(&layout, prefetch);
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");
@@ -662,26 +400,22 @@ int main(int argc, char **argv) {
     }
     if (time_mode) {
         if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
-        if (grad_dtype != param_dtype)
-            fatal("--reduce-dtype %s: the step-time model of --time moves parameters and gradients in one dtype; "
-                  "give it without --reduce-dtype, or equal to --precision", reduce_dtype);
         Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
                            .across = parse_link(across, "--across")};
         machine.within = calibration ? calibrate(calibration, tsv, machine.within_op) : parse_link(within, "--within");
         machine.flops_per_s = tokens_per_s * gpt2_flops_per_step(&config, 1, T) / T;
-        print_step_times(&layout, &machine, world, B / world, T, shape.prefetch, shard_group < world ? shard_group : 0,
-                         dtype_size(param_dtype), tsv);
+        shape.setup.steps = 1;
+        print_step_times(&shape, &machine, world, tsv);
         gpt2_layout_free(&layout);
         return 0;
     }
-    ModelBuffers model = {gpt2_num_activations(&config, rows, T, recompute), GPT2_BATCH_ARRAYS * (size_t)rows * T};
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
                "rows per rank, %s)%s; ZeRO-3 and FSDP prefetch %d unit(s)\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
-               B, T, micro_batches, rows, accum_mode, recompute ? ", activations recomputed in backward" : "",
-               shape.prefetch);
+               B, T, micro_batches, shape.setup.rows, accum_mode,
+               recompute ? ", activations recomputed in backward" : "", prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (%s parameters, %s gradients); reserved: what the allocator's cache "
@@ -690,18 +424,15 @@ int main(int argc, char **argv) {
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15s", mem_category_names[k]);
         printf(" %12s %12s\n", "total peak", "reserved");
     }
-    MemAccount acct = {.cache.dry = 1};
-    plan_ddp(&layout, &shape, &acct, model);
-    print_row("ddp", "0", &acct, tsv);
-    for (int stage = 1; stage <= 2; stage++) {
-        acct = (MemAccount){.cache.dry = 1};
-        plan_zero12(&layout, world, stage, &shape, &acct, model);
-        print_row(stage == 1 ? "zero1" : "zero2", "0", &acct, tsv);
+    // each strategy's own code, run dry for rank 0 (ZeRO-3: each rank that owns something)
+    for (int k = 0; k < PLAN_NUM_STRATEGIES; k++) {
+        if (k == PLAN_ZERO3) {
+            print_zero3(&layout, &shape, tsv);
+            continue;
+        }
+        DryResult result = run_rank(&shape, (PlanStrategy)k, 0, NULL);
+        print_row(plan_names[k], "0", &result.mem, tsv);
     }
-    print_zero3(&layout, world, &shape, model, tsv);
-    acct = (MemAccount){.cache.dry = 1};
-    plan_sharded(&layout, shard_group, NULL, 0, &shape, &acct, model);  // hybrid: FSDP's within a group of S
-    print_row("fsdp", "0", &acct, tsv);
     if (!tsv)
         printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)%s\n",
                world <= 8 ? "each rank" : "rank 0 shown, --tsv for all",

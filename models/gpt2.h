@@ -173,6 +173,7 @@ typedef struct {
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over the micro-batch's B*T tokens
     GPT2OpTimes *op_times;     // NULL (off), or where the CPU ops add their wall time
+    struct SimClock *clock;    // NULL, or the virtual clock the dry device's units advance (step_time.h)
 } GPT2;
 
 // "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).

@@ -136,6 +136,7 @@ void gpt2_debug_state_free(GPT2DebugState *state) {
 
 void param_source_rows(const ParamSource *src, const GPT2Layout *layout, int t, int row_begin, int row_count,
                        float *out) {
+    if (src->dry) return;
     if (src->checkpoint_path)
         gpt2_checkpoint_read_rows(src->checkpoint_path, layout, t, row_begin, row_count, out);
     else

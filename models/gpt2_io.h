@@ -33,6 +33,7 @@ void gpt2_checkpoint_write(const char *path, const GPT2Config *config, const flo
 typedef struct {
     const char *checkpoint_path;  // NULL: initialize from seed
     uint64_t seed;
+    int dry;                      // build/plan's dry run: no values at all (the rows are left as they are)
 } ParamSource;
 
 // Rows [row_begin, row_begin + row_count) of tensor t.

@@ -125,11 +125,14 @@ START_TEST(test_accounting_counts_bytes_in_use) {
 }
 END_TEST
 
-// A dry cache keeps the same books as a real one, block for block, and hands out NULL.
+// A dry cache keeps the same books as a real one, block for block, and hands out
+// addresses of its own: distinct while held, the same one again where the real
+// cache reuses a block.
 START_TEST(test_a_dry_cache_keeps_the_same_books) {
     Cache real = {0}, dry = {.dry = 1};
     enum { SLOTS = 8, MOVES = 2000 };
-    void *held[SLOTS] = {0};
+    void *held[SLOTS] = {0}, *dry_held[SLOTS] = {0}, *pair_real[MOVES], *pair_dry[MOVES];
+    int pairs = 0;
     size_t size[SLOTS] = {0};
     int taken[SLOTS] = {0};
     uint32_t x = 12345;
@@ -138,13 +141,23 @@ START_TEST(test_a_dry_cache_keeps_the_same_books) {
         int k = (int)(x >> 28) % SLOTS;
         if (taken[k]) {
             cache_free(&real, held[k], size[k]);
-            cache_free(&dry, NULL, size[k]);
+            cache_free(&dry, dry_held[k], size[k]);
             taken[k] = 0;
         } else {
             size[k] = 64 * (1 + (x >> 8) % 5);
+            size_t cached = real.cached;
             held[k] = cache_alloc(&real, size[k]);
+            dry_held[k] = cache_alloc(&dry, size[k]);
             ck_assert_ptr_nonnull(held[k]);
-            ck_assert_ptr_null(cache_alloc(&dry, size[k]));
+            for (int j = 0; j < SLOTS; j++)  // a block handed out twice at once would be two buffers in one
+                if (j != k && taken[j]) ck_assert(dry_held[j] != dry_held[k]);
+            if (real.cached < cached)  // a reused block: the dry cache reuses the same one
+                for (int p = pairs - 1; p >= 0; p--)
+                    if (pair_real[p] == held[k]) {
+                        ck_assert_ptr_eq(pair_dry[p], dry_held[k]);
+                        break;
+                    }
+            pair_real[pairs] = held[k], pair_dry[pairs++] = dry_held[k];
             taken[k] = 1;
         }
         ck_assert_uint_eq(dry.in_use, real.in_use);
@@ -154,7 +167,7 @@ START_TEST(test_a_dry_cache_keeps_the_same_books) {
     for (int k = 0; k < SLOTS; k++)
         if (taken[k]) {
             cache_free(&real, held[k], size[k]);
-            cache_free(&dry, NULL, size[k]);
+            cache_free(&dry, dry_held[k], size[k]);
         }
     ck_assert_uint_eq(cache_reserved(&real), 0);
     ck_assert_uint_eq(cache_reserved(&dry), 0);
@@ -164,15 +177,18 @@ END_TEST
 
 START_TEST(test_a_dry_account_replays_without_memory) {
     MemAccount acct = {.cache.dry = 1};
-    ck_assert_ptr_null(mem_alloc_floats(&acct, MEM_PARAMS, 100));
-    ck_assert_ptr_null(mem_alloc_floats(&acct, MEM_PARAMS_GATHERED, 50));
-    mem_free_floats(&acct, MEM_PARAMS_GATHERED, NULL, 50);  // on a dry account NULL is the buffer
-    ck_assert_ptr_null(mem_alloc_floats(&acct, MEM_GRADS_GATHERED, 50));
+    float *params = mem_alloc_floats(&acct, MEM_PARAMS, 100), *gathered = mem_alloc_floats(&acct, MEM_PARAMS_GATHERED, 50);
+    ck_assert(params != gathered);
+    mem_free_floats(&acct, MEM_PARAMS_GATHERED, gathered, 50);
+    float *grads = mem_alloc_floats(&acct, MEM_GRADS_GATHERED, 50);
+    ck_assert_ptr_eq(grads, gathered);  // the block just freed, reused
+    mem_free_floats(&acct, MEM_GRADS_GATHERED, NULL, 50);  // NULL is nothing to free, dry or not
+    ck_assert_uint_eq(acct.current[MEM_GRADS_GATHERED], 200);
     ck_assert_uint_eq(acct.peak[MEM_PARAMS_GATHERED], 200);
     ck_assert_uint_eq(acct.total_peak, 600);
     ck_assert_uint_eq(mem_reserved_peak_bytes(&acct), 600);  // the 50 floats were taken again
-    mem_free_floats(&acct, MEM_GRADS_GATHERED, NULL, 50);
-    mem_free_floats(&acct, MEM_PARAMS, NULL, 100);
+    mem_free_floats(&acct, MEM_GRADS_GATHERED, grads, 50);
+    mem_free_floats(&acct, MEM_PARAMS, params, 100);
     ck_assert_uint_eq(mem_reserved_bytes(&acct), 0);
 }
 END_TEST

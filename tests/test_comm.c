@@ -171,7 +171,7 @@ START_TEST(test_split_groups) {
     int N = comm.world, r = comm.rank;
     Comm group;
     CommStats before = comm.stats, across_before = comm.across;
-    comm_split(&comm, r % 2, r, 1, &group);
+    comm_split(&comm, r % 2, 2, (N - r % 2 + 1) / 2, 1, &group);
     int members = (N + 1 - r % 2) / 2;  // ranks of r's parity
     ck_assert_int_eq(group.world, members);
     ck_assert_int_eq(group.rank, r / 2);

@@ -2,13 +2,14 @@
 """build/plan's predictions against the accounting of real runs: d2 (byte vocab) at
 N = 1..4 for each strategy (ddp, zero1, zero2, zero3, fsdp), every rank. params, grads, optim and activations must be
 exact; the other categories and the total peak within 5% (they come out exact today). The
-allocator's reserved peak must be exact: the planner replays every buffer through the same
-cache, and the runs train two steps, so a second step that took a new block would show. FSDP
+allocator's reserved peak must be exact: the planner runs the trainers' own code on a dry
+device, every buffer through the same cache, and the runs train two steps, so a second step that took a new block would show. FSDP
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
 strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
-Then any N the planner accepts, up to 2^24: every rank appears once in --tsv, and the
-ranks beyond the number of tensors own nothing.
+A change planted in fsdp/fsdp.c changes the plan with it, and the plan still equals the
+changed trainer. Then any N the planner accepts, up to 2^20: every rank appears once in
+--tsv, and the ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
 import json
 import os
@@ -163,10 +164,49 @@ for n in (1, 3):
             check(got == recomputed["fsdp"][act],
                   f"fsdp N={n} --recompute rank {rank['rank']} activations: measured {got}, planned {recomputed['fsdp'][act]}")
 
+# The planner runs the strategy files themselves: a change planted in fsdp/fsdp.c, as a
+# student would make it (keep unit 0, the embeddings, gathered from its forward to its
+# backward), changes the plan with no other edit, and the plan still equals what the
+# changed trainer measures.
+PLANTED = "    if (s->reshard_after_forward && unit != 0) release_unit(s, unit);"
+src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+tree = os.path.join(tmp, "planted")
+os.makedirs(tree, exist_ok=True)
+subprocess.run(["cp", "-r", *[os.path.join(src, d) for d in ("Makefile", "common", "models", "ddp", "zero3", "fsdp",
+                                                              "examples")], tree], check=True)
+fsdp_c = os.path.join(tree, "fsdp", "fsdp.c")
+code = open(fsdp_c).read()
+stock_line = "    if (s->reshard_after_forward) release_unit(s, unit);"
+check(code.count(stock_line) == 1, "fsdp.c has the line the planted change replaces")
+open(fsdp_c, "w").write(code.replace(stock_line, PLANTED))
+built = subprocess.run(["make", "-C", tree, "BUILD=build", "GPU=0", "-j2", "build/plan", "build/train_fsdp"],
+                       capture_output=True, text=True)
+check(built.returncode == 0, f"the planted tree builds: {built.stderr[-500:]}")
+if built.returncode == 0:
+    args = ["--config", "d2", "--vocab", "256", "--batch", "12", "--seq", "16"]
+    stock = [r[3] for r in plan_rows([*args, "--ranks", "2"]) if r[0] == "fsdp"][0]
+    out = subprocess.run([f"{tree}/build/plan", *args, "--ranks", "2", "--tsv"], capture_output=True, text=True,
+                         check=True).stdout
+    planted = [[int(x) for x in line.split("\t")[2:]] for line in out.splitlines() if line.startswith("fsdp\t")][0]
+    check(planted != stock, f"the planted change shows in the plan: {stock} -> {planted}")
+    log = os.path.join(tmp, "planted.jsonl")
+    r = subprocess.run([*MPIRUN, "-np", "2", f"{tree}/build/train_fsdp", *args, "--data", DATA, "--steps", "2",
+                        "--quiet", "--log", log], capture_output=True, text=True)
+    check(r.returncode == 0, f"the planted fsdp runs: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+            got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
+            check(got == planted, f"planted fsdp rank {rank['rank']}: measured {got}, planned {planted}")
+
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
-# The partition is computed once, so even 2^24 ranks answer at once (a time limit
-# here only turns a hang into a failure).
-for n in (100, 148, 149, 1000, 1 << 24):
+# The partition is computed once and ZeRO-3's ranks that own nothing are run once, so
+# even 2^20 ranks (the most the planner runs) answer in seconds (a time limit here
+# only turns a hang into a failure); beyond, a clear refusal.
+refused = subprocess.run([f"{BUILD}/plan", "--config", "d12", "--ranks", str((1 << 20) + 1)], capture_output=True,
+                         text=True)
+check(refused.returncode != 0 and "--ranks 1048577" in refused.stderr and "--params" in refused.stderr,
+      f"plan --ranks 2^20 + 1 is refused, naming the flag: {refused.stderr.strip()}")
+for n in (100, 148, 149, 1000, 1 << 20):
     try:
         rows = plan_rows(["--config", "d12", "--ranks", str(n)], timeout=120)
     except subprocess.TimeoutExpired:

@@ -1,0 +1,50 @@
+// dry_run.c: one simulated rank (dry_run.h), set up as train_loop.c sets up a
+// trainer, then `steps` training steps as train_loop.c runs them.
+#include "dry_run.h"
+
+#include <stdlib.h>
+
+#include "../models/gpt2.h"
+#include "passes.h"
+#include "util/errors.h"
+
+void dry_run(const DrySetup *d, DryResult *result) {
+    MemAccount mem = {.cache.dry = 1};
+    SimClock clock;
+    Machine idle = {.flops_per_s = 1, .ranks_per_node = 1};  // memory alone: a clock nobody reads
+    sim_clock_init(&clock, d->machine ? d->machine : &idle, d->world);
+    Comm comm;
+    comm_init_simulated(&comm, d->rank, d->world, &clock);
+    GPT2 model;
+    gpt2_init(&model, d->config, d->rows, d->seq, d->recompute, &mem);
+    model.grad_accum = d->micro_batches;
+    model.param_dtype = d->params;
+    model.grad_dtype = d->grads;
+    StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
+                           .quiet = 1, .accum_mode = d->accum_mode};
+    Strategy strategy = d->init(&ctx);
+    int *tokens = xcalloc((size_t)d->rows * d->seq, sizeof(int));  // token 0 everywhere: only the shapes matter
+    for (int step = 0; step < d->steps; step++) {
+        CommStats before = comm.stats;
+        SimClock start = clock;
+        if (d->machine) model.clock = &clock;
+        for (int micro = 0; micro < d->micro_batches; micro++) {
+            gpt2_set_batch(&model, tokens, tokens);
+            forward_pass(&model, &strategy, NULL);
+            backward_pass(&model, &strategy, NULL, micro == d->micro_batches - 1);
+        }
+        strategy.finish_grads(strategy.state);
+        strategy.step(strategy.state, adamw_config(0, 0));
+        model.clock = NULL;
+        result->last_step = comm_stats_diff(&comm.stats, &before);
+        result->time = (StepTime){.compute = clock.spent.compute - start.spent.compute,
+                                  .comm = clock.spent.comm - start.spent.comm,
+                                  .exposed = clock.spent.exposed - start.spent.exposed,
+                                  .step = clock.now - start.now};
+    }
+    free(tokens);
+    strategy.destroy(strategy.state);
+    gpt2_free(&model, &mem);
+    comm_finalize(&comm);
+    result->mem = mem;
+}

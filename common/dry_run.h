@@ -1,0 +1,38 @@
+// dry_run.h: one rank of a run, simulated: the trainers' model, strategy and
+// passes (passes.h), the very code that trains, on the dry device (device_dry.c:
+// buffers accounted, no memory behind them, nothing computed) and a simulated
+// network (comm_init_simulated: collectives counted, nothing moved). build/plan
+// predicts every strategy's memory, and with a machine its step time, this way,
+// for one rank of any N at a time: a change to a strategy file changes the plan
+// with it. Linked into build/plan (and its tests) only, with the dry device.
+#ifndef SHARDLAB_DRY_RUN_H
+#define SHARDLAB_DRY_RUN_H
+
+#include "comm.h"
+#include "memory.h"
+#include "step_time.h"
+#include "strategy.h"
+
+typedef struct {
+    Strategy (*init)(const StrategyContext *ctx);  // ddp_init, zero12_init, zero3_init, fsdp_init
+    const void *options;                           // its options (DdpOptions, Zero3Options, FsdpOptions)
+    AccumMode accum_mode;
+    GPT2Config config;
+    int rows, seq;       // one micro-batch of one rank: B/N/K rows of T tokens
+    int micro_batches;   // K (--grad-accum)
+    int recompute;
+    DType params, grads;  // --precision, --reduce-dtype
+    int world, rank;
+    const Machine *machine;  // NULL: memory alone; else the step's time on a virtual clock
+    int steps;               // training steps after init (the last is timed and counted)
+} DrySetup;
+
+typedef struct {
+    MemAccount mem;       // the account once everything is freed again: peaks by category, reserved peak
+    StepTime time;        // the last step's (with a machine)
+    CommStats last_step;  // the last step's collectives
+} DryResult;
+
+void dry_run(const DrySetup *setup, DryResult *result);
+
+#endif

@@ -1,0 +1,17 @@
+// passes.h: the passes of a training step over the model's units, around the
+// strategy's hooks (strategy.h). The trainers (train_loop.c) and build/plan's dry
+// run (dry_run.h) run this same code: what the plan predicts is what runs.
+#ifndef SHARDLAB_PASSES_H
+#define SHARDLAB_PASSES_H
+
+#include "../models/gpt2.h"
+#include "strategy.h"
+#include "trace.h"
+
+// for u = 0 .. U-1: before_forward(u), the model's forward of u, after_forward(u).
+// `trace` (NULL: none) gets a span for each.
+void forward_pass(GPT2 *model, Strategy *s, Trace *trace);
+// for u = U-1 .. 0: before_backward(u), the model's backward of u, after_backward(u, last).
+void backward_pass(GPT2 *model, Strategy *s, Trace *trace, int last_micro_batch);
+
+#endif
