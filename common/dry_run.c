@@ -5,12 +5,14 @@
 #include <stdlib.h>
 
 #include "../models/gpt2.h"
+#include "mem_timeline.h"
 #include "passes.h"
 #include "util/errors.h"
 
 void dry_run(const DrySetup *d, DryResult *result) {
-    MemAccount mem = {.cache.dry = 1};
+    *result = (DryResult){0};
     SimClock clock;
+    MemAccount mem = {.cache.dry = 1, .clock_now = &clock.now};
     Machine idle = {.flops_per_s = 1, .ranks_per_node = 1};  // memory alone: a clock nobody reads
     sim_clock_init(&clock, d->machine ? d->machine : &idle, d->world);
     Comm comm;
@@ -27,14 +29,18 @@ void dry_run(const DrySetup *d, DryResult *result) {
     for (int step = 0; step < d->steps; step++) {
         CommStats before = comm.stats;
         SimClock start = clock;
+        mem_timeline_free(&result->timeline);  // the last step's is kept, as the trainers keep theirs
+        mem_timeline_start(&result->timeline, &mem);
         if (d->machine) model.clock = &clock;
         for (int micro = 0; micro < d->micro_batches; micro++) {
             gpt2_set_batch(&model, tokens, tokens);
             forward_pass(&model, &strategy, NULL);
             backward_pass(&model, &strategy, NULL, micro == d->micro_batches - 1);
         }
-        strategy.finish_grads(strategy.state);
+        finish_pass(&model, &strategy, NULL);
         strategy.step(strategy.state, adamw_config(0, 0));
+        mem_set_phase(&mem, PHASE_SETUP, -1);
+        mem_timeline_stop(&result->timeline, &mem);
         model.clock = NULL;
         result->last_step = comm_stats_diff(&comm.stats, &before);
         result->time = (StepTime){.compute = clock.spent.compute - start.spent.compute,
@@ -46,5 +52,6 @@ void dry_run(const DrySetup *d, DryResult *result) {
     strategy.destroy(strategy.state);
     gpt2_free(&model, &mem);
     comm_finalize(&comm);
+    mem.clock_now = NULL;
     result->mem = mem;
 }

@@ -9,6 +9,7 @@
 #define SHARDLAB_DRY_RUN_H
 
 #include "comm.h"
+#include "mem_timeline.h"
 #include "memory.h"
 #include "step_time.h"
 #include "strategy.h"
@@ -31,8 +32,10 @@ typedef struct {
     MemAccount mem;       // the account once everything is freed again: peaks by category, reserved peak
     StepTime time;        // the last step's (with a machine)
     CommStats last_step;  // the last step's collectives
+    MemTimeline timeline; // the last step's allocations and frees, timed on the virtual clock
 } DryResult;
 
+// The caller frees result->timeline (mem_timeline_free).
 void dry_run(const DrySetup *setup, DryResult *result);
 
 #endif

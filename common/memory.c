@@ -7,17 +7,28 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "mem_timeline.h"
 #include "util/errors.h"
 
 const char *const mem_category_names[MEM_NUM_CATEGORIES] = {
     "params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers",
 };
 
+const char *const mem_phase_names[MEM_NUM_PHASES] = {
+    "setup", "gather fwd", "forward", "release fwd", "gather bwd", "backward", "reduce", "finish grads", "optimizer",
+};
+
+void mem_set_phase(MemAccount *acct, MemPhase phase, int unit) {
+    acct->phase = phase;
+    acct->unit = unit;
+}
+
 void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes) {
     acct->current[category] += bytes;
     if (acct->current[category] > acct->peak[category]) acct->peak[category] = acct->current[category];
     acct->total_current += bytes;
     if (acct->total_current > acct->total_peak) acct->total_peak = acct->total_current;
+    if (acct->timeline) mem_timeline_add(acct->timeline, acct, category, (long long)bytes);
 }
 
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes) {
@@ -25,6 +36,7 @@ void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes) {
           mem_category_names[category], acct->current[category]);
     acct->current[category] -= bytes;
     acct->total_current -= bytes;
+    if (acct->timeline) mem_timeline_add(acct->timeline, acct, category, -(long long)bytes);
 }
 
 static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count, size_t size) {

@@ -25,13 +25,39 @@ typedef enum {
     MEM_NUM_CATEGORIES
 } MemCategory;
 
+// Where in a training step an allocation or free happens (set by the passes,
+// common/passes.c; named as the trace's spans are).
+typedef enum {
+    PHASE_SETUP,           // outside a step: init, evaluation, checkpoints
+    PHASE_GATHER_FORWARD,  // before_forward(u)
+    PHASE_FORWARD,         // the model's forward of u
+    PHASE_RELEASE_FORWARD, // after_forward(u)
+    PHASE_GATHER_BACKWARD, // before_backward(u)
+    PHASE_BACKWARD,        // the model's backward of u
+    PHASE_REDUCE,          // after_backward(u)
+    PHASE_FINISH_GRADS,    // finish_grads()
+    PHASE_OPTIMIZER,       // clipping and step()
+    MEM_NUM_PHASES
+} MemPhase;
+
+extern const char *const mem_phase_names[MEM_NUM_PHASES];  // "setup", "gather fwd", "forward", ...
+
+typedef struct MemTimeline MemTimeline;
+
 typedef struct {
     size_t current[MEM_NUM_CATEGORIES];
     size_t peak[MEM_NUM_CATEGORIES];
     size_t total_current;
     size_t total_peak;  // peak of the sum over categories (not the sum of peaks)
     Cache cache;        // where mem_alloc_floats' memory comes from; empty again once all is freed
+    MemPhase phase;     // where the step is now, and in which unit (-1: none)
+    int unit;
+    MemTimeline *timeline;    // NULL, or where every change is recorded (mem_timeline.h)
+    const double *clock_now;  // NULL (wall time), or a virtual clock's time for the timeline (a dry run)
 } MemAccount;
+
+// Sets the account's phase and unit (the passes call it; -1: no unit).
+void mem_set_phase(MemAccount *acct, MemPhase phase, int unit);
 
 extern const char *const mem_category_names[MEM_NUM_CATEGORIES];
 

@@ -38,6 +38,8 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
         {"--eval-batches", "K", CLI_INT, &o->eval_batches, 1, 1 << 20, "batches per validation (default 4)"},
         {"--out-model", "FILE", CLI_STRING, &o->out_model, 0, 0, "write the final model as an llm.c checkpoint"},
         {"--trace", "PREFIX", CLI_STRING, &o->trace_prefix, 0, 0, "write a step timeline to PREFIX.json and PREFIX.tsv"},
+        {"--timeline-step", "K", CLI_INT, &o->timeline_step, 1, 1 << 30,
+         "keep step K's memory timeline (summary and --trace; default: the last step trained)"},
         {"--ckpt-dir", "DIR", CLI_STRING, &o->ckpt_dir, 0, 0, "where checkpoints go (DIR/step_N, DIR/latest)"},
         {"--save-every", "K", CLI_INT, &o->save_every, 0, 1 << 30, "save every K steps (and on SIGINT/SIGTERM/SIGUSR1)"},
         {"--save-full", NULL, CLI_SWITCH, &o->save_full, 0, 0,
@@ -101,6 +103,7 @@ static const char *shared_problem(const TrainOptions *o) {
         problem = "--data-order: give sequential or llmc";
     else if (strcmp(o->accum_mode, "sync-each") != 0 && strcmp(o->accum_mode, "no-sync") != 0)
         problem = "--accum-mode: give sync-each or no-sync";
+    else if (o->timeline_step > o->steps) problem = "--timeline-step is past --steps: give a step the run trains";
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";

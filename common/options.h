@@ -25,6 +25,7 @@ typedef struct {
     int eval_batches;         // --eval-batches K
     const char *out_model;    // --out-model FILE.bin: final model, llm.c format
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
+    int timeline_step;        // --timeline-step K: the step whose memory timeline is kept (0: the last trained)
     int quiet;                // --quiet: no progress lines
     int save_every;           // --save-every K: checkpoint every K steps (0: only on a stop signal)
     const char *ckpt_dir;     // --ckpt-dir DIR

@@ -13,5 +13,8 @@
 void forward_pass(GPT2 *model, Strategy *s, Trace *trace);
 // for u = U-1 .. 0: before_backward(u), the model's backward of u, after_backward(u, last).
 void backward_pass(GPT2 *model, Strategy *s, Trace *trace, int last_micro_batch);
+// finish_grads(), then the account's phase is the optimizer's until the next pass.
+// Each pass sets the phase of model->mem (mem_set_phase) as it goes, for the timeline.
+void finish_pass(GPT2 *model, Strategy *s, Trace *trace);
 
 #endif

@@ -121,9 +121,38 @@ static void write_thread_name(FILE *json, int pid, int tid, const char *name) {
             "\"args\": {\"sort_index\": %d}}", pid, tid, tid);
 }
 
-void trace_write(const Trace *trace, Comm *comm, const char *prefix) {
-    size_t *counts = NULL;
+// One counter event: every category's bytes in use at `seconds` since the trace began.
+static void write_counter(FILE *json, int pid, double seconds, const size_t *held) {
+    fprintf(json, ",\n{\"name\": \"memory\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, \"args\": {", pid, 1e6 * seconds);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(json, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], held[k]);
+    fprintf(json, "}}");
+}
+
+// A rank's kept step as counters: the bytes it began with, then after each event.
+static void write_memory(FILE *json, int pid, const MemEvent *events, size_t n, const size_t *start) {
+    size_t held[MEM_NUM_CATEGORIES];
+    memcpy(held, start, sizeof held);
+    if (n > 0) write_counter(json, pid, events[0].time, held);
+    for (size_t i = 0; i < n; i++) {
+        held[events[i].category] = (size_t)((long long)held[events[i].category] + events[i].bytes);
+        write_counter(json, pid, events[i].time, held);
+    }
+}
+
+void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTimeline *memory) {
+    size_t *counts = NULL, *memory_counts = NULL, *start_counts = NULL;
     TraceEvent *all = comm_metric_gather(comm, trace->events, trace->count * sizeof(TraceEvent), &counts);
+    // the memory events on the trace's clock: seconds since this rank's trace began
+    size_t n_memory = memory ? memory->count : 0;
+    MemEvent *mine = xcalloc(n_memory ? n_memory : 1, sizeof(MemEvent));
+    for (size_t i = 0; i < n_memory; i++) {
+        mine[i] = memory->events[i];
+        mine[i].time -= trace->origin;
+    }
+    size_t no_start[MEM_NUM_CATEGORIES] = {0};
+    MemEvent *all_memory = comm_metric_gather(comm, mine, n_memory * sizeof(MemEvent), &memory_counts);
+    size_t *starts = comm_metric_gather(comm, memory ? memory->start : no_start, sizeof no_start, &start_counts);
+    free(mine);
     if (comm->rank != 0) return;
     char path[4096];
     snprintf(path, sizeof path, "%s.tsv", prefix);
@@ -156,9 +185,19 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix) {
         events += n;
         free(tid);
     }
+    const MemEvent *memory_events = all_memory;
+    for (int r = 0; r < comm->world; r++) {
+        size_t n = memory_counts[r] / sizeof(MemEvent);
+        write_memory(json, r, memory_events, n, starts + (size_t)r * MEM_NUM_CATEGORIES);
+        memory_events += n;
+    }
     fprintf(json, "\n]}\n");
     xfclose(tsv, prefix);
     xfclose(json, prefix);
     free(all);
     free(counts);
+    free(all_memory);
+    free(memory_counts);
+    free(starts);
+    free(start_counts);
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "comm.h"
+#include "mem_timeline.h"
 
 typedef struct {
     char name[32];      // "forward u3", "gather u3", "optimizer", ...
@@ -44,7 +45,9 @@ void trace_attach_comm(Trace *trace, Comm *comm);
 // start and end in ms, for gnuplot) and PREFIX.json (Chrome trace, one process
 // per rank, opens in Perfetto: the spans on thread 0, the collectives on threads
 // 1, 2, ... so that those in flight together do not overlap on one thread).
-// Every rank must call it.
-void trace_write(const Trace *trace, Comm *comm, const char *prefix);
+// With `memory` (NULL: none), the rank's kept step of memory goes into the JSON
+// as counter events ("ph": "C", one series per category: bytes in use), from
+// the step's start to its end, under the spans. Every rank must call it.
+void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTimeline *memory);
 
 #endif

@@ -27,6 +27,7 @@
 #include "data.h"
 #include "device.h"
 #include "util/errors.h"
+#include "mem_timeline.h"
 #include "options.h"
 #include "passes.h"
 #include "util/timer.h"
@@ -52,6 +53,8 @@ typedef struct {
     double step_s;             // this rank's training steps: compute_s + comm_wait_s + optim_s
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
+    int timeline_step;         // the step whose memory timeline was kept (0: none)
+    size_t timeline_start[MEM_NUM_CATEGORIES];  // each category's bytes as that step began
     long minor_faults;         // page faults served without I/O from the first training step to the
                                // last (checkpoints and evaluations included): each is a page the OS
                                // handed this process afresh (first touch)
@@ -72,6 +75,7 @@ typedef struct {
     DataLoader train, val;
     int have_val;
     Trace trace;
+    MemTimeline timeline;       // one step's allocations and frees (--timeline-step, or the last)
     FILE *log;
     RankSummary summary;
     int first_step;             // 1, or the step after the checkpoint resumed from
@@ -357,6 +361,9 @@ static void setup(Run *run) {
         if (m.step > o->steps)
             fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
                   o->resume, m.step, o->steps, m.step);
+        if (o->timeline_step && o->timeline_step <= m.step)
+            fatal("--timeline-step %d: the run resumes after it, at step %d (give a step from %d on)", o->timeline_step,
+                  m.step + 1, m.step + 1);
         if (run->comm.rank == 0 && !o->quiet)
             printf("resumed from %s in %.2f s: step %d, written by %s on %d rank(s)\n", o->resume, load_s, m.step,
                    m.strategy, m.world_size);
@@ -395,6 +402,11 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     Strategy *s = &run->strategy;
     CommStats before = run->comm.stats, across_before = run->comm.across;
     run->trace.step = step;
+    int keep_timeline = run->opts.timeline_step == 0 || run->opts.timeline_step == step;
+    if (keep_timeline) {  // a new one each step, so that the last step trained is the one kept
+        mem_timeline_free(&run->timeline);
+        mem_timeline_start(&run->timeline, &run->mem);
+    }
     double t0 = timer_now();
     loader_next_batch(&run->train);
     double loss_sum = 0;
@@ -404,9 +416,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
         backward_pass(&run->model, s, &run->trace, micro == run->opts.grad_accum - 1);
         loss_sum += run->model.mean_loss;
     }
-    double tf = trace_begin(&run->trace);
-    s->finish_grads(s->state);
-    trace_end(&run->trace, tf, "comm", "finish grads");
+    finish_pass(&run->model, s, &run->trace);
     double t_optim = timer_now();
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
@@ -419,6 +429,12 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     }
     s->step(s->state, adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay));
     trace_end(&run->trace, tr, "optim", "optimizer");
+    mem_set_phase(&run->mem, PHASE_SETUP, -1);
+    if (keep_timeline) {
+        mem_timeline_stop(&run->timeline, &run->mem);
+        run->summary.timeline_step = step;
+        memcpy(run->summary.timeline_start, run->timeline.start, sizeof run->timeline.start);
+    }
     double t1 = timer_now();
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
     run->summary.across_last_step = comm_stats_diff(&run->comm.across, &across_before);
@@ -473,16 +489,50 @@ static void write_counter(FILE *f, const CommStats *stats) {
     fprintf(f, "}");
 }
 
+// A rank's kept step as JSON members: "timeline" (the bytes of each category as
+// it began, then its events, each [phase, unit, category, bytes, total after]) and
+// "peak_moment" (when the step's total was highest, and what each category held
+// then); null without a kept step.
+static void write_timeline(FILE *f, const MemTimeline *t, int step) {
+    if (step == 0) {
+        fprintf(f, ", \"timeline\": null, \"peak_moment\": null");
+        return;
+    }
+    fprintf(f, ", \"timeline\": {\"step\": %d, \"start\": {", step);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], t->start[k]);
+    fprintf(f, "}, \"events\": [");
+    for (size_t i = 0; i < t->count; i++) {
+        const MemEvent *e = &t->events[i];
+        fprintf(f, "%s[\"%s\", %d, \"%s\", %lld, %zu]", i ? ", " : "", mem_phase_names[e->phase], e->unit,
+                mem_category_names[e->category], e->bytes, e->total);
+    }
+    size_t total, held[MEM_NUM_CATEGORIES];
+    long at = mem_timeline_peak(t, &total, held);
+    const MemEvent *peak = at >= 0 ? &t->events[at] : NULL;
+    fprintf(f, "]}, \"peak_moment\": {\"step\": %d, \"bytes\": %zu, \"event\": %ld, \"phase\": \"%s\", "
+               "\"unit\": %d, \"held\": {", step, total, at, mem_phase_names[peak ? peak->phase : PHASE_SETUP],
+            peak ? peak->unit : -1);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+        fprintf(f, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], held[k]);
+    fprintf(f, "}}");
+}
+
 static void write_summary(Run *run, double tokens_per_s) {
     run->summary.mem = run->mem;
     run->summary.rss_peak_bytes = mem_rss_peak_bytes();
     run->summary.reserved_peak_bytes = device_reserved(&run->mem).peak;
     run->summary.comm_total = run->comm.stats;
-    size_t *counts = NULL;
+    size_t *counts = NULL, *event_bytes = NULL;
     RankSummary *all = comm_metric_gather(&run->comm, &run->summary, sizeof run->summary, &counts);
+    MemEvent *all_events = comm_metric_gather(&run->comm, run->timeline.events,
+                                              run->timeline.count * sizeof(MemEvent), &event_bytes);
     if (run->comm.rank != 0) return;
     free(counts);
-    if (!run->log) { free(all); return; }
+    if (!run->log) {
+        free(all), free(all_events), free(event_bytes);
+        return;
+    }
+    MemEvent *events = all_events;
     const GPT2Config *c = &run->model.layout.config;
     FILE *f = run->log;
     fprintf(f, "{\"summary\": true, \"strategy\": \"%s\", \"device\": \"%s\", \"world_size\": %d, \"config\": "
@@ -520,11 +570,18 @@ static void write_summary(Run *run, double tokens_per_s) {
         fprintf(f, ", \"time\": {\"step_s\": %.6f, \"compute_s\": %.6f, \"comm_wait_s\": %.6f, \"optim_s\": %.6f}, "
                    "\"minor_faults\": %ld, \"last_grad_norm\": ", s->step_s, s->compute_s, s->comm_wait_s, s->optim_s,
                 s->minor_faults);
-        if (isnan(s->last_grad_norm)) fprintf(f, "null}");
-        else fprintf(f, "%.17g}", s->last_grad_norm);
+        if (isnan(s->last_grad_norm)) fprintf(f, "null");
+        else fprintf(f, "%.17g", s->last_grad_norm);
+        MemTimeline timeline = {.events = events, .count = event_bytes[r] / sizeof(MemEvent)};
+        memcpy(timeline.start, s->timeline_start, sizeof timeline.start);
+        write_timeline(f, &timeline, s->timeline_step);
+        events += timeline.count;
+        fprintf(f, "}");
     }
     fprintf(f, "]}\n");
     free(all);
+    free(all_events);
+    free(event_bytes);
 }
 
 static void write_final_model(Run *run) {
@@ -661,13 +718,14 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     write_summary(&run, tokens_per_s);  // before the final gather, which is not training
     if (run.log) check_log_written(&run);
     if (o->out_model) write_final_model(&run);
-    if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix);
+    if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix, &run.timeline);
     if (run.log) xfclose(run.log, o->log_path);
     run.strategy.destroy(run.strategy.state);
     gpt2_free(&run.model, &run.mem);
     loader_free(&run.train);
     if (run.have_val) loader_free(&run.val);
     trace_free(&run.trace);
+    mem_timeline_free(&run.timeline);
     if (run.ckpt_lock >= 0) close(run.ckpt_lock);  // unlocks --ckpt-dir
     comm_finalize(&run.comm);
     return 0;

@@ -23,6 +23,7 @@
 #include "../common/util/cli.h"
 #include "../common/util/errors.h"
 #include "../common/dry_run.h"
+#include "../common/mem_timeline.h"
 #include "../common/memory.h"
 #include "../common/partition.h"
 #include "../common/step_time.h"
@@ -124,12 +125,14 @@ static void print_zero3(const GPT2Layout *layout, const PlanShape *shape, int ts
         DryResult result = run_rank(shape, PLAN_ZERO3, r, NULL);
         snprintf(ranks, sizeof ranks, "%d", r);
         print_row("zero3", ranks, &result.mem, tsv);
+        mem_timeline_free(&result.timeline);
     }
     if (owning < world && (tsv || world <= 8)) {
         DryResult result = run_rank(shape, PLAN_ZERO3, owning, NULL);
         if (owning == world - 1) snprintf(ranks, sizeof ranks, "%d", owning);
         else snprintf(ranks, sizeof ranks, "%d-%d", owning, world - 1);
         print_row("zero3", ranks, &result.mem, tsv);
+        mem_timeline_free(&result.timeline);
     }
     free(owner);
 }
@@ -264,7 +267,9 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
             shape.setup.world = N;
             int S = k == PLAN_FSDP && N % plan->shard_group == 0 ? plan->shard_group : N;
             shape.shard_group = S;
-            StepTime t = run_rank(&shape, (PlanStrategy)k, 0, machine).time;
+            DryResult result = run_rank(&shape, (PlanStrategy)k, 0, machine);
+            StepTime t = result.time;
+            mem_timeline_free(&result.timeline);
             double tokens_per_s = (double)N * d->rows * d->micro_batches * d->seq / t.step;
             if (tsv)
                 printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, S, t.compute, t.comm,
@@ -277,6 +282,32 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
     }
 }
 
+// --timeline: the events of one rank's last step (the trainers keep the same one
+// in their summary), one line each, then the moment the total peaked.
+static void print_timeline(const PlanShape *shape, const char *name, int rank) {
+    int k = 0;
+    while (k < PLAN_NUM_STRATEGIES && strcmp(name, plan_names[k]) != 0) k++;
+    if (k == PLAN_NUM_STRATEGIES) fatal("--timeline: '%s' is not a strategy (give ddp, zero1, zero2, zero3 or fsdp)", name);
+    if (rank >= shape->setup.world) fatal("--rank %d: the ranks are 0..%d", rank, shape->setup.world - 1);
+    DryResult result = run_rank(shape, (PlanStrategy)k, rank, NULL);
+    const MemTimeline *t = &result.timeline;
+    printf("# %s, rank %d of %d: step %d's memory events (the last of %d), bytes\n# event\tphase\tunit\tcategory\t"
+           "bytes\ttotal\n", name, rank, shape->setup.world, shape->setup.steps, shape->setup.steps);
+    for (size_t i = 0; i < t->count; i++) {
+        const MemEvent *e = &t->events[i];
+        printf("%zu\t%s\t%d\t%s\t%lld\t%zu\n", i, mem_phase_names[e->phase], e->unit, mem_category_names[e->category],
+               e->bytes, e->total);
+    }
+    size_t total, held[MEM_NUM_CATEGORIES];
+    long at = mem_timeline_peak(t, &total, held);
+    if (at < 0) printf("# peak: %zu bytes, held from the step's start (no event in it):", total);
+    else printf("# peak: %zu bytes at event %ld (%s, unit %d):", total, at, mem_phase_names[t->events[at].phase],
+                t->events[at].unit);
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %zu", mem_category_names[c], held[c]);
+    printf("\n");
+    mem_timeline_free(&result.timeline);
+}
+
 // A flag given where it changes nothing is refused: whoever gives it expects
 // the numbers to follow it. `flags` ends with NULL; `why` completes "FLAG: ...".
 static void refuse_flags(const CliSpec *spec, const char *const *flags, const char *why) {
@@ -286,7 +317,8 @@ static void refuse_flags(const CliSpec *spec, const char *const *flags, const ch
 
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
-    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0;
+    int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
+    const char *timeline_name = NULL;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
     float tokens_per_s = 0;
@@ -329,13 +361,17 @@ int main(int argc, char **argv) {
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
          "one line per strategy and rank (ranks alike share a line \"first-last\"): bytes per category, peak, "
          "reserved peak"},
+        {"--timeline", "STRATEGY", CLI_STRING, &timeline_name, 0, 0,
+         "instead: one step's memory events for STRATEGY (ddp, zero1, zero2, zero3, fsdp): phase, unit, category, "
+         "bytes, total after; then the peak's moment"},
+        {"--rank", "R", CLI_INT, &timeline_rank, 0, 1 << 24, "--timeline: the rank whose step it shows (default 0)"},
         {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--shard-group S] [--tsv | --layout]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--shard-group S] [--tsv | --layout | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -353,6 +389,9 @@ int main(int argc, char **argv) {
     if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
+    static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
+    if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
+    else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
@@ -409,6 +448,11 @@ int main(int argc, char **argv) {
         gpt2_layout_free(&layout);
         return 0;
     }
+    if (timeline_name) {
+        print_timeline(&shape, timeline_name, timeline_rank);
+        gpt2_layout_free(&layout);
+        return 0;
+    }
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
@@ -432,6 +476,7 @@ int main(int argc, char **argv) {
         }
         DryResult result = run_rank(&shape, (PlanStrategy)k, 0, NULL);
         print_row(plan_names[k], "0", &result.mem, tsv);
+        mem_timeline_free(&result.timeline);
     }
     if (!tsv)
         printf("(DDP, ZeRO-1, ZeRO-2 and FSDP: every rank alike; ZeRO-3: %s)%s\n",

@@ -23,6 +23,7 @@ COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduc
 COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2", "zero3": "#d62728",
           "fsdp": "#2ca02c"}
 MB = 1e6
+PALETTE = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]  # a colour per category
 MODEL_STATE = ["params", "grads", "optim"]  # what the ZeRO stages shard, one after another
 NAMES = {"single": "single", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 
@@ -99,6 +100,85 @@ set key outside right top
 set grid ytics
 set xtics rotate by -45 font ',8'
 plot {series}""", out_dir, name, 1000, 540)
+
+
+TEMPORARY = ["params_gathered", "grads_gathered", "comm_buffers"]  # what a step allocates and frees again
+PHASE_WORDS = {"setup": "step's start", "gather fwd": "gather before the forward", "forward": "forward",
+               "release fwd": "release after the forward", "gather bwd": "gather before the backward",
+               "backward": "backward", "reduce": "reduce after the backward",
+               "finish grads": "wait for the last reduce", "optimizer": "optimizer step"}
+
+
+def fullest_rank(summary):
+    """The rank whose peak is highest: its step is the one shown."""
+    return max(summary["ranks"], key=lambda r: r["peak_bytes"])
+
+
+def peak_where(rank):
+    """'peak 47.7 MB at the backward of unit 3', from the summary's peak moment."""
+    m = rank["peak_moment"]
+    if m["event"] < 0:
+        return f"peak {m['bytes'] / MB:.1f} MB, held from the step's start (nothing allocated in it)"
+    return f"peak {m['bytes'] / MB:.1f} MB at the {PHASE_WORDS[m['phase']]}" + \
+        (f" of unit {m['unit']}" if m["unit"] >= 0 else "")
+
+
+def peak_in_words(rank):
+    """peak_where, and what the step's temporaries held at that moment."""
+    m = rank["peak_moment"]
+    alive = [f"{m['held'][c] / MB:.1f} MB {c}" for c in TEMPORARY if m["held"][c] > 0]
+    return peak_where(rank) + (": " + ", ".join(alive) + " alive besides the resident state and the activations"
+                               if alive else "")
+
+
+def plot_memory_step(logs, strategies, data, plots):
+    """'Memory over one step': a panel per strategy (its fullest rank's kept step), bytes in use stacked by
+    category against the step's allocations and frees in order, units marked on the x axis, the peak marked."""
+    chosen = {s: fullest_rank(logs[s][1]) for s in strategies}
+    top = max(r["peak_bytes"] for r in chosen.values()) / MB
+    panels = []
+    for s in strategies:
+        r, timeline = chosen[s], chosen[s].get("timeline")
+        if not timeline:
+            fail(f"{s}.jsonl: the summary has no memory timeline (did the run train a step?)")
+        held = dict(timeline["start"])
+
+        def stacked():
+            out, acc = [], 0
+            for c in CATEGORIES:
+                acc += held[c] / MB
+                out.append(acc)
+            return out
+        rows, ticks, last = [[0] + stacked()], [], None
+        for i, (phase, unit, cat, size, total) in enumerate(timeline["events"]):
+            held[cat] += size
+            rows.append([i + 1] + stacked())
+            part = "F" if phase in ("gather fwd", "forward", "release fwd") else \
+                   "B" if phase in ("gather bwd", "backward", "reduce") else "opt"
+            here = (part, unit if part != "opt" else -1)
+            if here != last:
+                ticks.append((i + 0.5, part + (str(unit) if part != "opt" else "")))
+                last = here
+        rows.append([len(rows)] + stacked())
+        # stacked: each column is its category's MB added to the columns before it
+        write_tsv(f"{data}/memory_step_{s}.tsv", ["event"] + [f"up_to_{c}" for c in CATEGORIES], rows)
+        m = r["peak_moment"]
+        xtics = ", ".join(f'"{label}" {x}' for x, label in ticks) or '"" 0'
+        series = ", ".join(f"'{data}/memory_step_{s}.tsv' using 1:{k + 2} with fillsteps fs solid 0.85 "
+                           f"lc rgb '{PALETTE[k]}' title '{CATEGORIES[k]}'" for k in reversed(range(len(CATEGORIES))))
+        key = "set key outside right top font ',8'" if not panels else "unset key"
+        panels.append(f"""set title "{NAMES[s]}, rank {r['rank']}, step {timeline['step']}: {peak_where(r)}" font ',9'
+{key}
+set xtics ({xtics}) rotate by -90 font ',7'
+set label 1 "peak" at {m['event'] + 1 if m['event'] >= 0 else 0}, {m['bytes'] / MB} point pt 7 ps 1 lc rgb 'black' offset 0.5,0.5
+plot {series}""")
+    gnuplot(f"""set multiplot layout {len(strategies)},1 title "Memory over one step: bytes in use by category, event by event (F3: unit 3's forward, B3: its backward)"
+set ylabel "MB in use"
+set yrange [0:{top * 1.1}]
+set grid xtics ytics
+set rmargin 22
+set style fill solid 0.85 noborder
+""" + "\n".join(panels) + "\nunset multiplot", plots, "memory_step", 1100, 60 + 230 * len(strategies))
 
 
 def plan_model_args(cfg):
@@ -292,9 +372,10 @@ plot {lines}""", plots, "loss")
         rows.append([""] + [0] * len(CATEGORIES))
     rows.pop()
     write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
-    palette = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]
-    stacked_bars(f"{data}/memory.tsv", CATEGORIES, palette, "Memory per rank by category (peak of each category)",
+    stacked_bars(f"{data}/memory.tsv", CATEGORIES, PALETTE, "Memory per rank by category (peak of each category)",
                  "MB (million bytes)", "run and rank", plots, "memory_by_category")
+
+    plot_memory_step(logs, strategies, data, plots)
 
     # ---- accounted peak vs reserved vs OS peak RSS ----
     rows = []
@@ -341,7 +422,7 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
         for r in logs[s][1]["ranks"]:
             rows.append([f"{s}-r{r['rank']}"] + [r["comm_last_step"][c]["bytes_sent"] / MB for c in COLLECTIVES])
     write_tsv(f"{data}/comm.tsv", ["run"] + COLLECTIVES, rows)
-    stacked_bars(f"{data}/comm.tsv", COLLECTIVES, palette, "Bytes each rank sends in one training step, by collective (ring model)",
+    stacked_bars(f"{data}/comm.tsv", COLLECTIVES, PALETTE, "Bytes each rank sends in one training step, by collective (ring model)",
                  "MB sent per step", "strategy and rank", plots, "comm_per_step")
 
     # ---- step time split ----
@@ -499,9 +580,12 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
     least_resident = min(strategies, key=lambda s: row[s]["resident"])
     sentences = [
         f"All {len(runs)} runs train the same model: their losses agree to within {worst:.1e} (relative) at every step.",
-        f"{NAMES[least]} holds the least per rank at the peak moment of its step: {row[least]['peak']:.1f} MB "
-        f"against {NAMES[base]}'s {row[base]['peak']:.1f} MB ({row[base]['peak'] / row[least]['peak']:.1f}x less).",
-        "Resident params + grads + AdamW state per rank between steps (the largest rank's): "
+        f"{NAMES[least]} holds the least per rank at the peak moment of its step (the peak MB column): "
+        f"{row[least]['peak']:.1f} MB against {NAMES[base]}'s {row[base]['peak']:.1f} MB "
+        f"({row[base]['peak'] / row[least]['peak']:.1f}x less).",
+        "When each one peaks (the fullest rank's kept step; the 'Memory over one step' plot): "
+        + "; ".join(f"{NAMES[s]}: {peak_in_words(fullest_rank(logs[s][1]))}" for s in strategies) + ".",
+        "Resident params + grads + AdamW state per rank between steps (the resident MB column, the largest rank's): "
         + ", ".join(f"{NAMES[s]} {row[s]['resident']:.1f} MB" for s in runs) + ".",
     ]
     if least_resident != least:  # the two rankings differ: what is alive at the peak explains it
@@ -562,6 +646,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 f"({cfg['num_params']:,} parameters), global batch {cfg['batch']} x {cfg['seq']} tokens, "
                 f"{cfg['steps']} AdamW steps at lr {cfg['lr']}, seed {cfg['seed']}, {world} ranks")
     plots = [("loss", "Loss per step"), ("memory_by_category", "Memory per rank by category"),
+             ("memory_step", "Memory over one step: when each strategy peaks"),
              ("peak_memory", "Accounted peak vs reserved vs OS peak RSS"), ("throughput", "Throughput"),
              ("comm_per_step", "Communication per step"), ("step_time", "Step time split"),
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),

@@ -185,6 +185,7 @@ fails "trainer: --out-model in a missing directory" "--out-model /nonexistent/x.
 fails "trainer: --out-model is a directory" "--out-model $tmp: not a regular file \(a directory\)" "${train[@]}" --out-model "$tmp"
 fails "trainer: --trace in a missing directory" "--trace /nonexistent/tr: cannot write /nonexistent/tr.json" \
     "${train[@]}" --trace /nonexistent/tr
+fails "trainer: --timeline-step past --steps" "--timeline-step is past --steps" "${train[@]}" --timeline-step 3
 fails "trainer: --ckpt-dir is a file" "--ckpt-dir $tmp/small.txt: not a directory" "${train[@]}" --ckpt-dir "$tmp/small.txt"
 fails "trainer: --ckpt-dir in a missing directory" "--ckpt-dir /nonexistent/ck: cannot create the directory" \
     "${train[@]}" --ckpt-dir /nonexistent/ck
@@ -296,6 +297,14 @@ PY
 then ok "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"
 else bad "plan --params: the ZeRO paper's Figure 1 in bf16, fp32 and bf16 with fp32 gradients by hand"; cat "$tmp/fig1" "$tmp/fp32" "$tmp/mixed"; fi
 fails "plan: --reduce-dtype half" "--reduce-dtype: give fp32 or bf16" "$BUILD/plan" --config d2 --ranks 2 --reduce-dtype half
+fails "plan: --timeline of no strategy" "--timeline: 'zero4' is not a strategy" "$BUILD/plan" --config d2 --ranks 2 \
+    --timeline zero4
+fails "plan: --rank outside the ranks" "--rank 2: the ranks are 0..1" "$BUILD/plan" --config d2 --ranks 2 --timeline fsdp \
+    --rank 2
+fails "plan: --rank without --timeline" "--rank: it picks the rank of --timeline" "$BUILD/plan" --config d2 --ranks 2 \
+    --rank 1
+fails "plan: --timeline with --tsv" "--tsv: --timeline prints one strategy's step" "$BUILD/plan" --config d2 --ranks 2 \
+    --timeline fsdp --tsv
 fails "plan: --time without a compute rate" "--time needs --tokens-per-s" "$BUILD/plan" --config d2 --ranks 4 --time
 fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS" "$BUILD/plan" --config d2 --ranks 4 --time \
     --tokens-per-s 1000 --within 5us
@@ -515,12 +524,32 @@ echo "== make compare on a tiny run: plots and report"
 cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 CONFIG=d2 STEPS=2 BATCH=2 SEQ=16 TEXT="$tmp/small.txt")
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
-for plot in loss memory_by_category peak_memory throughput comm_per_step step_time memory_vs_ranks \
+for plot in loss memory_by_category memory_step peak_memory throughput comm_per_step step_time memory_vs_ranks \
             model_state_vs_ranks sharding scaling timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "30 plots (PNG and SVG) and the report are written"; else bad "30 plots (PNG and SVG) and the report are written"; fi
+    ok "32 plots (PNG and SVG) and the report are written"; else bad "32 plots (PNG and SVG) and the report are written"; fi
+# "Memory over one step": each strategy's panel climbs to its fullest rank's peak and ends at its resident bytes,
+# and the report names the peak's moment in words
+if python3 - "$tmp/runs/tiny" <<'PY'
+import json, sys
+run = sys.argv[1]
+report = open(f"{run}/report.md").read()
+names = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}
+for s, name in names.items():
+    summary = json.loads(open(f"{run}/{s}.jsonl").read().splitlines()[-1])
+    rank = max(summary["ranks"], key=lambda r: r["peak_bytes"])
+    rows = [[float(x) for x in line.split("\t")] for line in open(f"{run}/data/memory_step_{s}.tsv")
+            if not line.startswith("#")]
+    top = max(row[-1] for row in rows)
+    resident = sum(rank["mem"][c]["current"] for c in rank["mem"]) / 1e6
+    assert abs(top - rank["peak_bytes"] / 1e6) < 1e-6, (s, top, rank["peak_bytes"])
+    assert abs(rows[-1][-1] - resident) < 1e-6, (s, rows[-1][-1], resident)
+    assert f"{name}: peak {rank['peak_bytes'] / 1e6:.1f} MB" in report, (s, "no peak sentence")
+PY
+then ok "report: each strategy's step of memory reaches its peak, ends at its resident bytes, and the peak is named"
+else bad "report: each strategy's step of memory reaches its peak, ends at its resident bytes, and the peak is named"; fi
 if grep -q "^## Text sampled from the trained model" "$tmp/runs/tiny/report.md" && [ "$(head -c 4 "$tmp/runs/tiny/sample.txt")" = "The " ] \
     && grep -q "<pre>The " "$tmp/runs/tiny/report.html"; then
     ok "the report ends with text sampled from the trained model"; else bad "the report ends with text sampled from the trained model"; fi

@@ -559,7 +559,7 @@ START_TEST(test_trace_collective_lane) {
     char dir[] = "/tmp/shardlab_trace_XXXXXX", prefix[64], path[96];
     if (comm.rank == 0) ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(prefix, sizeof prefix, "%s/t", dir);
-    trace_write(&trace, &comm, prefix);
+    trace_write(&trace, &comm, prefix, NULL);
     if (comm.rank == 0) {
         snprintf(path, sizeof path, "%s.tsv", prefix);
         ck_assert_int_eq(count_lines_with(path, "\t3\tcollective\tall_reduce 7\t"), N);
@@ -598,7 +598,7 @@ START_TEST(test_trace_overlapping_collectives_get_threads) {
     char dir[] = "/tmp/shardlab_trace_XXXXXX", prefix[64], path[96], line[160];
     if (comm.rank == 0) ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(prefix, sizeof prefix, "%s/t", dir);
-    trace_write(&trace, &comm, prefix);
+    trace_write(&trace, &comm, prefix, NULL);
     if (comm.rank == 0) {
         snprintf(path, sizeof path, "%s.json", prefix);
         for (int i = 0; i < 4; i++) {

@@ -7,12 +7,15 @@ device, every buffer through the same cache, and the runs train two steps, so a 
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
 strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
-A change planted in fsdp/fsdp.c changes the plan with it, and the plan still equals the
+Every one of these runs' memory timeline (the last step's allocations and frees, per rank)
+equals build/plan --timeline's event for event. A change planted in fsdp/fsdp.c changes the
+plan with it, and the plan still equals the
 changed trainer. Then any N the planner accepts, up to 2^20: every rank appears once in
 --tsv, and the ranks beyond the number of tensors own nothing.
 Usage: test_plan.py BUILD_DIR DATA_DIR "MPIRUN ..." """
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -41,6 +44,27 @@ def plan_rows(args, timeout=None):
     return rows
 
 
+def check_timeline(args, strategy, summary, tag):
+    """Each rank's memory timeline of the run's last step (the summary's) equals build/plan --timeline's for that
+    strategy and rank, event for event (phase, unit, category, bytes, total after), and its peak moment reaches
+    the run's peak_bytes."""
+    for rank in summary["ranks"]:
+        out = subprocess.run([f"{BUILD}/plan", *args, "--timeline", strategy, "--rank", str(rank["rank"])],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            check(False, f"{tag} plan --timeline rank {rank['rank']}: {out.stderr.strip()}")
+            continue
+        planned = [[f[1], int(f[2]), f[3], int(f[4]), int(f[5])]
+                   for f in (line.split("\t") for line in out.stdout.splitlines() if not line.startswith("#"))]
+        got = rank["timeline"]["events"]
+        first = next((i for i, (a, b) in enumerate(zip(got, planned)) if a != b), min(len(got), len(planned)))
+        check(got == planned, f"{tag} rank {rank['rank']}: timeline of {len(got)} events, planned {len(planned)}, "
+                              f"first difference at event {first}: {got[first:first + 1]} vs {planned[first:first + 1]}")
+        check(rank["peak_moment"]["bytes"] == rank["peak_bytes"],
+              f"{tag} rank {rank['rank']}: the step's peak moment {rank['peak_moment']['bytes']} is the run's peak "
+              f"{rank['peak_bytes']}")
+
+
 tmp = tempfile.mkdtemp(prefix="shardlab_plan_")
 for n in (1, 2, 3, 4):
     batch = 12
@@ -61,6 +85,8 @@ for n in (1, 2, 3, 4):
         if r.returncode != 0:
             continue
         summary = json.loads(open(log).read().splitlines()[-1])
+        check_timeline(["--config", "d2", "--vocab", "256", "--ranks", str(n), "--batch", str(batch), "--seq", "16"],
+                       strategy, summary, f"{strategy} N={n}")
         for rank in summary["ranks"]:
             want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
             for k, cat in enumerate(CATS):
@@ -99,7 +125,11 @@ def check_variant(variant, n, strategies, batch=24):
         check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
         if r.returncode != 0:
             continue
-        for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+        summary = json.loads(open(log).read().splitlines()[-1])
+        plan_flags = [f for pair in pairs for f in pair]  # the planner takes every flag; the run only its own
+        check_timeline(["--config", "d2", "--vocab", "256", "--ranks", str(n), "--batch", str(batch), "--seq", "16",
+                        *plan_flags], strategy, summary, tag)
+        for rank in summary["ranks"]:
             want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
             got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
             check(got == want, f"{tag} rank {rank['rank']}: measured {got}, planned {want}")
@@ -137,7 +167,10 @@ for n in (2, 3):
                         "--reshard-after-forward", "0", "--log", log], capture_output=True, text=True)
     check(r.returncode == 0, f"fsdp N={n} --reshard-after-forward 0 runs: {r.stderr[-300:]}")
     if r.returncode == 0:
-        for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
+        summary = json.loads(open(log).read().splitlines()[-1])
+        check_timeline([*args, "--ranks", str(n), "--reshard-after-forward", "0"], "fsdp", summary,
+                       f"fsdp N={n} --reshard-after-forward 0")
+        for rank in summary["ranks"]:
             got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
             check(got == want, f"fsdp N={n} --reshard-after-forward 0 rank {rank['rank']}: measured {got}, planned {want}")
 
@@ -159,6 +192,7 @@ for n in (1, 3):
     check(r.returncode == 0, f"fsdp N={n} --recompute runs: {r.stderr[-300:]}")
     if r.returncode == 0:
         summary = json.loads(open(log).read().splitlines()[-1])
+        check_timeline([*base, "--recompute"], "fsdp", summary, f"fsdp N={n} --recompute")
         for rank in summary["ranks"]:
             got = rank["mem"]["activations"]["peak"]
             check(got == recomputed["fsdp"][act],
@@ -197,6 +231,19 @@ if built.returncode == 0:
         for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
             got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
             check(got == planted, f"planted fsdp rank {rank['rank']}: measured {got}, planned {planted}")
+
+# docs/exercises.md's answer 15 quotes each strategy's peak moment: they are the planner's.
+answer = open(os.path.join(src, "docs", "exercises.md")).read().split("**15.**", 1)[-1]
+quoted = re.findall(r"^- (ZeRO-2|ZeRO-3|FSDP), rank (\d+): peak ([\d,]+) bytes at event (\d+) \(([a-z ]+), unit (\d+)\)$",
+                    answer, re.M)
+check(len(quoted) == 3, f"docs/exercises.md answer 15 quotes three peak moments ({len(quoted)} found)")
+for name, rank, peak, event, phase, unit in quoted:
+    strategy = {"ZeRO-2": "zero2", "ZeRO-3": "zero3", "FSDP": "fsdp"}[name]
+    out = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "8", "--seq",
+                          "64", "--timeline", strategy, "--rank", rank], capture_output=True, text=True).stdout
+    last = out.splitlines()[-1] if out else ""
+    want = f"# peak: {peak.replace(',', '')} bytes at event {event} ({phase}, unit {unit}):"
+    check(last.startswith(want), f"docs/exercises.md answer 15, {name}: '{want}' is the planner's ('{last[:80]}')")
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once and ZeRO-3's ranks that own nothing are run once, so

@@ -106,6 +106,7 @@ static StepTime step_time(StepStrategy strategy, int ranks, int prefetch, int sh
                       .machine = machine, .steps = 1};
     DryResult result;
     dry_run(&setup, &result);
+    mem_timeline_free(&result.timeline);
     return result.time;
 }
 

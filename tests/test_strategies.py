@@ -581,6 +581,40 @@ def check_trace_overlap(tmp, model, data):
               f"{overlaps[1][0]}, --prefetch 0 {overlaps[0][0]} of {overlaps[0][1]} on rank 0")
 
 
+def check_trace_memory(tmp, model, data):
+    """The kept step's memory goes into the trace as counters, one series per category: on every rank they reach
+    exactly the summary's peak_bytes (the step's peak moment, whose held bytes add up to it), end at the resident
+    bytes, and lie within the kept step's spans: the last step by default, --timeline-step K's otherwise."""
+    for strategy, keep in (("zero3", None), ("fsdp", 2)):
+        prefix = os.path.join(tmp, f"memtrace_{strategy}")
+        flags = ["--timeline-step", str(keep)] if keep else []
+        rc = run([*strategy_command(strategy, 2, []), "--model", model, "--data", data, "--batch", str(BATCH),
+                  "--seq", str(SEQ), "--steps", "3", "--quiet", "--trace", prefix, "--log", prefix + ".jsonl", *flags])
+        check(rc == 0, f"{strategy} N=2 --trace {' '.join(flags)} runs")
+        if rc != 0:
+            continue
+        summary = json.loads(open(prefix + ".jsonl").read().splitlines()[-1])
+        events = json.load(open(prefix + ".json"))["traceEvents"]
+        spans = [line.rstrip("\n").split("\t") for line in open(prefix + ".tsv") if not line.startswith("#")]
+        step = keep or 3
+        for rank in summary["ranks"]:
+            r = rank["rank"]
+            counters = [e for e in events if e.get("ph") == "C" and e["pid"] == r]
+            totals = [sum(e["args"].values()) for e in counters]
+            resident = sum(rank["mem"][cat]["current"] for cat in rank["mem"])
+            moment = rank["peak_moment"]
+            in_step = [(float(a), float(b)) for rk, st, cat, name, a, b in spans if int(rk) == r and int(st) == step]
+            lo, hi = min(a for a, b in in_step), max(b for a, b in in_step)
+            inside = all(lo - 1e-3 <= e["ts"] / 1e3 <= hi + 1e-3 for e in counters)
+            check(counters and max(totals) == rank["peak_bytes"] and totals[-1] == resident
+                  and set(counters[0]["args"]) == set(rank["mem"]) and moment["step"] == step
+                  and rank["timeline"]["step"] == step and sum(moment["held"].values()) == rank["peak_bytes"]
+                  and inside,
+                  f"{strategy} N=2 rank {r}: {len(counters)} memory counters of step {step} reach "
+                  f"{max(totals, default=0)} (peak {rank['peak_bytes']}), end at {totals[-1] if totals else 0} "
+                  f"(resident {resident}), within the step's spans: {inside}")
+
+
 def check_weight_decay(tmp, model, data):
     lr, wd = 1e-2, 0.5
     outs = []
@@ -689,6 +723,7 @@ def main():
     check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
     check_accumulation(tmp, model, data)
     check_trace_overlap(tmp, model, data)
+    check_trace_memory(tmp, model, data)
     check_precision(tmp, common)
     check_hybrid(tmp, common, ref_steps, ref_params)
     CHECKS.finish()

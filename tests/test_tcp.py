@@ -46,7 +46,7 @@ def run(launcher, strategy, n, tag):
                         "--out-model", model], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return None, None, r.stderr[-300:]
-    losses = [json.loads(line)["loss"] for line in open(log) if '"step"' in line]
+    losses = [entry["loss"] for entry in map(json.loads, open(log)) if "step" in entry]
     return losses, open(model, "rb").read(), ""
 
 
