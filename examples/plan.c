@@ -291,8 +291,10 @@ static void print_timeline(const PlanShape *shape, const char *name, int rank) {
     if (rank >= shape->setup.world) fatal("--rank %d: the ranks are 0..%d", rank, shape->setup.world - 1);
     DryResult result = run_rank(shape, (PlanStrategy)k, rank, NULL);
     const MemTimeline *t = &result.timeline;
-    printf("# %s, rank %d of %d: step %d's memory events (the last of %d), bytes\n# event\tphase\tunit\tcategory\t"
-           "bytes\ttotal\n", name, rank, shape->setup.world, shape->setup.steps, shape->setup.steps);
+    printf("# %s, rank %d of %d: step %d's memory events (the last of %d), bytes\n# start:", name, rank,
+           shape->setup.world, shape->setup.steps, shape->setup.steps);
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %zu", mem_category_names[c], t->start[c]);
+    printf("\n# event\tphase\tunit\tcategory\tbytes\ttotal\n");
     for (size_t i = 0; i < t->count; i++) {
         const MemEvent *e = &t->events[i];
         printf("%zu\t%s\t%d\t%s\t%lld\t%zu\n", i, mem_phase_names[e->phase], e->unit, mem_category_names[e->category],

@@ -131,54 +131,65 @@ def peak_in_words(rank):
                                if alive else "")
 
 
-def plot_memory_step(logs, strategies, data, plots):
-    """'Memory over one step': a panel per strategy (its fullest rank's kept step), bytes in use stacked by
-    category against the step's allocations and frees in order, units marked on the x axis, the peak marked."""
-    chosen = {s: fullest_rank(logs[s][1]) for s in strategies}
-    top = max(r["peak_bytes"] for r in chosen.values()) / MB
-    panels = []
-    for s in strategies:
-        r, timeline = chosen[s], chosen[s].get("timeline")
-        if not timeline:
-            fail(f"{s}.jsonl: the summary has no memory timeline (did the run train a step?)")
-        held = dict(timeline["start"])
+def memory_step_panel(tsv, title, timeline, peak, first):
+    """One panel of a step's memory: `timeline` as the summary keeps it ({"start": {category: bytes}, "events":
+    [[phase, unit, category, bytes, total], ...]}), written to `tsv` stacked (each column its category's MB added
+    to those before it), units marked on the x axis (F3: unit 3's forward, B3: its backward), the peak moment
+    `peak` ({"event", "bytes"}) marked. Returns the panel's gnuplot commands."""
+    held = dict(timeline["start"])
 
-        def stacked():
-            out, acc = [], 0
-            for c in CATEGORIES:
-                acc += held[c] / MB
-                out.append(acc)
-            return out
-        rows, ticks, last = [[0] + stacked()], [], None
-        for i, (phase, unit, cat, size, total) in enumerate(timeline["events"]):
-            held[cat] += size
-            rows.append([i + 1] + stacked())
-            part = "F" if phase in ("gather fwd", "forward", "release fwd") else \
-                   "B" if phase in ("gather bwd", "backward", "reduce") else "opt"
-            here = (part, unit if part != "opt" else -1)
-            if here != last:
-                ticks.append((i + 0.5, part + (str(unit) if part != "opt" else "")))
-                last = here
-        rows.append([len(rows)] + stacked())
-        # stacked: each column is its category's MB added to the columns before it
-        write_tsv(f"{data}/memory_step_{s}.tsv", ["event"] + [f"up_to_{c}" for c in CATEGORIES], rows)
-        m = r["peak_moment"]
-        xtics = ", ".join(f'"{label}" {x}' for x, label in ticks) or '"" 0'
-        series = ", ".join(f"'{data}/memory_step_{s}.tsv' using 1:{k + 2} with fillsteps fs solid 0.85 "
-                           f"lc rgb '{PALETTE[k]}' title '{CATEGORIES[k]}'" for k in reversed(range(len(CATEGORIES))))
-        key = "set key outside right top font ',8'" if not panels else "unset key"
-        panels.append(f"""set title "{NAMES[s]}, rank {r['rank']}, step {timeline['step']}: {peak_where(r)}" font ',9'
+    def stacked():
+        out, acc = [], 0
+        for c in CATEGORIES:
+            acc += held[c] / MB
+            out.append(acc)
+        return out
+    rows, ticks, last = [[0] + stacked()], [], None
+    for i, (phase, unit, cat, size, total) in enumerate(timeline["events"]):
+        held[cat] += size
+        rows.append([i + 1] + stacked())
+        part = "F" if phase in ("gather fwd", "forward", "release fwd") else \
+               "B" if phase in ("gather bwd", "backward", "reduce") else "opt"
+        here = (part, unit if part != "opt" else -1)
+        if here != last:
+            ticks.append((i + 0.5, part + (str(unit) if part != "opt" else "")))
+            last = here
+    rows.append([len(rows)] + stacked())
+    write_tsv(tsv, ["event"] + [f"up_to_{c}" for c in CATEGORIES], rows)
+    xtics = ", ".join(f'"{label}" {x}' for x, label in ticks) or '"" 0'
+    series = ", ".join(f"'{tsv}' using 1:{k + 2} with fillsteps fs solid 0.85 lc rgb '{PALETTE[k]}' "
+                       f"title '{CATEGORIES[k]}'" for k in reversed(range(len(CATEGORIES))))
+    key = "set key outside right top font ',8'" if first else "unset key"
+    return f"""set title "{title}" font ',9'
 {key}
 set xtics ({xtics}) rotate by -90 font ',7'
-set label 1 "peak" at {m['event'] + 1 if m['event'] >= 0 else 0}, {m['bytes'] / MB} point pt 7 ps 1 lc rgb 'black' offset 0.5,0.5
-plot {series}""")
-    gnuplot(f"""set multiplot layout {len(strategies)},1 title "Memory over one step: bytes in use by category, event by event (F3: unit 3's forward, B3: its backward)"
+set label 1 "peak" at {peak['event'] + 1 if peak['event'] >= 0 else 0}, {peak['bytes'] / MB} point pt 7 ps 1 lc rgb 'black' offset 0.5,0.5
+plot {series}"""
+
+
+def memory_step_plot(panels, top, out_dir, name):
+    """The panels of memory_step_panel stacked on one y axis up to `top` MB."""
+    gnuplot(f"""set multiplot layout {len(panels)},1 title "Memory over one step: bytes in use by category, event by event (F3: unit 3's forward, B3: its backward)"
 set ylabel "MB in use"
 set yrange [0:{top * 1.1}]
 set grid xtics ytics
 set rmargin 22
 set style fill solid 0.85 noborder
-""" + "\n".join(panels) + "\nunset multiplot", plots, "memory_step", 1100, 60 + 230 * len(strategies))
+""" + "\n".join(panels) + "\nunset multiplot", out_dir, name, 1100, 60 + 230 * len(panels))
+
+
+def plot_memory_step(logs, strategies, data, plots):
+    """'Memory over one step': a panel per strategy, its fullest rank's kept step."""
+    chosen = {s: fullest_rank(logs[s][1]) for s in strategies}
+    panels = []
+    for s in strategies:
+        r = chosen[s]
+        if not r.get("timeline"):
+            fail(f"{s}.jsonl: the summary has no memory timeline (did the run train a step?)")
+        title = f"{NAMES[s]}, rank {r['rank']}, step {r['timeline']['step']}: {peak_where(r)}"
+        panels.append(memory_step_panel(f"{data}/memory_step_{s}.tsv", title, r["timeline"], r["peak_moment"],
+                                        not panels))
+    memory_step_plot(panels, max(r["peak_bytes"] for r in chosen.values()) / MB, plots, "memory_step")
 
 
 def plan_model_args(cfg):

@@ -433,6 +433,17 @@ done
 help_ok "report.py --help" python3 examples/report.py --help
 fails "report.py: unknown flag" "unknown flag '--bogus'" python3 examples/report.py "$tmp" --bogus
 fails "report.py: --build without a value" "--build needs a value" python3 examples/report.py "$tmp" --build
+help_ok "plot_timeline.py --help" python3 examples/plot_timeline.py --help
+fails "plot_timeline.py: unknown flag" "unknown flag '--bogus'" python3 examples/plot_timeline.py "$tmp" x --bogus \
+    --panel fsdp:0 -- --config d2 --ranks 2
+fails "plot_timeline.py: a panel of no strategy" "--panel zero4:0: give STRATEGY:RANK" python3 examples/plot_timeline.py \
+    "$tmp" x --panel zero4:0 -- --config d2 --ranks 2
+fails "plot_timeline.py: a rank outside the ranks" "--rank 2: the ranks are 0..1" python3 examples/plot_timeline.py \
+    "$tmp" x --build "$BUILD" --panel fsdp:2 -- --config d2 --vocab 256 --ranks 2
+if python3 examples/plot_timeline.py "$tmp/planned" steps --build "$BUILD" --panel zero3:1 --panel fsdp:0 -- \
+       --config d2 --vocab 256 --ranks 2 >"$tmp/out" 2>&1 &&
+   [ -s "$tmp/planned/steps.png" ] && [ -s "$tmp/planned/steps.svg" ]
+then ok "plot_timeline.py draws planned steps of memory"; else bad "plot_timeline.py draws planned steps of memory"; cat "$tmp/out"; fi
 help_ok "compare.sh --help" bash examples/compare.sh --help
 fails "compare.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/compare.sh --bogus
 help_ok "bench_overlap.sh --help" bash examples/bench_overlap.sh --help

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Plots steps of memory that build/plan predicts (--timeline), one panel per strategy and rank on one y axis,
+as the report's "Memory over one step" does for measured runs: for any model and N, without training.
+usage: plot_timeline.py OUT_DIR NAME [--build DIR] --panel STRATEGY:RANK [--panel ...] -- PLAN_FLAGS...
+  writes OUT_DIR/NAME.png and .svg; PLAN_FLAGS are build/plan's model and step flags (--config d12 --ranks 64 ...)
+  e.g.  python3 examples/plot_timeline.py docs/images memory_step_d12_n64 --panel zero3:0 --panel fsdp:0 -- \\
+            --config d12 --ranks 64"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import CATEGORIES, MB, NAMES, PHASE_WORDS, memory_step_panel, memory_step_plot  # noqa: E402
+
+
+def fail(msg):
+    print(f"plot_timeline: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def parse_args(argv):
+    """(out_dir, name, build, [(strategy, rank)], plan_flags); --help prints the usage and exits 0."""
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.split("\n", 2)[2])
+        sys.exit(0)
+    if "--" not in argv:
+        fail("give build/plan's flags after -- (plot_timeline.py --help)")
+    mine, plan_flags = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    build, panels, positional, i = "build", [], [], 0
+    while i < len(mine):
+        if mine[i] in ("--build", "--panel"):
+            if i + 1 >= len(mine):
+                fail(f"{mine[i]} needs a value")
+            if mine[i] == "--build":
+                build = mine[i + 1]
+            else:
+                strategy, _, rank = mine[i + 1].partition(":")
+                if strategy not in NAMES or strategy == "single" or not rank.isdigit():
+                    fail(f"--panel {mine[i + 1]}: give STRATEGY:RANK (ddp, zero1, zero2, zero3, fsdp)")
+                panels.append((strategy, int(rank)))
+            i += 2
+        elif mine[i].startswith("-"):
+            fail(f"unknown flag '{mine[i]}' (plot_timeline.py --help)")
+        else:
+            positional.append(mine[i])
+            i += 1
+    if len(positional) != 2 or not panels:
+        fail("give OUT_DIR, NAME and at least one --panel (plot_timeline.py --help)")
+    return positional[0], positional[1], build, panels, plan_flags
+
+
+def planned(build, plan_flags, strategy, rank):
+    """build/plan --timeline's step as the summary keeps one, and its peak moment."""
+    r = subprocess.run([f"{build}/plan", *plan_flags, "--timeline", strategy, "--rank", str(rank)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"build/plan: {r.stderr.strip()}")
+    lines = r.stdout.splitlines()
+    start = next(line for line in lines if line.startswith("# start:")).split()[2:]
+    timeline = {"start": {start[k]: int(start[k + 1]) for k in range(0, len(start), 2)}, "events": []}
+    for line in lines:
+        if not line.startswith("#"):
+            _, phase, unit, category, size, total = line.split("\t")
+            timeline["events"].append([phase, int(unit), category, int(size), int(total)])
+    totals = [sum(timeline["start"].values())] + [e[4] for e in timeline["events"]]
+    at = totals.index(max(totals)) - 1  # -1: held from the step's start
+    where = "held from the step's start" if at < 0 else \
+        f"at the {PHASE_WORDS[timeline['events'][at][0]]}" + \
+        (f" of unit {timeline['events'][at][1]}" if timeline["events"][at][1] >= 0 else "")
+    return timeline, {"event": at, "bytes": max(totals)}, where
+
+
+def main():
+    out_dir, name, build, panels, plan_flags = parse_args(sys.argv[1:])
+    os.makedirs(out_dir, exist_ok=True)
+    data = tempfile.mkdtemp(prefix="plot_timeline_")
+    drawn, top = [], 0
+    for strategy, rank in panels:
+        timeline, peak, where = planned(build, plan_flags, strategy, rank)
+        title = f"{NAMES[strategy]}, rank {rank} (build/plan {' '.join(plan_flags)}): peak {peak['bytes'] / MB:.1f} MB {where}"
+        drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn))
+        top = max(top, peak["bytes"] / MB)
+    memory_step_plot(drawn, top, out_dir, name)
+    assert set(CATEGORIES) == set(timeline["start"]), "plan's categories are the report's"
+    print(f"plot_timeline: {out_dir}/{name}.png and .svg")
+
+
+if __name__ == "__main__":
+    main()
