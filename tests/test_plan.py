@@ -8,7 +8,8 @@ without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
 strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
 Every one of these runs' memory timeline (the last step's allocations and frees, per rank)
-equals build/plan --timeline's event for event. A change planted in fsdp/fsdp.c changes the
+equals build/plan --timeline's event for event. The --prefetch 1 peaks of docs/fsdp.md's and
+docs/zero3.md's formula tables equal the planner's (d2, d4 at N = 2..4, every rank). A change planted in fsdp/fsdp.c changes the
 plan with it, and the plan still equals the
 changed trainer. Then any N the planner accepts, up to 2^20: every rank appears once in
 --tsv, and the ranks beyond the number of tensors own nothing.
@@ -231,6 +232,54 @@ if built.returncode == 0:
         for rank in json.loads(open(log).read().splitlines()[-1])["ranks"]:
             got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
             check(got == planted, f"planted fsdp rank {rank['rank']}: measured {got}, planned {planted}")
+
+# docs/fsdp.md's and docs/zero3.md's peaks with the default --prefetch 1, from their formulas (fp32; U_u the
+# tensors unit u reads; FSDP pad(t) = ceil(rows/N) N cols), against the planner, every rank.
+def layout_of(args):
+    """{tensor: numel}, {tensor: ZeRO-3 owner} from build/plan --layout."""
+    out = subprocess.run([f"{BUILD}/plan", *args, "--layout"], capture_output=True, text=True, check=True).stdout
+    numel, begins, owner = {}, {}, {}
+    for f in (line.split("\t") for line in out.splitlines()):
+        if f[0] == "tensor":
+            numel[f[1]], begins[int(f[2])] = int(f[3]) - int(f[2]), f[1]
+        elif f[0] == "hold" and f[1] == "zero3":
+            owner[begins[int(f[3])]] = int(f[2])
+    return numel, owner
+
+
+def tensor_rows(name, numel):
+    """Dim 0 of a tensor of the model, from its name (C = lnfw's size)."""
+    C, base = numel["lnfw"], name.split(".")[-1]
+    return {"wte": numel[name] // C, "wpe": numel[name] // C, "qkvw": 3 * C, "qkvb": 3 * C, "fcw": 4 * C,
+            "fcb": 4 * C}.get(base, C)
+
+
+for config in (["--config", "d2", "--vocab", "256"], ["--config", "d4", "--vocab", "300"]):
+    for n in (2, 3, 4):
+        numel, owner = layout_of([*config, "--ranks", str(n)])
+        layers = 1 + max(int(t[1:].split(".")[0]) for t in numel if t.startswith("h"))
+        units = [["wte", "wpe"]] + [[t for t in numel if t.startswith(f"h{l}.")] for l in range(layers)] + \
+                [["lnfw", "lnfb", "wte"]]
+        pad = {t: -(-tensor_rows(t, numel) // n) * n * (numel[t] // tensor_rows(t, numel)) for t in numel}
+        pairs = [set(units[u]) | set(units[u + 1]) for u in range(len(units) - 1)]
+        unit_pad = [sum(pad[t] for t in unit) for unit in units] + [0]  # [-1] and past the head: nothing
+        peaks = {}
+        for strategy, first, last, numbers in plan_rows([*config, "--ranks", str(n), "--batch", str(4 * n), "--seq", "16"]):
+            for r in range(first, last + 1):
+                peaks[(strategy, r)] = numbers
+        fsdp = {"params_gathered": 4 * max(sum(pad[t] for t in unit) for unit in units),
+                "grads_gathered": 4 * max(sum(pad[t] for t in pair) for pair in pairs),
+                "comm_buffers": max(4 * (n + 1) * (unit_pad[u - 1] + unit_pad[u] + unit_pad[u + 1]) // n
+                                    for u in range(len(units)))}
+        for cat, want in fsdp.items():
+            got = peaks[("fsdp", 0)][CATS.index(cat)]
+            check(got == want, f"fsdp.md, --prefetch 1, {config[1]} N={n}: {cat} peak {got}, formula {want}")
+        for r in range(n):
+            zero3 = {"params_gathered": 4 * max(sum(numel[t] for t in pair if owner[t] != r) for pair in pairs),
+                     "grads_gathered": 4 * max(sum(numel[t] for t in pair) for pair in pairs)}
+            for cat, want in zero3.items():
+                got = peaks[("zero3", r)][CATS.index(cat)]
+                check(got == want, f"zero3.md, --prefetch 1, {config[1]} N={n} rank {r}: {cat} peak {got}, formula {want}")
 
 # docs/exercises.md's answer 15 quotes each strategy's peak moment: they are the planner's.
 answer = open(os.path.join(src, "docs", "exercises.md")).read().split("**15.**", 1)[-1]
