@@ -65,7 +65,8 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-quick test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean
+.PHONY: all gpu deps test test-quick test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
+        check lab-start lab-grade lab-selftest
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
 
@@ -199,3 +200,24 @@ clean:
 
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# A homework check: STRATEGY (ddp, zero1, zero2, zero3, fsdp) at RANKS ranks, with
+# the trainer flags in ARGS, against train_single on a tiny model, check by check
+# (labs/check.py): losses, gradient norms, final model, memory per category and
+# collectives against build/plan, overlap with prefetch.
+check:
+	@[ -n "$(STRATEGY)" ] || { echo "make check: give STRATEGY=ddp|zero1|zero2|zero3|fsdp (and RANKS=N, ARGS=\"...\")" >&2; exit 2; }
+	$(MAKE) all
+	python3 labs/check.py --strategy $(STRATEGY) --ranks $(RANKS) --args "$(ARGS)" --build $(BUILD) --mpirun "$(MPIRUN)"
+
+# The labs (labs/README.md): a working copy with the lab's functions emptied, in
+# labs/work/LAB/; its grade; and the proof that every skeleton fails and the
+# project's own files pass.
+lab-start:
+	python3 labs/lab.py start $(LAB)
+
+lab-grade: all
+	python3 labs/lab.py grade $(LAB) --build $(BUILD) --mpirun "$(MPIRUN)"
+
+lab-selftest: all
+	python3 labs/lab.py selftest --build $(BUILD) --mpirun "$(MPIRUN)"

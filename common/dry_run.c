@@ -38,7 +38,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
             backward_pass(&model, &strategy, NULL, micro == d->micro_batches - 1);
         }
         finish_pass(&model, &strategy, NULL);
-        strategy.step(strategy.state, adamw_config(0, 0));
+        optimizer_pass(&model, &strategy, &comm, d->grad_clip, adamw_config(0, 0));
         mem_set_phase(&mem, PHASE_SETUP, -1);
         mem_timeline_stop(&result->timeline, &mem);
         model.clock = NULL;

@@ -22,6 +22,7 @@ typedef struct {
     int rows, seq;       // one micro-batch of one rank: B/N/K rows of T tokens
     int micro_batches;   // K (--grad-accum)
     int recompute;
+    float grad_clip;      // --grad-clip (0: none): the norm's all-reduce joins the step
     DType params, grads;  // --precision, --reduce-dtype
     int world, rank;
     const Machine *machine;  // NULL: memory alone; else the step's time on a virtual clock

@@ -51,18 +51,18 @@ void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     }
 }
 
-// Step s of S (1-based), peak rate lr, warmup W, final rate min_lr:
+// Step s of E (1-based, E = --steps), peak rate lr, warmup W, final rate min_lr:
 //   s <= W            lr * s / W                  linear from 0: step W reaches lr
 //   s > W, constant   lr
-//   s > W, cosine     min_lr + (lr - min_lr) * (1 + cos(pi * (s - W) / (S - W))) / 2
+//   s > W, cosine     min_lr + (lr - min_lr) * (1 + cos(pi * (s - W) / (E - W))) / 2
 // so the cosine starts at lr right after the warmup and reaches min_lr at the
 // last step. Worked out in double, rounded once to float.
 float lr_schedule_at(const LrSchedule *schedule, int step) {
     double lr = schedule->lr, min_lr = schedule->min_lr;
-    int W = schedule->warmup, S = schedule->steps;
+    int W = schedule->warmup, E = schedule->steps;
     if (step <= W) return (float)(lr * step / W);
     if (schedule->kind == LR_CONSTANT) return (float)lr;
-    double progress = (double)(step - W) / (S - W);
+    double progress = (double)(step - W) / (E - W);
     return (float)(min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress)));
 }
 

@@ -108,9 +108,9 @@ size_t fsdp_padded_params(const GPT2Layout *layout, int world) {
 size_t zero12_range_numel(size_t num_params, int world) { return (num_params + (size_t)world - 1) / (size_t)world; }
 
 void zero12_range(size_t num_params, int world, int rank, size_t *begin, size_t *end) {
-    size_t S = zero12_range_numel(num_params, world);
-    *begin = (size_t)rank * S;
-    *end = *begin + S;
+    size_t R = zero12_range_numel(num_params, world);
+    *begin = (size_t)rank * R;
+    *end = *begin + R;
 }
 
 int zero12_owner(size_t num_params, int world, size_t element) {

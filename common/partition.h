@@ -45,7 +45,7 @@ int fsdp_real_rows(const GPT2Tensor *tensor, int world, int rank, int *first);
 // Sum of fsdp_padded_numel over all tensors: pad(P).
 size_t fsdp_padded_params(const GPT2Layout *layout, int world);
 
-// ZeRO-1/2: elements in each rank's range, ceil(P / world); world times it is pad(P).
+// ZeRO-1/2: elements in each rank's range, R = ceil(P / world); world times it is N R.
 size_t zero12_range_numel(size_t num_params, int world);
 // Rank `rank`'s range [*begin, *end) of the padded flat model (end may pass P).
 void zero12_range(size_t num_params, int world, int rank, size_t *begin, size_t *end);

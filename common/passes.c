@@ -1,6 +1,10 @@
 // passes.c: a training step's passes over the units (passes.h).
 #include "passes.h"
 
+#include <math.h>
+
+#include "device.h"
+
 void forward_pass(GPT2 *model, Strategy *s, Trace *trace) {
     for (int u = 0; u < model->layout.num_units; u++) {
         double t0 = trace_begin(trace);
@@ -43,4 +47,36 @@ void finish_pass(GPT2 *model, Strategy *s, Trace *trace) {
     s->finish_grads(s->state);
     mem_set_phase(model->mem, PHASE_OPTIMIZER, -1);
     trace_end(trace, t0, "comm", "finish grads");
+}
+
+// The L2 norm of the whole model's averaged gradient, from the shards: each
+// rank adds up the squares of its share (every element of the model is in
+// exactly one share: DDP's rank 0, ZeRO-1/2's range owner, ZeRO-3's tensor
+// owner, FSDP's slice holder; padding is zero), then one all-reduce of that
+// double gives every rank the same sum.
+static double grad_norm(GPT2 *model, Strategy *s, Comm *comm) {
+    void *grads;
+    size_t count;
+    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares_as(grads, count, model->grad_dtype) : 0;
+    return sqrt(comm_all_reduce_double(comm, sum));
+}
+
+// Every rank scales the gradient it keeps, DDP's replicas that are not the
+// share included, so the replicas stay equal.
+static void scale_grads(GPT2 *model, Strategy *s, float factor) {
+    void *grads;
+    size_t count;
+    s->local_grads(s->state, &grads, &count);
+    device_scale_as(grads, count, model->grad_dtype, factor);
+}
+
+double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config) {
+    double norm = NAN;
+    if (clip > 0) {
+        norm = grad_norm(model, s, comm);
+        double factor = clip / (norm + 1e-6);
+        if (factor < 1) scale_grads(model, s, (float)factor);
+    }
+    s->step(s->state, config);
+    return norm;
 }

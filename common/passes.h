@@ -5,6 +5,7 @@
 #define SHARDLAB_PASSES_H
 
 #include "../models/gpt2.h"
+#include "comm.h"
 #include "strategy.h"
 #include "trace.h"
 
@@ -16,5 +17,10 @@ void backward_pass(GPT2 *model, Strategy *s, Trace *trace, int last_micro_batch)
 // finish_grads(), then the account's phase is the optimizer's until the next pass.
 // Each pass sets the phase of model->mem (mem_set_phase) as it goes, for the timeline.
 void finish_pass(GPT2 *model, Strategy *s, Trace *trace);
+// With clip > 0 (--grad-clip), the global norm of the averaged gradient (each
+// rank's share squared, one all-reduce of a double) and the gradients scaled
+// down to clip where the norm is above it; then the strategy's AdamW step.
+// Returns the norm before clipping (NAN without clip).
+double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config);
 
 #endif

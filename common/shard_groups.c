@@ -4,15 +4,15 @@
 
 Comm *shard_groups_init(ShardGroups *g, const StrategyContext *ctx, int shard_group) {
     g->world = ctx->comm;
-    int N = g->world->world, S = shard_group ? shard_group : N;
-    if (S > N || N % S != 0) fatal("fsdp: --shard-group %d does not divide the %d ranks into equal groups", S, N);
-    if (S == N) return g->world;
-    g->hybrid = 1;  // groups of S consecutive ranks shard; the ranks at the same place in each group replicate
+    int N = g->world->world, M = shard_group ? shard_group : N;
+    if (M > N || N % M != 0) fatal("fsdp: --shard-group %d does not divide the %d ranks into equal groups", M, N);
+    if (M == N) return g->world;
+    g->hybrid = 1;  // groups of M consecutive ranks shard; the ranks at the same place in each group replicate
     int r = g->world->rank;
-    comm_split(g->world, r / S * S, 1, S, 0, &g->group);     // ranks r/S*S, ..., r/S*S + S-1
-    comm_split(g->world, r % S, S, N / S, 1, &g->replicas);  // ranks r%S, r%S + S, ...
+    comm_split(g->world, r / M * M, 1, M, 0, &g->group);     // ranks r/M*M, ..., r/M*M + M-1
+    comm_split(g->world, r % M, M, N / M, 1, &g->replicas);  // ranks r%M, r%M + M, ...
     strategy_note(ctx, "fsdp: hybrid sharding, %d group(s) of %d rank(s): slices of 1/%d, gradients all-reduced "
-                       "across the groups\n", N / S, S, S);
+                       "across the groups\n", N / M, M, M);
     return &g->group;
 }
 

@@ -1,15 +1,15 @@
-// shard_groups.h: hybrid sharding (FSDP's --shard-group S, PyTorch's
-// HYBRID_SHARD). With S < N, each group of S consecutive ranks shards the model
+// shard_groups.h: hybrid sharding (FSDP's --shard-group M, PyTorch's
+// HYBRID_SHARD). With M < N, each group of M consecutive ranks shards the model
 // among itself exactly as FSDP does among all N, and after each reduce-scatter
 // the ranks at the same place in every group, which hold the same slices,
 // average them with one all-reduce: slow links between machines carry only that.
 //
-//   group 0: ranks 0..S-1 | group 1: ranks S..2S-1 | ...
+//   group 0: ranks 0..M-1 | group 1: ranks M..2S-1 | ...
 //   rank r of each group: all-reduce(avg) of its reduced slices across the groups
 //
-// Per rank: FSDP's bytes at S ranks, 16 bytes per parameter / S (padded to S).
+// Per rank: FSDP's bytes at M ranks, 16 bytes per parameter / M (padded to M).
 // Across groups per step: one all-reduce of each unit's slices,
-// 2 (G-1)/G * 4 pad(P)/S bytes (plus wte's second use) with G = N/S groups.
+// 2 (G-1)/G * 4 pad(P)/M bytes (plus wte's second use) with G = N/M groups.
 #ifndef SHARDLAB_SHARD_GROUPS_H
 #define SHARDLAB_SHARD_GROUPS_H
 
@@ -17,9 +17,9 @@
 
 typedef struct {
     Comm *world;     // all N ranks
-    int hybrid;      // S < N: the two groups below exist
-    Comm group;      // the S consecutive ranks this one shards with
-    Comm replicas;   // the N/S ranks, one per group, that hold the same slices
+    int hybrid;      // M < N: the two groups below exist
+    Comm group;      // the M consecutive ranks this one shards with
+    Comm replicas;   // the N/M ranks, one per group, that hold the same slices
 } ShardGroups;
 
 // Groups of `shard_group` ranks of ctx->comm (0 or N: one group of all, no

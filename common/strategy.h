@@ -61,7 +61,7 @@ typedef enum {
     TENSOR_GATHERED,     // model->params[t] points at the whole tensor
 } TensorState;
 
-// The number of units ZeRO-3 and FSDP prefetch for --prefetch K: at most L
+// The number of units ZeRO-3 and FSDP prefetch for --prefetch D: at most L
 // (the blocks), so that the head and unit 0, which share wte, are never in
 // flight together (a tensor waits in one unit's gather at a time).
 int prefetch_window(const GPT2Layout *layout, int prefetch);

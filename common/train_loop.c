@@ -374,29 +374,6 @@ static void setup(Run *run) {
     }
 }
 
-// The L2 norm of the whole model's averaged gradient, from the shards: each
-// rank adds up the squares of its share (every element of the model is in
-// exactly one share: DDP's rank 0, ZeRO-1/2's range owner, ZeRO-3's tensor
-// owner, FSDP's slice holder; padding is zero), then one all-reduce of that
-// double gives every rank the same sum.
-static double grad_norm(Run *run) {
-    Strategy *s = &run->strategy;
-    void *grads;
-    size_t count;
-    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares_as(grads, count, run->model.grad_dtype) : 0;
-    return sqrt(comm_all_reduce_double(&run->comm, sum));
-}
-
-// Every rank scales the gradient it keeps, DDP's replicas that are not the
-// share included, so the replicas stay equal.
-static void scale_grads(Run *run, float factor) {
-    Strategy *s = &run->strategy;
-    void *grads;
-    size_t count;
-    s->local_grads(s->state, &grads, &count);
-    device_scale_as(grads, count, run->model.grad_dtype, factor);
-}
-
 // *norm: the gradient's global norm before clipping (NAN without --grad-clip).
 static void train_step(Run *run, int step, double *loss, double *step_s, double *norm) {
     Strategy *s = &run->strategy;
@@ -421,13 +398,8 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
     if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
-    *norm = NAN;
-    if (run->opts.grad_clip > 0) {
-        *norm = grad_norm(run);
-        double factor = run->opts.grad_clip / (*norm + 1e-6);
-        if (factor < 1) scale_grads(run, (float)factor);
-    }
-    s->step(s->state, adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay));
+    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip,
+                           adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay));
     trace_end(&run->trace, tr, "optim", "optimizer");
     mem_set_phase(&run->mem, PHASE_SETUP, -1);
     if (keep_timeline) {

@@ -1,6 +1,6 @@
 // zero12.c: ZeRO stages 1 and 2 by flat ranges. All P parameters, concatenated
-// in llm.c's order and padded to pad(P) = N*S, are cut into N contiguous ranges
-// of S = ceil(P/N) elements (common/partition.c); rank r owns range r: it alone
+// in llm.c's order and padded to N*R elements, are cut into N contiguous ranges
+// of R = ceil(P/N) elements (common/partition.c); rank r owns range r: it alone
 // keeps that range's AdamW moments and runs the optimizer on it. Every rank
 // still holds the whole model's parameters, as in DDP. After each unit's
 // backward, every gradient tensor homed in that unit (one bucket, as in DDP) is
@@ -23,15 +23,15 @@
 //   backward u:  grads of u's tensors --reduce(avg) per piece--> owner of each piece
 //   step:        AdamW on my range -> all-gather ranges -> full model everywhere
 //
-// Per rank: params 4 pad(P), AdamW 8 S; grads 4 P (ZeRO-1) or 4 S plus the
+// Per rank: params 4 N R, AdamW 8 R; grads 4 P (ZeRO-1) or 4 R plus the
 // unit buckets in flight (ZeRO-2). Per step: one reduce per piece of a tensor
 // inside one range, so each rank sends 4 (P - its real range) and receives
-// 4 (P - rank r-1's real range); then one all-gather of pad(P), (N-1)/N * 4 pad(P)
+// 4 (P - rank r-1's real range); then one all-gather of N R, (N-1)/N * 4 N R
 // each way. That is DDP's all-reduce, 2 (N-1)/N * 4P, up to the padding.
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
-// fp32 master of the range joins its AdamW state: params 2 pad(P), grads 2 P or
-// 2 S, AdamW 12 S, and half the bytes on the wire.
+// fp32 master of the range joins its AdamW state: params 2 N R, grads 2 P or
+// 2 R, AdamW 12 R, and half the bytes on the wire.
 //
 // The tied wte is used by unit 0 and by the head; its gradient sums both uses
 // and travels with unit 0's bucket, after the last of them.

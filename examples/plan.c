@@ -7,7 +7,7 @@
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode M]
-//              [--prefetch K] [--shard-group S] [--precision P] [--reduce-dtype P] [--tsv | --layout]
+//              [--prefetch D] [--shard-group M] [--precision P] [--reduce-dtype P] [--tsv | --layout]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order), the peak, and the cache's reserved peak.
@@ -37,12 +37,14 @@
 // Each rank is a dry run of a step or two, whose loops over the ranks make its
 // time grow with N: about 10 s at this many.
 #define MAX_SIMULATED_RANKS (1 << 20)
+// --traffic runs every rank of every strategy.
+#define MAX_TRAFFIC_RANKS 4096
 
 // What every simulated rank of one plan shares: the model, the step's shape,
 // the rank count; each strategy adds its init and options, each rank its rank.
 typedef struct {
     DrySetup setup;
-    int prefetch, reshard, shard_group;  // ZeRO-3's and FSDP's flags (shard_group: S, or N for none)
+    int prefetch, reshard, shard_group;  // ZeRO-3's and FSDP's flags (shard_group: M, or N for none)
 } PlanShape;
 
 // The strategies, by the names the trainers log: each one's init and options.
@@ -250,7 +252,7 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
 
 // --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with the
 // same rows per rank at every N (weak scaling): rank 0 of each, run dry on the
-// virtual clock of `machine`. FSDP's --shard-group S applies where S divides N.
+// virtual clock of `machine`. FSDP's --shard-group M applies where M divides N.
 static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
     const DrySetup *d = &plan->setup;
     if (!tsv)
@@ -265,17 +267,17 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
         for (int k = 0; k < PLAN_NUM_STRATEGIES; k++) {
             PlanShape shape = *plan;
             shape.setup.world = N;
-            int S = k == PLAN_FSDP && N % plan->shard_group == 0 ? plan->shard_group : N;
-            shape.shard_group = S;
+            int M = k == PLAN_FSDP && N % plan->shard_group == 0 ? plan->shard_group : N;
+            shape.shard_group = M;
             DryResult result = run_rank(&shape, (PlanStrategy)k, 0, machine);
             StepTime t = result.time;
             mem_timeline_free(&result.timeline);
             double tokens_per_s = (double)N * d->rows * d->micro_batches * d->seq / t.step;
             if (tsv)
-                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, S, t.compute, t.comm,
+                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, M, t.compute, t.comm,
                        t.exposed, t.step, tokens_per_s);
             else
-                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", plan_names[k], N, S, 1e3 * t.compute,
+                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", plan_names[k], N, M, 1e3 * t.compute,
                        1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.step, tokens_per_s);
         }
         if (N == max_ranks) break;
@@ -310,6 +312,24 @@ static void print_timeline(const PlanShape *shape, const char *name, int rank) {
     mem_timeline_free(&result.timeline);
 }
 
+// --traffic: the last step's collectives of every strategy on every rank, counted
+// as the trainers count them (comm.h's ring model), one line per kind used.
+static void print_traffic(const PlanShape *shape) {
+    printf("# strategy\trank\tcollective\tcalls\telements\tbytes_sent\tbytes_recv\n");
+    for (int k = 0; k < PLAN_NUM_STRATEGIES; k++)
+        for (int r = 0; r < shape->setup.world; r++) {
+            DryResult result = run_rank(shape, (PlanStrategy)k, r, NULL);
+            for (int op = 0; op < COMM_NUM_OPS; op++) {
+                const CommCounter *c = &result.last_step.ops[op];
+                if (c->calls)
+                    printf("%s\t%d\t%s\t%llu\t%llu\t%llu\t%llu\n", plan_names[k], r, comm_op_names[op],
+                           (unsigned long long)c->calls, (unsigned long long)c->elements,
+                           (unsigned long long)c->bytes_sent, (unsigned long long)c->bytes_recv);
+            }
+            mem_timeline_free(&result.timeline);
+        }
+}
+
 // A flag given where it changes nothing is refused: whoever gives it expects
 // the numbers to follow it. `flags` ends with NULL; `why` completes "FLAG: ...".
 static void refuse_flags(const CliSpec *spec, const char *const *flags, const char *why) {
@@ -321,9 +341,10 @@ int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
     const char *timeline_name = NULL;
+    int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
-    float tokens_per_s = 0;
+    float tokens_per_s = 0, grad_clip = 0;
     const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
@@ -336,11 +357,13 @@ int main(int argc, char **argv) {
         {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
         {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
+        {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
+         "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
-        {"--prefetch", "K", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
-        {"--shard-group", "S", CLI_INT, &shard_group, 0, 1 << 24,
-         "FSDP's --shard-group: hybrid sharding in groups of S ranks (default 0: all N)"},
+        {"--prefetch", "D", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
+        {"--shard-group", "M", CLI_INT, &shard_group, 0, 1 << 24,
+         "FSDP's --shard-group: hybrid sharding in groups of M ranks (default 0: all N)"},
         {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
          "instead of a model: the model states per rank for P parameters (the ZeRO paper's Figure 1)"},
         {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
@@ -367,13 +390,16 @@ int main(int argc, char **argv) {
          "instead: one step's memory events for STRATEGY (ddp, zero1, zero2, zero3, fsdp): phase, unit, category, "
          "bytes, total after; then the peak's moment"},
         {"--rank", "R", CLI_INT, &timeline_rank, 0, 1 << 24, "--timeline: the rank whose step it shows (default 0)"},
+        {"--traffic", NULL, CLI_SWITCH, &show_traffic, 0, 0,
+         "instead: each strategy's collectives in one step, every rank (TSV: strategy, rank, collective, calls, "
+         "elements, bytes sent, bytes received), as the trainers' comm_last_step counts them"},
         {"--layout", NULL, CLI_SWITCH, &show_layout, 0, 0,
          "instead: which elements of the flat model each rank keeps, per strategy (TSV)"},
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch K] [--shard-group S] [--tsv | --layout | --timeline STRATEGY [--rank R]]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--shard-group M] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -383,15 +409,18 @@ int main(int argc, char **argv) {
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
+                                             "--grad-clip",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--time", "--layout",
                                              "--tsv", NULL};
-    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
+    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute", "--grad-clip",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
     if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
-    static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
+    static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
+    static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
+    if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
     else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
@@ -427,7 +456,8 @@ int main(int argc, char **argv) {
               MAX_SIMULATED_RANKS);
     PlanShape shape = {.setup = {.accum_mode = strcmp(accum_mode, "sync-each") == 0 ? ACCUM_SYNC_EACH : ACCUM_NO_SYNC,
                                  .config = config, .rows = B / world / micro_batches, .seq = T,
-                                 .micro_batches = micro_batches, .recompute = recompute, .params = param_dtype,
+                                 .micro_batches = micro_batches, .recompute = recompute, .grad_clip = grad_clip,
+                                 .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
                        .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group};
     GPT2Layout layout;
@@ -452,6 +482,12 @@ int main(int argc, char **argv) {
     }
     if (timeline_name) {
         print_timeline(&shape, timeline_name, timeline_rank);
+        gpt2_layout_free(&layout);
+        return 0;
+    }
+    if (show_traffic) {
+        if (world > MAX_TRAFFIC_RANKS) fatal("--traffic lists every rank: up to %d, not %d", MAX_TRAFFIC_RANKS, world);
+        print_traffic(&shape);
         gpt2_layout_free(&layout);
         return 0;
     }

@@ -8,12 +8,12 @@ int main(int argc, char **argv) {
     const CliOption flags[] = {
         {"--reshard-after-forward", "0|1", CLI_INT, &fsdp.reshard_after_forward, 0, 1,
          "free a unit's gathered parameters after its forward (1, default) or keep them for backward (0)"},
-        {"--prefetch", "K", CLI_INT, &fsdp.prefetch, 0, 1 << 20,
-         "start the all-gathers of the next K units while one computes, and reduce a unit's gradients behind the "
+        {"--prefetch", "D", CLI_INT, &fsdp.prefetch, 0, 1 << 20,
+         "start the all-gathers of the next D units while one computes, and reduce a unit's gradients behind the "
          "next unit's backward (default 1; 0: every collective waited for at once)"},
-        {"--shard-group", "S", CLI_INT, &fsdp.shard_group, 0, 1 << 24,
-         "hybrid sharding: shard within groups of S consecutive ranks (S divides N) and all-reduce the sharded "
-         "gradients across the N/S groups (default 0: S = N, one group)"},
+        {"--shard-group", "M", CLI_INT, &fsdp.shard_group, 0, 1 << 24,
+         "hybrid sharding: shard within groups of M consecutive ranks (M divides N) and all-reduce the sharded "
+         "gradients across the N/M groups (default 0: M = N, one group)"},
     };
     StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 3, .options = &fsdp};
     return train_main(argc, argv, &plugin);

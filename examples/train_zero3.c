@@ -6,8 +6,8 @@
 int main(int argc, char **argv) {
     Zero3Options zero3 = {.prefetch = 1};
     const CliOption flags[] = {
-        {"--prefetch", "K", CLI_INT, &zero3.prefetch, 0, 1 << 20,
-         "start the broadcasts of the next K units while one computes, and reduce a unit's gradients behind the "
+        {"--prefetch", "D", CLI_INT, &zero3.prefetch, 0, 1 << 20,
+         "start the broadcasts of the next D units while one computes, and reduce a unit's gradients behind the "
          "next unit's backward (default 1; 0: every collective waited for at once)"},
     };
     StrategyPlugin plugin = {.name = "zero3", .init = zero3_init, .flags = flags, .num_flags = 1, .options = &zero3};

@@ -19,10 +19,10 @@
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
 //
-// With --prefetch K the next K units' all-gathers are started before unit u
+// With --prefetch D the next D units' all-gathers are started before unit u
 // computes, and unit u's reduce-scatter is waited for only after the next
 // unit's backward: the same collectives, travelling under compute.
-// --shard-group S (hybrid sharding): all of the above within groups of S ranks,
+// --shard-group M (hybrid sharding): all of the above within groups of M ranks,
 // whose reduced slices are then averaged across the groups (common/shard_groups.h).
 #include <stdlib.h>
 
@@ -37,7 +37,7 @@ typedef struct {
     GPT2 *model;
     Comm *comm;                      // the ranks that shard the model: all N, or this rank's --shard-group
     MemAccount *mem;
-    ShardGroups groups;              // --shard-group S < N: the groups, and the replicas across them
+    ShardGroups groups;              // --shard-group M < N: the groups, and the replicas across them
     int reshard_after_forward;
     Resident resident;               // this rank's slice of every tensor (fsdp_slice_numel), padding included
     TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)

@@ -528,6 +528,41 @@ run "test_tcp" python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"
 echo "== planner against measured accounting"
 run "test_plan" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
 
+echo "== the homework check and the labs"
+help_ok "check.py --help" python3 labs/check.py --help
+help_ok "lab.py --help" python3 labs/lab.py --help
+fails "check.py: an unknown strategy" "--strategy: give one of ddp, zero1, zero2, zero3, fsdp" python3 labs/check.py \
+    --strategy zero4 --ranks 2
+fails "check.py: no ranks" "--ranks: give a number of ranks from 1 to 16" python3 labs/check.py --strategy fsdp --ranks 0
+fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.py --strategy fsdp --ranks 2 --bogus 1
+fails "lab.py: an unknown lab" "grade: give one of the labs: ddp, zero12, zero3, fsdp, prefetch" python3 labs/lab.py grade lab9
+fails "lab.py: an unknown command" "unknown command 'begin'" python3 labs/lab.py begin fsdp
+fails "make check without STRATEGY" "give STRATEGY=ddp" make --no-print-directory check BUILD="$BUILD" GPU=0
+# make check on the project's own strategies passes every check, at N = 2 and with flags; a planted bug fails the
+# checks it should, saying what it means
+if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_fsdp" >"$tmp/out" 2>&1 &&
+   grep -q "check: 7 of 7 checks pass" "$tmp/out" &&
+   MPIRUN="$MPIRUN" python3 labs/check.py --strategy zero3 --ranks 3 --args "--prefetch 2 --precision bf16 --grad-accum 2" \
+       --build "$BUILD" --work "$tmp/check_zero3" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out"
+then ok "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"
+else bad "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"; cat "$tmp/out"; fi
+sed 's/r->send_numel, dtype, COMM_AVG)/r->send_numel, dtype, COMM_SUM)/' fsdp/fsdp.c > "$tmp/fsdp_sum.c"
+if ! MPIRUN="$MPIRUN" python3 labs/lab.py grade fsdp --file "$tmp/fsdp_sum.c" --build "$BUILD" >"$tmp/out" 2>&1 &&
+   grep -q "FAIL  gradient: .* (2 times): 2 times is a sum where an average belongs" "$tmp/out" &&
+   grep -q "PASS  memory" "$tmp/out" && grep -q "lab fsdp: 1[0-9] of 18 points" "$tmp/out"
+then ok "lab grade: a reduce-scatter that sums fails the gradient check, named as a sum"
+else bad "lab grade: a reduce-scatter that sums fails the gradient check, named as a sum"; cat "$tmp/out"; fi
+mkdir -p "$tmp/labtree" && cp -r labs ddp zero3 fsdp "$tmp/labtree/" && rm -rf "$tmp/labtree/labs/work"
+if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "make lab-grade LAB=fsdp" "$tmp/out" &&
+   grep -q 'fatal("lab fsdp: start_gather is not written yet' "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
+   grep -q "TODO(lab fsdp): pack this rank's slice" "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
+   ! grep -q "comm_all_gather_start" "$tmp/labtree/labs/work/fsdp/fsdp.c"
+then ok "lab-start: the working copy has the lab's functions emptied to a TODO"
+else bad "lab-start: the working copy has the lab's functions emptied to a TODO"; cat "$tmp/out"; fi
+fails "lab-start: an existing working copy is kept" "exists: your work is kept" python3 "$tmp/labtree/labs/lab.py" start fsdp
+run "lab-selftest: every skeleton fails, the project's own files get every point" \
+    python3 labs/lab.py selftest --build "$BUILD" --mpirun "$MPIRUN"
+
 echo "== checkpoints: exact resume, resharding, faults"
 run "test_checkpoints" python3 tests/test_checkpoints.py "$BUILD" "$tmp/byte" "$MPIRUN"
 

@@ -145,9 +145,9 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
 for variant in VARIANTS:
     for n in (2, 3):
         check_variant(variant, n, ("zero2", "zero3", "fsdp"))
-# FSDP's hybrid sharding: FSDP's memory within a group of S
-for n, S in ((4, 2), (4, 1)):
-    check_variant(["--shard-group", str(S)], n, ("fsdp",))
+# FSDP's hybrid sharding: FSDP's memory within a group of M
+for n, M in ((4, 2), (4, 1)):
+    check_variant(["--shard-group", str(M)], n, ("fsdp",))
 
 # --precision bf16: every strategy, both gradient dtypes, and with prefetch and
 # accumulation: bf16 working copies, fp32 masters, and the fp32 copies of each unit
@@ -281,18 +281,18 @@ for config in (["--config", "d2", "--vocab", "256"], ["--config", "d4", "--vocab
                 got = peaks[("zero3", r)][CATS.index(cat)]
                 check(got == want, f"zero3.md, --prefetch 1, {config[1]} N={n} rank {r}: {cat} peak {got}, formula {want}")
 
-# docs/exercises.md's answer 15 quotes each strategy's peak moment: they are the planner's.
-answer = open(os.path.join(src, "docs", "exercises.md")).read().split("**15.**", 1)[-1]
+# docs/answers.md's answer 15 quotes each strategy's peak moment: they are the planner's.
+answer = open(os.path.join(src, "docs", "answers.md")).read().split("**15.**", 1)[-1]
 quoted = re.findall(r"^- (ZeRO-2|ZeRO-3|FSDP), rank (\d+): peak ([\d,]+) bytes at event (\d+) \(([a-z ]+), unit (\d+)\)$",
                     answer, re.M)
-check(len(quoted) == 3, f"docs/exercises.md answer 15 quotes three peak moments ({len(quoted)} found)")
+check(len(quoted) == 3, f"docs/answers.md answer 15 quotes three peak moments ({len(quoted)} found)")
 for name, rank, peak, event, phase, unit in quoted:
     strategy = {"ZeRO-2": "zero2", "ZeRO-3": "zero3", "FSDP": "fsdp"}[name]
     out = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "8", "--seq",
                           "64", "--timeline", strategy, "--rank", rank], capture_output=True, text=True).stdout
     last = out.splitlines()[-1] if out else ""
     want = f"# peak: {peak.replace(',', '')} bytes at event {event} ({phase}, unit {unit}):"
-    check(last.startswith(want), f"docs/exercises.md answer 15, {name}: '{want}' is the planner's ('{last[:80]}')")
+    check(last.startswith(want), f"docs/answers.md answer 15, {name}: '{want}' is the planner's ('{last[:80]}')")
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once and ZeRO-3's ranks that own nothing are run once, so
@@ -319,11 +319,11 @@ for n in (100, 148, 149, 1000, 1 << 20):
           and len(idle) == (1 if n > 148 else 0), f"plan --ranks {n}: ranks 0..147 own tensors, the rest none")
     check(sum(numbers[0] for numbers in owners) == sum(r[3][0] for r in rows if r[0] == "ddp"),
           f"plan --ranks {n}: ZeRO-3's owned parameters add up to the whole model")
-    # ZeRO-1/2: flat ranges of S = ceil(P/N); P from DDP's replica
+    # ZeRO-1/2: flat ranges of R = ceil(P/N); P from DDP's replica
     P = next(r[3][0] for r in rows if r[0] == "ddp") // 4
-    S = -(-P // n)
+    R = -(-P // n)
     zero = {r[0]: r[3] for r in rows if r[0] in ("zero1", "zero2")}
-    check(sorted(zero) == ["zero1", "zero2"] and all(z[0] == 4 * n * S and z[4] == 8 * S for z in zero.values())
-          and zero["zero1"][2] == 4 * P and zero["zero2"][2] == 4 * S,
-          f"plan --ranks {n}: ZeRO-1/2 keep params 4 N S, optim 8 S, grads 4 P (ZeRO-1) or 4 S (ZeRO-2)")
+    check(sorted(zero) == ["zero1", "zero2"] and all(z[0] == 4 * n * R and z[4] == 8 * R for z in zero.values())
+          and zero["zero1"][2] == 4 * P and zero["zero2"][2] == 4 * R,
+          f"plan --ranks {n}: ZeRO-1/2 keep params 4 N R, optim 8 R, grads 4 P (ZeRO-1) or 4 R (ZeRO-2)")
 CHECKS.finish()

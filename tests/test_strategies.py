@@ -18,8 +18,8 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
     accumulation (within 1e-5), the same memory and traffic formulas for K
     micro-batches, and the activations of a micro-batch: train_single's with
     --batch B/(N K);
-  - FSDP's hybrid sharding, --shard-group S: train_single's losses and model,
-    FSDP's memory and traffic at S within a group, and the all-reduces across
+  - FSDP's hybrid sharding, --shard-group M: train_single's losses and model,
+    FSDP's memory and traffic at M within a group, and the all-reduces across
     the groups (check_hybrid);
   - with --precision bf16, the losses of train_single --precision bf16 (within
     1e-4 with fp32 gradients; the drift with bf16 gradients is printed), and the
@@ -115,14 +115,14 @@ def zero3_owners(n):
 
 
 def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
-    """Peaks of params_gathered, grads_gathered and comm_buffers for ZeRO-3 and FSDP with --prefetch K >= 1,
+    """Peaks of params_gathered, grads_gathered and comm_buffers for ZeRO-3 and FSDP with --prefetch D >= 1,
     replaying a step as docs/fsdp.md and docs/zero3.md describe it: before unit u runs, its gather and those
-    of the next K units (in the pass's direction; K at most L, so that the head and unit 0, which share wte,
+    of the next D units (in the pass's direction; D at most L, so that the head and unit 0, which share wte,
     never overlap) are started, and u's is waited for; after unit u's backward its reduce starts and unit
     u+1's is waited for (unit 0's at the end of the micro-batch). A gather allocates its buffers at its start
     (ZeRO-3: the full tensor; FSDP: send and receive buffers) and FSDP the full tensors when it is waited for;
     a reduce keeps its full gradients until it is waited for."""
-    U, K = L + 2, min(prefetch, L)
+    U, D = L + 2, min(prefetch, L)
     owner = zero3_owners(n) if strategy == "zero3" else None
     size = (lambda i: numel[i]) if strategy == "zero3" else (lambda i: pad(i, n))
     state = ["sharded"] * len(T)
@@ -155,7 +155,7 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
         add("comm_buffers", -buffers)
 
     def gather(u, direction):
-        for v in [u] + [u + direction * k for k in range(1, K + 1)]:
+        for v in [u] + [u + direction * k for k in range(1, D + 1)]:
             if 0 <= v < U:
                 start(v)
         finish(u)
@@ -484,11 +484,11 @@ def check_precision(tmp, common):
 
 
 def check_hybrid(tmp, common, ref_steps, ref_params):
-    """FSDP with --shard-group S (hybrid sharding, docs/fsdp.md) at (N, S) = (4, 2), (4, 1), (4, 4), (2, 1): the
+    """FSDP with --shard-group M (hybrid sharding, docs/fsdp.md) at (N, M) = (4, 2), (4, 1), (4, 4), (2, 1): the
     losses and final parameters of train_single (1e-5); each rank's memory and within-group traffic are plain
-    FSDP's at S ranks (its rank in its group of S), and the traffic across groups (comm_across_last_step) is one
-    all-reduce per unit of the unit's reduced slices among the N/S replicas (per micro-batch in sync-each);
-    S = N is plain FSDP bitwise (losses, model, bytes); S = 1 keeps DDP's params, grads and optimizer bytes.
+    FSDP's at M ranks (its rank in its group of M), and the traffic across groups (comm_across_last_step) is one
+    all-reduce per unit of the unit's reduced slices among the N/M replicas (per micro-batch in sync-each);
+    M = N is plain FSDP bitwise (losses, model, bytes); M = 1 keeps DDP's params, grads and optimizer bytes.
     Also with --grad-accum 2 in both modes (N = 2, S = 1), and in bf16 (against train_single's bf16 run, 1e-4).
     --grad-clip's norm counts each slice once."""
     bf16_ref, bf16_ref_model = os.path.join(tmp, "hybrid_single_bf16.jsonl"), os.path.join(tmp, "hybrid_single_bf16.bin")
@@ -719,7 +719,7 @@ def main():
     runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \
            [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
            [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)] + \
-           [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # K past the L = 2 blocks: capped at L
+           [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # D past the L = 2 blocks: capped at L
     check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
     check_accumulation(tmp, model, data)
     check_trace_overlap(tmp, model, data)

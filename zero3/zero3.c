@@ -18,7 +18,7 @@
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
 //
-// With --prefetch K the next K units' broadcasts are started before unit u
+// With --prefetch D the next D units' broadcasts are started before unit u
 // computes, and unit u's reduces are waited for only after the next unit's
 // backward: the same collectives, travelling under compute.
 #include <stdlib.h>

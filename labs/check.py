@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The homework check: one strategy against train_single on a tiny model, check by check.
+usage: check.py --strategy S --ranks N [--args "FLAGS"] [--build DIR] [--reference DIR] [--mpirun "CMD"]
+                [--work DIR] [--json FILE]
+  S: ddp, zero1, zero2, zero3 or fsdp; FLAGS: extra trainer flags (--prefetch 2 --precision bf16 ...)
+  --build      where the trainers under test are (default build)
+  --reference  where the build/plan to hold them to is (default: --build's)
+  --mpirun     the launcher (default: $MPIRUN, else mpirun)
+  --work       where the runs' logs go, kept (default: BUILD/check/SN, replaced by the next check)
+  --json       also write the checks as JSON (the lab grader reads them)
+Trains d2 (byte vocab) for 3 steps with S at N ranks and with train_single, then checks: the runs finish;
+every step's loss and gradient norm equal train_single's; the final model equals train_single's; each rank's memory per
+category equals what build/plan predicts; each rank's collectives in the last step equal build/plan
+--traffic's; with ZeRO-3 or FSDP and prefetch on, collectives travel while the rank computes. A failed
+check says where it differs and what that usually means. Exit status 0 only when every check passes."""
+import array
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
+STRATEGY_ONLY = {"--prefetch": ("zero3", "fsdp"), "--reshard-after-forward": ("fsdp",), "--shard-group": ("fsdp",)}
+# What a wrong final model most often means, per strategy.
+HINTS = {
+    "ddp": "are the buckets all-reduced as an average (COMM_AVG), and every one waited for before the step?",
+    "zero1": "does each range's owner receive its range's averaged gradient (a reduce to the owner), and does "
+             "the all-gather after the step bring every updated range back to every rank?",
+    "zero2": "does each range's owner receive its range's averaged gradient (a reduce to the owner, every piece "
+             "of every bucket), and does the all-gather after the step bring every updated range back?",
+    "zero3": "is each tensor broadcast from its owner before a unit reads it, and its gradient reduced (averaged) "
+             "to its owner after the unit's backward?",
+    "fsdp": "is the reduce-scatter averaged, does its copy-out add rank r's block into rank r's slice, and does "
+            "the all-gather's copy-out put slice r at rows r*k of the full tensor?",
+}
+TEXT = "/usr/share/common-licenses"
+MODEL = ["--config", "d2", "--vocab", "256", "--seq", "16"]
+STEPS = 3
+
+
+def fail(msg):
+    print(f"check: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv):
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.split("\n", 1)[1])
+        sys.exit(0)
+    opts = {"strategy": None, "ranks": None, "args": "", "build": "build", "reference": None,
+            "mpirun": os.environ.get("MPIRUN") or "mpirun", "work": None, "json": None}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if not flag.startswith("--") or flag[2:] not in opts:
+            fail(f"unknown argument '{flag}' (check.py --help)")
+        if i + 1 >= len(argv):
+            fail(f"{flag} needs a value")
+        opts[flag[2:]] = argv[i + 1]
+        i += 2
+    if opts["strategy"] not in STRATEGIES:
+        fail(f"--strategy: give one of {', '.join(STRATEGIES)} (got {opts['strategy']})")
+    if not (opts["ranks"] or "").isdigit() or not 1 <= int(opts["ranks"]) <= 16:
+        fail(f"--ranks: give a number of ranks from 1 to 16 (got {opts['ranks']})")
+    opts["ranks"] = int(opts["ranks"])
+    opts["reference"] = opts["reference"] or opts["build"]
+    return opts
+
+
+def flag_value(flags, name, default):
+    return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
+
+
+def shared_flags(flags, strategy):
+    """(the strategy's flags, train_single's): strategy-only flags go to the strategy alone."""
+    mine, single, i = [], [], 0
+    while i < len(flags):
+        pair = flags[i:i + 2] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else flags[i:i + 1]
+        if flags[i] in STRATEGY_ONLY:
+            if strategy in STRATEGY_ONLY[flags[i]]:
+                mine += pair
+        else:
+            mine += pair
+            single += pair
+        i += len(pair)
+    return mine, single
+
+
+def run(cmd, log_path):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with open(log_path, "w") as f:
+        f.write(" ".join(shlex.quote(c) for c in cmd) + "\n" + r.stdout + r.stderr)
+    return r
+
+
+def read_log(path):
+    lines = [json.loads(line) for line in open(path)]
+    return [entry for entry in lines if "step" in entry], next(entry for entry in lines if entry.get("summary"))
+
+
+def read_params(path):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read()[1024:])
+    return a
+
+
+class Checks:
+    def __init__(self):
+        self.results = []
+
+    def add(self, name, ok, message):
+        self.results.append({"check": name, "ok": bool(ok), "message": message})
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {message}", flush=True)
+
+
+def layout(reference, ranks):
+    """[(name, begin, end)] in llm.c's flat order, and {strategy: [(rank, begin, end)]} of who keeps what."""
+    out = subprocess.run([f"{reference}/plan", "--config", "d2", "--vocab", "256", "--ranks", str(ranks), "--layout"],
+                         capture_output=True, text=True, check=True).stdout
+    tensors, holds = [], {}
+    for f in (line.split("\t") for line in out.splitlines()):
+        if f[0] == "tensor":
+            tensors.append((f[1], int(f[2]), int(f[3])))
+        elif f[0] == "hold":
+            holds.setdefault(f[1], []).append((int(f[2]), int(f[3]), int(f[4])))
+    return tensors, holds
+
+
+def where_models_differ(got, want, tolerance, tensors, holds, strategy):
+    """'h0.qkvw rows 384..767 (kept by rank 1)...' for the first tensor whose values differ, or None."""
+    for name, begin, end in tensors:
+        bad = [i for i in range(begin, end) if abs(got[i] - want[i]) > tolerance]
+        if not bad:
+            continue
+        C, base = next(e - b for n, b, e in tensors if n == "lnfw"), name.split(".")[-1]
+        rows = {"qkvw": 3 * C, "qkvb": 3 * C, "fcw": 4 * C, "fcb": 4 * C}.get(base, C)
+        cols = (end - begin) // C if base in ("wte", "wpe") else (end - begin) // rows
+        first, last = (bad[0] - begin) // cols, (bad[-1] - begin) // cols
+        keepers = sorted({r for r, b, e in holds.get(strategy, []) if b <= bad[-1] and e > bad[0]})
+        worst = max(abs(got[i] - want[i]) for i in bad)
+        return (f"{name} rows {first}..{last} differ from train_single's ({len(bad)} values, largest difference "
+                f"{worst:.2e}; rank{'s' if len(keepers) > 1 else ''} {', '.join(map(str, keepers)) or '?'} "
+                f"keep{'' if len(keepers) > 1 else 's'} them under {strategy})")
+    return None
+
+
+def main():
+    o = parse_args(sys.argv[1:])
+    strategy, n = o["strategy"], o["ranks"]
+    extra = shlex.split(o["args"])
+    mine, single_flags = shared_flags(extra, strategy)
+    accum = int(flag_value(extra, "--grad-accum", "1"))
+    precision, reduce_dtype = flag_value(extra, "--precision", "fp32"), flag_value(extra, "--reduce-dtype", None)
+    reduce_dtype = reduce_dtype or precision
+    loss_tol, param_tol = (1e-5, 1e-5) if precision == "fp32" else (1e-4, 1e-3) if reduce_dtype == "fp32" else (5e-3, 2e-2)
+    work = o["work"] or os.path.join(o["build"], "check", f"{strategy}{n}")
+    os.makedirs(work, exist_ok=True)
+    build, mpirun = o["build"], shlex.split(o["mpirun"])
+    data = os.path.join(work, "data")
+    if not os.path.exists(os.path.join(data, "train.bin")):
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "wb") as f:
+            for name in sorted(os.listdir(TEXT)) if os.path.isdir(TEXT) else []:
+                f.write(open(os.path.join(TEXT, name), "rb").read())
+        r = run([f"{build}/prepare", "--text", corpus, "--tokenizer", "byte", "--out", data], f"{work}/prepare.txt")
+        if r.returncode != 0:
+            fail(f"{build}/prepare failed: {r.stderr.strip()[-300:]}")
+    batch = 4 * n * accum
+    # --grad-clip far above any norm: nothing is clipped, but every step logs the gradient's global norm, which
+    # AdamW alone would hide (its update does not change when every gradient is scaled, say summed, not averaged)
+    common = [*MODEL, "--data", data, "--batch", str(batch), "--steps", str(STEPS), "--lr", "1e-4",
+              "--weight-decay", "0.1", "--grad-clip", "1e9", "--quiet"]
+    checks = Checks()
+    print(f"check: {strategy} at N = {n} {' '.join(extra)} against train_single: d2, batch {batch} x 16, "
+          f"{STEPS} steps (logs in {work})", flush=True)
+    ref_log, ref_model = f"{work}/single.jsonl", f"{work}/single.bin"
+    r = run([f"{build}/train_single", *common, *single_flags, "--log", ref_log, "--out-model", ref_model],
+            f"{work}/single.txt")
+    if r.returncode != 0:
+        fail(f"train_single failed (the reference; see {work}/single.txt): {r.stderr.strip()[-300:]}")
+    trainer = [f"{build}/train_{strategy}"] if strategy not in ("zero1", "zero2") else \
+        [f"{build}/train_ddp", "--zero-stage", strategy[-1]]
+    log, model, trace = f"{work}/{strategy}.jsonl", f"{work}/{strategy}.bin", f"{work}/{strategy}.trace"
+    r = run([*mpirun, "-np", str(n), *trainer, *common, *mine, "--log", log, "--out-model", model, "--trace", trace],
+            f"{work}/{strategy}.txt")
+    lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip() and not line.startswith("---")]
+    said = [line for line in lines if line.startswith("shardlab:")] or lines
+    checks.add("runs", r.returncode == 0, "the trainer finished its steps" if r.returncode == 0 else
+               f"the trainer stopped with status {r.returncode}: {said[-1] if said else ''} (all of it in "
+               f"{work}/{strategy}.txt)")
+    if r.returncode != 0:
+        return finish(checks, o)
+    steps, summary = read_log(log)
+    ref_steps, _ = read_log(ref_log)
+    diffs = [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps)]
+    first_bad = next((k for k, d in enumerate(diffs) if d > loss_tol), None)
+    checks.add("losses", len(steps) == len(ref_steps) and first_bad is None,
+               f"every step's loss within {loss_tol:g} of train_single's (worst relative difference "
+               f"{max(diffs, default=0):.1e})" if first_bad is None else
+               f"step {steps[first_bad]['step']}'s loss is {steps[first_bad]['loss']:.6f}, train_single's "
+               f"{ref_steps[first_bad]['loss']:.6f}: " + ("the forward already differs (are the gathered parameters "
+                                                         "whole and in place before each unit runs?)" if first_bad == 0
+                                                         else "step 1 agreed, so the gradients or the update differ"))
+    norms = [(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref_steps)]
+    off = next((k for k, (a, b) in enumerate(norms) if abs(a - b) > loss_tol * abs(b)), None)
+    checks.add("gradient", off is None, f"every step's gradient norm within {loss_tol:g} of train_single's (the "
+               "averaged gradient, from the shards)" if off is None else
+               f"step {steps[off]['step']}'s gradient norm is {norms[off][0]:.6g}, train_single's {norms[off][1]:.6g}"
+               f" ({norms[off][0] / norms[off][1]:.3g} times): " + (
+                   f"{n} times is a sum where an average belongs (COMM_AVG)" if abs(norms[off][0] / norms[off][1] - n)
+                   < 0.01 * n else "a gradient reduced from the wrong ranks, rows or units, or not waited for"))
+    got, want = read_params(model), read_params(ref_model)
+    tensors, holds = layout(o["reference"], n)
+    where = where_models_differ(got, want, param_tol, tensors, holds, strategy) if len(got) == len(want) else \
+        f"the model has {len(got)} values, train_single's {len(want)}"
+    checks.add("model", where is None, f"after {STEPS} steps every parameter within {param_tol:g} of train_single's"
+               if where is None else f"after {STEPS} steps {where}: {HINTS[strategy]}")
+    plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch), "--grad-clip", "1e9", *mine]
+    plan = subprocess.run([f"{o['reference']}/plan", *plan_args, "--tsv"], capture_output=True, text=True)
+    if plan.returncode != 0:
+        fail(f"{o['reference']}/plan: {plan.stderr.strip()}")
+    planned = {}
+    for f in (line.split("\t") for line in plan.stdout.splitlines()):
+        first, _, last = f[1].partition("-")
+        for rank in range(int(first), int(last or first) + 1):
+            planned[(f[0], rank)] = [int(x) for x in f[2:]]
+    wrong = []
+    for rank in summary["ranks"]:
+        want_mem = planned.get((strategy, rank["rank"]), planned.get((strategy, 0)))
+        for k, cat in enumerate(CATEGORIES):
+            if rank["mem"][cat]["peak"] != want_mem[k]:
+                wrong.append(f"rank {rank['rank']} {cat} peaked at {rank['mem'][cat]['peak']:,} bytes, the planner "
+                             f"says {want_mem[k]:,}")
+    checks.add("memory", not wrong, "every rank's peak per category is the planner's" if not wrong else
+               "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "") +
+               ": a buffer allocated where the reference allocates none, or kept longer (build/plan ... --timeline "
+               f"{strategy} shows the reference's step event by event)")
+    traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, "--traffic"], capture_output=True, text=True)
+    expected = {}
+    for f in (line.split("\t") for line in traffic.stdout.splitlines() if not line.startswith("#")):
+        if f[0] == strategy:
+            expected[(int(f[1]), f[2])] = [int(x) for x in f[3:7]]
+    wrong = []
+    for rank in summary["ranks"]:
+        for op, c in rank["comm_last_step"].items():
+            got_op = [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+            want_op = expected.get((rank["rank"], op), [0, 0, 0, 0])
+            if op != "barrier" and got_op != want_op:
+                wrong.append(f"rank {rank['rank']} {op}: {got_op[0]} calls of {got_op[1]:,} elements in all, "
+                             f"{got_op[2]:,} bytes sent; the reference: {want_op[0]} calls, {want_op[1]:,} elements, "
+                             f"{want_op[2]:,} bytes")
+    checks.add("traffic", not wrong, "every rank's collectives in the last step are the reference's (calls, "
+               "elements, bytes)" if not wrong else "; ".join(wrong[:2]) +
+               (f" (and {len(wrong) - 2} more)" if len(wrong) > 2 else "") +
+               ": which collective, how many elements and how often are the strategy's own (docs/communication.md)")
+    prefetch = int(flag_value(extra, "--prefetch", "1"))
+    if strategy in ("zero3", "fsdp") and prefetch > 0 and n > 1:
+        spans = [line.rstrip("\n").split("\t") for line in open(trace + ".tsv") if not line.startswith("#")]
+        compute = {}
+        for rk, st, cat, name, a, b in spans:
+            if cat == "compute":
+                compute.setdefault(rk, []).append((float(a), float(b)))
+        under = sum(1 for rk, st, cat, name, a, b in spans if cat == "collective" and any(
+            min(float(b), d) - max(float(a), c) > 0 for c, d in compute.get(rk, [])))
+        checks.add("overlap", under > 0, f"{under} collectives travelled while a rank computed (--trace)"
+                   if under else "no collective was in flight while a rank computed: with --prefetch the next "
+                   "unit's gather must start before this unit's compute, and be waited for only when it is needed")
+    return finish(checks, o)
+
+
+def finish(checks, o):
+    failed = [c for c in checks.results if not c["ok"]]
+    print(f"check: {len(checks.results) - len(failed)} of {len(checks.results)} checks pass", flush=True)
+    if o["json"]:
+        with open(o["json"], "w") as f:
+            json.dump(checks.results, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
