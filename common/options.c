@@ -104,6 +104,8 @@ static const char *shared_problem(const TrainOptions *o) {
     else if (strcmp(o->accum_mode, "sync-each") != 0 && strcmp(o->accum_mode, "no-sync") != 0)
         problem = "--accum-mode: give sync-each or no-sync";
     else if (o->timeline_step > o->steps) problem = "--timeline-step is past --steps: give a step the run trains";
+    else if (o->timeline_step && !o->log_path && !o->trace_prefix)
+        problem = "--timeline-step goes with --log or --trace, where the step's memory timeline is kept";
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";

@@ -342,7 +342,6 @@ static void setup(Run *run) {
                config.vocab_size, run->model.layout.num_params, o->batch, o->seq, o->grad_accum, run->model.B,
                o->seq, dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->threads, run->cores,
                run->comm.local_size);
-    if (run->log) write_log_start(run);
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
@@ -372,6 +371,7 @@ static void setup(Run *run) {
                    o->resume, m.step, m.step);
         ckpt_manifest_free(&m);
     }
+    if (run->log) write_log_start(run);  // once the run is known to go ahead: a refused resume leaves the log alone
 }
 
 // *norm: the gradient's global norm before clipping (NAN without --grad-clip).

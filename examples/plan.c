@@ -284,12 +284,24 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
     }
 }
 
+// A flag given where it changes nothing is refused: whoever gives it expects
+// the numbers to follow it. `flags` ends with NULL; `why` completes "FLAG: ...".
+static void refuse_flags(const CliSpec *spec, const char *const *flags, const char *why) {
+    for (; *flags; flags++)
+        if (cli_given(spec, *flags)) fatal("%s: %s; give it without %s", *flags, why, *flags);
+}
+
 // --timeline: the events of one rank's last step (the trainers keep the same one
 // in their summary), one line each, then the moment the total peaked.
-static void print_timeline(const PlanShape *shape, const char *name, int rank) {
+static void print_timeline(const PlanShape *shape, const char *name, int rank, const CliSpec *spec) {
     int k = 0;
     while (k < PLAN_NUM_STRATEGIES && strcmp(name, plan_names[k]) != 0) k++;
     if (k == PLAN_NUM_STRATEGIES) fatal("--timeline: '%s' is not a strategy (give ddp, zero1, zero2, zero3 or fsdp)", name);
+    // the flags of the strategies that take them: given for another, they would change nothing
+    static const char *const fsdp_only[] = {"--shard-group", "--reshard-after-forward", NULL};
+    static const char *const sharded_only[] = {"--prefetch", NULL};
+    if (k != PLAN_FSDP) refuse_flags(spec, fsdp_only, "only FSDP takes it");
+    if (k != PLAN_FSDP && k != PLAN_ZERO3) refuse_flags(spec, sharded_only, "only ZeRO-3 and FSDP take it");
     if (rank >= shape->setup.world) fatal("--rank %d: the ranks are 0..%d", rank, shape->setup.world - 1);
     DryResult result = run_rank(shape, (PlanStrategy)k, rank, NULL);
     const MemTimeline *t = &result.timeline;
@@ -330,12 +342,6 @@ static void print_traffic(const PlanShape *shape) {
         }
 }
 
-// A flag given where it changes nothing is refused: whoever gives it expects
-// the numbers to follow it. `flags` ends with NULL; `why` completes "FLAG: ...".
-static void refuse_flags(const CliSpec *spec, const char *const *flags, const char *why) {
-    for (; *flags; flags++)
-        if (cli_given(spec, *flags)) fatal("%s: %s; give it without %s", *flags, why, *flags);
-}
 
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
@@ -422,6 +428,9 @@ int main(int argc, char **argv) {
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
+    if (!show_traffic && !time_mode)
+        refuse_flags(&spec, (const char *const[]){"--grad-clip", NULL},
+                     "it adds the norm's all-reduce, which only --traffic and --time show");
     else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
     DType param_dtype, grad_dtype;
@@ -481,7 +490,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (timeline_name) {
-        print_timeline(&shape, timeline_name, timeline_rank);
+        print_timeline(&shape, timeline_name, timeline_rank, &spec);
         gpt2_layout_free(&layout);
         return 0;
     }

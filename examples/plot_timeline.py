@@ -6,6 +6,7 @@ usage: plot_timeline.py OUT_DIR NAME [--build DIR] --panel STRATEGY:RANK [--pane
   e.g.  python3 examples/plot_timeline.py docs/images memory_step_d12_n64 --panel zero3:0 --panel fsdp:0 -- \\
             --config d12 --ranks 64"""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,12 +22,17 @@ def fail(msg):
 
 def parse_args(argv):
     """(out_dir, name, build, [(strategy, rank)], plan_flags); --help prints the usage and exits 0."""
-    if "--help" in argv or "-h" in argv:
+    mine = argv[:argv.index("--")] if "--" in argv else argv
+    if "--help" in mine or "-h" in mine:
         print(__doc__.split("\n", 2)[2])
         sys.exit(0)
     if "--" not in argv:
         fail("give build/plan's flags after -- (plot_timeline.py --help)")
-    mine, plan_flags = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    plan_flags = argv[argv.index("--") + 1:]
+    for flag in ("--timeline", "--rank", "--tsv", "--time", "--layout", "--traffic"):
+        if flag in plan_flags:
+            fail(f"{flag} after --: the panels say which strategy and rank (--panel); give the model and step "
+                 "flags only")
     build, panels, positional, i = "build", [], [], 0
     while i < len(mine):
         if mine[i] in ("--build", "--panel"):
@@ -47,6 +53,10 @@ def parse_args(argv):
             i += 1
     if len(positional) != 2 or not panels:
         fail("give OUT_DIR, NAME and at least one --panel (plot_timeline.py --help)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", positional[1]):
+        fail(f"NAME {positional[1]!r}: letters, digits, '_', '.' and '-' only (it names the plot's files)")
+    if not os.path.isfile(os.path.join(build, "plan")):
+        fail(f"--build {build}: no plan there (make builds it)")
     return positional[0], positional[1], build, panels, plan_flags
 
 
@@ -57,7 +67,10 @@ def planned(build, plan_flags, strategy, rank):
     if r.returncode != 0:
         fail(f"build/plan: {r.stderr.strip()}")
     lines = r.stdout.splitlines()
-    start = next(line for line in lines if line.startswith("# start:")).split()[2:]
+    start = next((line for line in lines if line.startswith("# start:")), None)
+    if start is None:
+        fail(f"build/plan {' '.join(plan_flags)} printed no timeline (its flags after --: the model and the step)")
+    start = start.split()[2:]
     timeline = {"start": {start[k]: int(start[k + 1]) for k in range(0, len(start), 2)}, "events": []}
     for line in lines:
         if not line.startswith("#"):
@@ -73,15 +86,16 @@ def planned(build, plan_flags, strategy, rank):
 
 def main():
     out_dir, name, build, panels, plan_flags = parse_args(sys.argv[1:])
+    steps = [(strategy, rank, *planned(build, plan_flags, strategy, rank)) for strategy, rank in panels]
     os.makedirs(out_dir, exist_ok=True)
-    data = tempfile.mkdtemp(prefix="plot_timeline_")
-    drawn, top = [], 0
-    for strategy, rank in panels:
-        timeline, peak, where = planned(build, plan_flags, strategy, rank)
-        title = f"{NAMES[strategy]}, rank {rank} (build/plan {' '.join(plan_flags)}): peak {peak['bytes'] / MB:.1f} MB {where}"
-        drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn))
-        top = max(top, peak["bytes"] / MB)
-    memory_step_plot(drawn, top, out_dir, name)
+    with tempfile.TemporaryDirectory(prefix="plot_timeline_") as data:
+        drawn, top = [], 0
+        for strategy, rank, timeline, peak, where in steps:
+            title = (f"{NAMES[strategy]}, rank {rank} (build/plan {' '.join(plan_flags)}): "
+                     f"peak {peak['bytes'] / MB:.1f} MB {where}")
+            drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn))
+            top = max(top, peak["bytes"] / MB)
+        memory_step_plot(drawn, top, out_dir, name)
     assert set(CATEGORIES) == set(timeline["start"]), "plan's categories are the report's"
     print(f"plot_timeline: {out_dir}/{name}.png and .svg")
 

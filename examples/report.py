@@ -75,8 +75,16 @@ def read_trace(path):
     return events
 
 
+def gnuplot_safe(path, what):
+    """`path` as gnuplot will quote it ('...'): a quote or a line break would end the string early."""
+    if any(c in path for c in "'\"\n\r\\"):
+        fail(f"{what} {path!r}: a path with quotes, backslashes or line breaks cannot be handed to gnuplot")
+    return path
+
+
 def gnuplot(script, out_dir, name, width=900, height=520):
     """Runs the script twice: PNG for the report and SVG."""
+    gnuplot_safe(f"{out_dir}/{name}", "output")
     for term, ext in (("pngcairo noenhanced font 'sans,10'", "png"), ("svg noenhanced font 'sans,10'", "svg")):
         full = (f"set terminal {term} size {width},{height}\nset output '{out_dir}/{name}.{ext}'\n"
                 f"set datafile separator '\\t'\n{script}\n")
@@ -339,6 +347,7 @@ def parse_args(argv):
             i += 1
     if len(positional) != 1:
         fail("give one RUN_DIR (report.py --help)")
+    gnuplot_safe(os.path.abspath(positional[0]), "the run directory")
     return positional[0], build, strategies
 
 

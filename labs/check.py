@@ -17,12 +17,17 @@ import array
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
-STRATEGY_ONLY = {"--prefetch": ("zero3", "fsdp"), "--reshard-after-forward": ("fsdp",), "--shard-group": ("fsdp",)}
+# The trainer flags --args may hold: its values, and the strategies that take it (None: all, train_single too).
+FLAGS = {"--prefetch": ("count", ("zero3", "fsdp")), "--reshard-after-forward": (("0", "1"), ("fsdp",)),
+         "--shard-group": ("group", ("fsdp",)), "--grad-accum": ("positive", None),
+         "--accum-mode": (("sync-each", "no-sync"), None), "--precision": (("fp32", "bf16"), None),
+         "--reduce-dtype": (("fp32", "bf16"), None), "--recompute": (None, None)}
 # What a wrong final model most often means, per strategy.
 HINTS = {
     "ddp": "are the buckets all-reduced as an average (COMM_AVG), and every one waited for before the step?",
@@ -73,16 +78,37 @@ def flag_value(flags, name, default):
     return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
 
 
-def shared_flags(flags, strategy):
-    """(the strategy's flags, train_single's): strategy-only flags go to the strategy alone."""
+def split_args(text, strategy, n):
+    """--args checked before anything runs: (the strategy's flags, train_single's), strategy-only flags to the
+    strategy alone. A flag the check does not pass on, a strategy that does not take it, or a bad value stops."""
+    try:
+        flags = shlex.split(text)
+    except ValueError as e:
+        fail(f"--args {text!r}: {e}")
     mine, single, i = [], [], 0
     while i < len(flags):
-        pair = flags[i:i + 2] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else flags[i:i + 1]
-        if flags[i] in STRATEGY_ONLY:
-            if strategy in STRATEGY_ONLY[flags[i]]:
-                mine += pair
-        else:
-            mine += pair
+        flag = flags[i]
+        if flag not in FLAGS:
+            fail(f"--args: {flag} is not a flag the check passes on (it takes {', '.join(FLAGS)}; the model, batch "
+                 "and steps are the check's own)")
+        values, takers = FLAGS[flag]
+        if takers and strategy not in takers:
+            fail(f"--args: {flag}: {strategy} does not take it ({' and '.join(takers)} do)")
+        pair = [flag]
+        if values is not None:
+            value = flags[i + 1] if i + 1 < len(flags) else None
+            good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
+                values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0))
+            if not good:
+                want = "|".join(values) if isinstance(values, tuple) else \
+                    {"count": "a whole number >= 0", "positive": "a whole number >= 1",
+                     "group": f"a number of ranks that divides --ranks {n}"}[values]
+                fail(f"--args: {flag} {value if value is not None else '(no value)'}: give {want}")
+            pair.append(value)
+        if flag in mine:
+            fail(f"--args: {flag} given twice")
+        mine += pair
+        if not takers:
             single += pair
         i += len(pair)
     return mine, single
@@ -149,15 +175,29 @@ def where_models_differ(got, want, tolerance, tensors, holds, strategy):
 def main():
     o = parse_args(sys.argv[1:])
     strategy, n = o["strategy"], o["ranks"]
-    extra = shlex.split(o["args"])
-    mine, single_flags = shared_flags(extra, strategy)
+    mine, single_flags = split_args(o["args"], strategy, n)
+    extra = mine
     accum = int(flag_value(extra, "--grad-accum", "1"))
     precision, reduce_dtype = flag_value(extra, "--precision", "fp32"), flag_value(extra, "--reduce-dtype", None)
     reduce_dtype = reduce_dtype or precision
     loss_tol, param_tol = (1e-5, 1e-5) if precision == "fp32" else (1e-4, 1e-3) if reduce_dtype == "fp32" else (5e-3, 2e-2)
-    work = o["work"] or os.path.join(o["build"], "check", f"{strategy}{n}")
-    os.makedirs(work, exist_ok=True)
     build, mpirun = o["build"], shlex.split(o["mpirun"])
+    trainer_name = "train_ddp" if strategy in ("zero1", "zero2") else f"train_{strategy}"
+    for path, flag in ((f"{build}/train_single", "--build"), (f"{build}/{trainer_name}", "--build"),
+                       (f"{build}/prepare", "--build"), (f"{o['reference']}/plan", "--reference")):
+        if not os.path.isfile(path):
+            fail(f"{flag}: {path} is not there (make builds it)")
+    if not mpirun or not shutil.which(mpirun[0]):
+        fail(f"--mpirun: {o['mpirun']!r} is not a command here")
+    if o["json"]:
+        try:
+            open(o["json"], "w").close()
+        except OSError as e:
+            fail(f"--json {o['json']}: cannot write: {e.strerror}")
+    work = o["work"] or os.path.join(o["build"], "check", f"{strategy}{n}")
+    if os.path.exists(work) and not os.path.isdir(work):
+        fail(f"--work {work}: not a directory")
+    os.makedirs(work, exist_ok=True)
     data = os.path.join(work, "data")
     if not os.path.exists(os.path.join(data, "train.bin")):
         corpus = os.path.join(work, "corpus.txt")
@@ -217,7 +257,7 @@ def main():
         f"the model has {len(got)} values, train_single's {len(want)}"
     checks.add("model", where is None, f"after {STEPS} steps every parameter within {param_tol:g} of train_single's"
                if where is None else f"after {STEPS} steps {where}: {HINTS[strategy]}")
-    plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch), "--grad-clip", "1e9", *mine]
+    plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch), *mine]
     plan = subprocess.run([f"{o['reference']}/plan", *plan_args, "--tsv"], capture_output=True, text=True)
     if plan.returncode != 0:
         fail(f"{o['reference']}/plan: {plan.stderr.strip()}")
@@ -237,7 +277,10 @@ def main():
                "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "") +
                ": a buffer allocated where the reference allocates none, or kept longer (build/plan ... --timeline "
                f"{strategy} shows the reference's step event by event)")
-    traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, "--traffic"], capture_output=True, text=True)
+    traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, "--grad-clip", "1e9", "--traffic"],
+                             capture_output=True, text=True)
+    if traffic.returncode != 0:
+        fail(f"{o['reference']}/plan --traffic: {traffic.stderr.strip()}")
     expected = {}
     for f in (line.split("\t") for line in traffic.stdout.splitlines() if not line.startswith("#")):
         if f[0] == strategy:

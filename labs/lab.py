@@ -161,9 +161,11 @@ def selftest(build, mpirun):
 
 
 def main(argv):
-    if not argv or argv[0] in ("--help", "-h") or "--help" in argv or "-h" in argv:
+    if "--help" in argv or "-h" in argv:
         print(__doc__.split("\n", 1)[1])
         return 0
+    if not argv:
+        fail("give a command: list, start, grade or selftest (lab.py --help)")
     command, rest = argv[0], argv[1:]
     opts = {"build": "build", "mpirun": os.environ.get("MPIRUN") or "mpirun", "file": None}
     positional, i = [], 0
@@ -178,6 +180,21 @@ def main(argv):
         else:
             positional.append(rest[i])
             i += 1
+    given = [flag for flag in ("file", "build", "mpirun") if opts[flag] != {"build": "build", "file": None}.get(
+        flag, os.environ.get("MPIRUN") or "mpirun")]
+    takes = {"list": (), "start": (), "selftest": ("build", "mpirun"), "grade": ("file", "build", "mpirun")}
+    if command in takes:
+        for flag in given:
+            if flag not in takes[command]:
+                fail(f"{command}: --{flag} does nothing here")
+        if command in ("list", "selftest") and positional:
+            fail(f"{command}: takes no lab ('{positional[0]}')")
+        if len(positional) > 1:
+            fail(f"{command}: one lab at a time (given: {' '.join(positional)})")
+    if command in ("grade", "selftest"):
+        for path in (os.path.join(ROOT, opts["build"], "obj"), os.path.join(ROOT, opts["build"], "plan")):
+            if not os.path.exists(path):
+                fail(f"--build {opts['build']}: {os.path.relpath(path, ROOT)} is not there (make builds it)")
     if command == "list":
         for name, lab in LABS.items():
             print(f"{name:10} labs/{lab['page']:14} {lab['title']}")
@@ -193,9 +210,14 @@ def main(argv):
     if command == "start":
         start(lab_name, lab)
         return 0
-    student = opts["file"] or work_file(lab_name, lab)
-    if not os.path.exists(student):
-        fail(f"{os.path.relpath(student, ROOT)}: not there (make lab-start LAB={lab_name} makes it)")
+    if opts["file"] is not None:
+        student = os.path.abspath(opts["file"])
+        if not os.path.isfile(student):
+            fail(f"--file {opts['file']!r}: not a file")
+    else:
+        student = work_file(lab_name, lab)
+        if not os.path.isfile(student):
+            fail(f"{os.path.relpath(student, ROOT)}: not there (make lab-start LAB={lab_name} makes it)")
     got, total, _ = grade(lab_name, lab, student, opts["build"], opts["mpirun"])
     return 0 if got == total else 1
 

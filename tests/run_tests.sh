@@ -186,6 +186,8 @@ fails "trainer: --out-model is a directory" "--out-model $tmp: not a regular fil
 fails "trainer: --trace in a missing directory" "--trace /nonexistent/tr: cannot write /nonexistent/tr.json" \
     "${train[@]}" --trace /nonexistent/tr
 fails "trainer: --timeline-step past --steps" "--timeline-step is past --steps" "${train[@]}" --timeline-step 3
+fails "trainer: --timeline-step with nowhere to keep it" "--timeline-step goes with --log or --trace" "${train[@]}" \
+    --timeline-step 1
 fails "trainer: --ckpt-dir is a file" "--ckpt-dir $tmp/small.txt: not a directory" "${train[@]}" --ckpt-dir "$tmp/small.txt"
 fails "trainer: --ckpt-dir in a missing directory" "--ckpt-dir /nonexistent/ck: cannot create the directory" \
     "${train[@]}" --ckpt-dir /nonexistent/ck
@@ -305,6 +307,10 @@ fails "plan: --rank without --timeline" "--rank: it picks the rank of --timeline
     --rank 1
 fails "plan: --timeline with --tsv" "--tsv: --timeline prints one strategy's step" "$BUILD/plan" --config d2 --ranks 2 \
     --timeline fsdp --tsv
+fails "plan: --timeline with a flag the strategy does not take" "--prefetch: only ZeRO-3 and FSDP take it" \
+    "$BUILD/plan" --config d2 --ranks 2 --timeline ddp --prefetch 2
+fails "plan: --grad-clip where it changes nothing" "--grad-clip: it adds the norm's all-reduce, which only --traffic" \
+    "$BUILD/plan" --config d2 --ranks 2 --grad-clip 1
 fails "plan: --time without a compute rate" "--time needs --tokens-per-s" "$BUILD/plan" --config d2 --ranks 4 --time
 fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS" "$BUILD/plan" --config d2 --ranks 4 --time \
     --tokens-per-s 1000 --within 5us
@@ -434,6 +440,8 @@ help_ok "report.py --help" python3 examples/report.py --help
 fails "report.py: unknown flag" "unknown flag '--bogus'" python3 examples/report.py "$tmp" --bogus
 fails "report.py: --build without a value" "--build needs a value" python3 examples/report.py "$tmp" --build
 help_ok "plot_timeline.py --help" python3 examples/plot_timeline.py --help
+fails "plot_timeline.py: a NAME gnuplot would misread" "NAME .*: letters, digits" python3 examples/plot_timeline.py \
+    "$tmp" "x'; system('touch $tmp/pwned'); print '" --panel fsdp:0 -- --config d2 --ranks 2
 fails "plot_timeline.py: unknown flag" "unknown flag '--bogus'" python3 examples/plot_timeline.py "$tmp" x --bogus \
     --panel fsdp:0 -- --config d2 --ranks 2
 fails "plot_timeline.py: a panel of no strategy" "--panel zero4:0: give STRATEGY:RANK" python3 examples/plot_timeline.py \
@@ -535,6 +543,10 @@ fails "check.py: an unknown strategy" "--strategy: give one of ddp, zero1, zero2
     --strategy zero4 --ranks 2
 fails "check.py: no ranks" "--ranks: give a number of ranks from 1 to 16" python3 labs/check.py --strategy fsdp --ranks 0
 fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.py --strategy fsdp --ranks 2 --bogus 1
+fails "check.py: a trainer flag the strategy does not take" "--args: --prefetch: ddp does not take it" \
+    python3 labs/check.py --strategy ddp --ranks 2 --args "--prefetch 2"
+fails "check.py: a flag the check does not pass on" "--args: --steps is not a flag the check passes on" \
+    python3 labs/check.py --strategy ddp --ranks 2 --args "--steps 5"
 fails "lab.py: an unknown lab" "grade: give one of the labs: ddp, zero12, zero3, fsdp, prefetch" python3 labs/lab.py grade lab9
 fails "lab.py: an unknown command" "unknown command 'begin'" python3 labs/lab.py begin fsdp
 fails "make check without STRATEGY" "give STRATEGY=ddp" make --no-print-directory check BUILD="$BUILD" GPU=0

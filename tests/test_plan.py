@@ -127,9 +127,8 @@ def check_variant(variant, n, strategies, batch=24):
         if r.returncode != 0:
             continue
         summary = json.loads(open(log).read().splitlines()[-1])
-        plan_flags = [f for pair in pairs for f in pair]  # the planner takes every flag; the run only its own
         check_timeline(["--config", "d2", "--vocab", "256", "--ranks", str(n), "--batch", str(batch), "--seq", "16",
-                        *plan_flags], strategy, summary, tag)
+                        *flags], strategy, summary, tag)
         for rank in summary["ranks"]:
             want = predicted.get((strategy, rank["rank"]), predicted.get((strategy, 0)))
             got = [rank["mem"][cat]["peak"] for cat in CATS] + [rank["peak_bytes"], rank["reserved_peak_bytes"]]
