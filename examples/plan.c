@@ -6,15 +6,17 @@
 // no memory stands behind it and nothing is computed or moved, so its numbers,
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode M]
-//              [--prefetch D] [--shard-group M] [--precision P] [--reduce-dtype P] [--tsv | --layout]
+//              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode MODE]
+//              [--prefetch D] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C]
+//              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
 // category (docs/memory.md order), the peak, and the cache's reserved peak.
 // Ranks with the same numbers share one line whose rank field is "first-last"
 // (ZeRO-3's ranks that own no tensor, once N exceeds the number of tensors).
 // --layout prints, instead, which elements of the flat model each rank keeps
-// (see print_layout), for the report's sharding picture.
+// (see print_layout), for the report's sharding picture; --traffic every rank's
+// collectives in one step; --timeline one rank's step of memory, event by event.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
