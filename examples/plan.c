@@ -430,10 +430,10 @@ int main(int argc, char **argv) {
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
+    else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
     if (!show_traffic && !time_mode)
         refuse_flags(&spec, (const char *const[]){"--grad-clip", NULL},
                      "it adds the norm's all-reduce, which only --traffic and --time show");
-    else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");

@@ -68,7 +68,7 @@ CASES = {
     "--eval-batches": ({}, {"--eval-batches": "2"}),
     "--out-model": ({"--out-model": f"{tmp}/out_a.bin"}, {"--out-model": f"{tmp}/out_b.bin"}),
     "--trace": ({"--trace": f"{tmp}/trace_a"}, {"--trace": f"{tmp}/trace_b"}),
-    "--timeline-step": ({}, {"--timeline-step": "1"}),
+    "--timeline-step": ({"--trace": f"{tmp}/trace_tl"}, {"--trace": f"{tmp}/trace_tl", "--timeline-step": "1"}),
     "--reshard-after-forward": ({}, {"--reshard-after-forward": "0"}),
     "--prefetch": ({}, {"--prefetch": "2"}),
     "--shard-group": ({}, {"--shard-group": "1"}),

@@ -73,9 +73,12 @@ check(r.returncode == 0 and "nothing left to train" in r.stdout and not losses(d
 r = train("ddp", 2, "--steps", "6", "--resume", f"{tmp}/ck_single1")
 check(r.returncode != 0 and "the checkpoint is at step 10, past --steps 6" in r.stderr,
       f"resuming step 10 with --steps 6 is an error: {r.stderr.strip()[:200]!r}")
-r = train("fsdp", 2, "--steps", "20", "--resume", f"{tmp}/ck_single1", "--timeline-step", "10")
-check(r.returncode != 0 and "--timeline-step 10: the run resumes after it, at step 11" in r.stderr,
-      f"--timeline-step before the resumed run's first step is an error: {r.stderr.strip()[:200]!r}")
+tl_log = f"{tmp}/timeline_refused.jsonl"
+r = train("fsdp", 2, "--steps", "20", "--resume", f"{tmp}/ck_single1", "--timeline-step", "10", "--log", tl_log)
+check(r.returncode != 0 and "--timeline-step 10: the run resumes after it, at step 11" in r.stderr
+      and not (os.path.exists(tl_log) and os.path.getsize(tl_log)),
+      f"--timeline-step before the resumed run's first step is an error, and the log stays empty: "
+      f"{r.stderr.strip()[:200]!r}")
 
 # ---- reshard: each checkpoint above continues in another strategy at another N ----
 def resume_matches(src, strategy, n, first_step=11):
