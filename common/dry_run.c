@@ -24,6 +24,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     model.grad_dtype = d->grads;
     StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
                            .quiet = 1, .accum_mode = d->accum_mode};
+    strategy_group_units(&ctx, d->units);
     Strategy strategy = d->init(&ctx);
     int *tokens = xcalloc((size_t)d->rows * d->seq, sizeof(int));  // token 0 everywhere: only the shapes matter
     for (int step = 0; step < d->steps; step++) {

@@ -17,6 +17,7 @@
 typedef struct {
     Strategy (*init)(const StrategyContext *ctx);  // ddp_init, zero12_init, zero3_init, fsdp_init
     const void *options;                           // its options (DdpOptions, Zero3Options, FsdpOptions)
+    UnitPolicy units;                              // ZeRO-3's and FSDP's units ({0, 0}: a block each)
     AccumMode accum_mode;
     GPT2Config config;
     int rows, seq;       // one micro-batch of one rank: B/N/K rows of T tokens

@@ -124,6 +124,7 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     if (r != CLI_RUN) return r == CLI_HELP ? OPTIONS_HELP : OPTIONS_ERROR;
     // the strategy's own options first: the most specific message
     const char *problem = plugin->check_options ? plugin->check_options(plugin->options) : NULL;
+    if (!problem && plugin->units) problem = unit_policy_problem(plugin->units);
     if (!problem) problem = shared_problem(o);
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);

@@ -58,8 +58,8 @@ double unit_forward_flops(const GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     double C = c->channels, tokens = (double)model->B * model->T;
     if (unit == 0) return 0;  // a lookup
-    if (unit > c->num_layers) return 2.0 * c->padded_vocab_size * C * tokens;
-    return (2.0 * 12.0 * C * C + 4.0 * model->T * C) * tokens;
+    if (model->layout.unit_num_layers[unit] == 0) return 2.0 * c->padded_vocab_size * C * tokens;  // the head
+    return model->layout.unit_num_layers[unit] * (2.0 * 12.0 * C * C + 4.0 * model->T * C) * tokens;
 }
 
 // Each timing is alpha * steps + beta^-1 * bytes moved per rank: a linear least

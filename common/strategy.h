@@ -61,12 +61,32 @@ typedef enum {
     TENSOR_GATHERED,     // model->params[t] points at the whole tensor
 } TensorState;
 
-// The number of units ZeRO-3 and FSDP prefetch for --prefetch D: at most L
-// (the blocks), so that the head and unit 0, which share wte, are never in
-// flight together (a tensor waits in one unit's gather at a time).
+// The number of units ZeRO-3 and FSDP prefetch for --prefetch D: at most the
+// blocks' units (L, or fewer with --unit-blocks), so that the head and unit 0,
+// which share wte, are never in flight together (a tensor waits in one unit's
+// gather at a time).
 int prefetch_window(const GPT2Layout *layout, int prefetch);
 // prefetch_window for the strategy `name`'s --prefetch, with a note when it is capped.
 int strategy_prefetch(const StrategyContext *ctx, const char *name, int prefetch);
+
+// How ZeRO-3 and FSDP group the model's blocks into units, and so how much one
+// gather covers (gpt2_layout_group_blocks): PyTorch FSDP's auto-wrap. Fewer,
+// larger units mean fewer collectives (less latency), more held at once.
+typedef struct {
+    int blocks;           // --unit-blocks J: J consecutive blocks a unit (0: not given; one block a unit)
+    uint64_t min_params;  // --wrap-min-params PARAMS > 0: blocks join a unit until it holds PARAMS
+} UnitPolicy;
+
+// The two flags that set a UnitPolicy `policy`, as entries of a CliOption table.
+#define UNIT_POLICY_FLAGS(policy)                                                                                      {"--unit-blocks", "J", CLI_INT, &(policy).blocks, 1, 1 << 24,                                                       "group J consecutive blocks into one unit: one gather and one reduce for all of them (default 1)"},               {"--wrap-min-params", "PARAMS", CLI_UINT64, &(policy).min_params, 1, 1e15,                                               "instead of --unit-blocks: consecutive blocks join a unit until it holds at least PARAMS parameters"}
+
+// NULL, or what is wrong with a policy once parsed.
+const char *unit_policy_problem(const UnitPolicy *policy);
+// Groups ctx->model's blocks into units by the policy, with a note of the units
+// it made. The training loop and the dry run call it before the strategy's init,
+// for the strategies that take the flags (StrategyPlugin.units): the strategy
+// files only ever see units, however many blocks each holds.
+void strategy_group_units(const StrategyContext *ctx, UnitPolicy policy);
 
 // printf on rank 0, unless the run is quiet: what a strategy has to say at init.
 void strategy_note(const StrategyContext *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -139,6 +159,9 @@ typedef struct {
     const void *options;
     // NULL, or what is wrong with the options once parsed (NULL: nothing)
     const char *(*check_options)(const void *options);
+    // NULL, or the --unit-blocks / --wrap-min-params policy (set by flags in the table
+    // above) by which the model's blocks are grouped into units before init
+    const UnitPolicy *units;
 } StrategyPlugin;
 
 Strategy ddp_init(const StrategyContext *ctx);

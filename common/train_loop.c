@@ -333,6 +333,7 @@ static void setup(Run *run) {
         .quiet = o->quiet,
         .accum_mode = strcmp(o->accum_mode, "no-sync") == 0 ? ACCUM_NO_SYNC : ACCUM_SYNC_EACH,
     };
+    if (run->plugin->units) strategy_group_units(&ctx, *run->plugin->units);
     run->strategy = run->plugin->init(&ctx);
     if (run->comm.rank == 0 && !o->quiet)
         printf("%s on %s: %d rank(s), L=%d C=%d NH=%d V=%d, %zu parameters, global batch %d x %d "

@@ -7,7 +7,7 @@
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode MODE]
-//              [--prefetch D] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C]
+//              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C]
 //              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
@@ -47,6 +47,7 @@
 typedef struct {
     DrySetup setup;
     int prefetch, reshard, shard_group;  // ZeRO-3's and FSDP's flags (shard_group: M, or N for none)
+    UnitPolicy units;                    // ZeRO-3's and FSDP's --unit-blocks, --wrap-min-params
 } PlanShape;
 
 // The strategies, by the names the trainers log: each one's init and options.
@@ -66,8 +67,8 @@ static DryResult run_rank(const PlanShape *shape, PlanStrategy strategy, int ran
     case PLAN_DDP: setup.init = ddp_init, setup.options = &ddp; break;
     case PLAN_ZERO1:
     case PLAN_ZERO2: setup.init = zero12_init, setup.options = &ddp; break;
-    case PLAN_ZERO3: setup.init = zero3_init, setup.options = &zero3; break;
-    default: setup.init = fsdp_init, setup.options = &fsdp; break;
+    case PLAN_ZERO3: setup.init = zero3_init, setup.options = &zero3, setup.units = shape->units; break;
+    default: setup.init = fsdp_init, setup.options = &fsdp, setup.units = shape->units; break;
     }
     DryResult result;
     dry_run(&setup, &result);
@@ -301,7 +302,7 @@ static void print_timeline(const PlanShape *shape, const char *name, int rank, c
     if (k == PLAN_NUM_STRATEGIES) fatal("--timeline: '%s' is not a strategy (give ddp, zero1, zero2, zero3 or fsdp)", name);
     // the flags of the strategies that take them: given for another, they would change nothing
     static const char *const fsdp_only[] = {"--shard-group", "--reshard-after-forward", NULL};
-    static const char *const sharded_only[] = {"--prefetch", NULL};
+    static const char *const sharded_only[] = {"--prefetch", "--unit-blocks", "--wrap-min-params", NULL};
     if (k != PLAN_FSDP) refuse_flags(spec, fsdp_only, "only FSDP takes it");
     if (k != PLAN_FSDP && k != PLAN_ZERO3) refuse_flags(spec, sharded_only, "only ZeRO-3 and FSDP take it");
     if (rank >= shape->setup.world) fatal("--rank %d: the ranks are 0..%d", rank, shape->setup.world - 1);
@@ -351,6 +352,7 @@ int main(int argc, char **argv) {
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
+    UnitPolicy units = {0, 0};
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
     float tokens_per_s = 0, grad_clip = 0;
     const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
@@ -370,6 +372,7 @@ int main(int argc, char **argv) {
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "D", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
+        UNIT_POLICY_FLAGS(units),
         {"--shard-group", "M", CLI_INT, &shard_group, 0, 1 << 24,
          "FSDP's --shard-group: hybrid sharding in groups of M ranks (default 0: all N)"},
         {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
@@ -407,7 +410,7 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--shard-group M] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -418,10 +421,12 @@ int main(int argc, char **argv) {
                                              "--across", "--calibrate", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
                                              "--grad-clip",
-                                             "--grad-accum", "--accum-mode", "--prefetch", "--time", "--layout",
+                                             "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
+                                             "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
     static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute", "--grad-clip",
-                                               "--grad-accum", "--accum-mode", "--prefetch", "--precision",
+                                               "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
+                                               "--wrap-min-params", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
     if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
@@ -435,6 +440,7 @@ int main(int argc, char **argv) {
         refuse_flags(&spec, (const char *const[]){"--grad-clip", NULL},
                      "it adds the norm's all-reduce, which only --traffic and --time show");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
+    if (unit_policy_problem(&units)) fatal("%s", unit_policy_problem(&units));
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
     grad_dtype = param_dtype;
@@ -470,9 +476,10 @@ int main(int argc, char **argv) {
                                  .micro_batches = micro_batches, .recompute = recompute, .grad_clip = grad_clip,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
-                       .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group};
+                       .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group, .units = units};
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
+    gpt2_layout_group_blocks(&layout, units.blocks > 0 ? units.blocks : 1, units.min_params);  // ZeRO-3's and FSDP's units
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");
@@ -505,10 +512,11 @@ int main(int argc, char **argv) {
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
-               "rows per rank, %s)%s; ZeRO-3 and FSDP prefetch %d unit(s)\n",
+               "rows per rank, %s)%s; ZeRO-3 and FSDP: %d unit(s) of blocks, prefetching %d\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, shape.setup.rows, accum_mode,
-               recompute ? ", activations recomputed in backward" : "", prefetch_window(&layout, prefetch));
+               recompute ? ", activations recomputed in backward" : "", layout.num_units - 2,
+               prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (%s parameters, %s gradients); reserved: what the allocator's cache "

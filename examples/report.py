@@ -255,6 +255,73 @@ plot {lines}, {points}""", plots, "scaling")
     return predicted
 
 
+def plot_units(build, cfg, world, logs, strategies, data, plots):
+    """ZeRO-3's and FSDP's trade as their units grow (--unit-blocks J = 1 .. L blocks per unit; docs/fsdp.md):
+    at this run's N and rows per rank, build/plan's peak per rank (ZeRO-3: its fullest rank) and collective calls
+    per step (rank 0's), and build/plan --time's step time at N = 8, 64 and 1024 (machines of this run's ranks,
+    compute at train_single's median rate, the default links)."""
+    sharded = [s for s in ("zero3", "fsdp") if s in strategies]
+    rows_per_rank = cfg["batch"] // world
+    steps = [x["tokens_per_s"] for x in logs["single"][0]]
+    rate = statistics.median(steps[1:] if len(steps) > 1 else steps)
+
+    def plan(*args):
+        cmd = [f"{build}/plan", *plan_model_args(cfg), "--seq", str(cfg["seq"]), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        return [line.split("\t") for line in r.stdout.splitlines() if not line.startswith("#")]
+
+    rows, times = [], []
+    for k in range(1, cfg["num_layers"] + 1):
+        units = ["--unit-blocks", str(k)]
+        shape = ["--ranks", str(world), "--batch", str(rows_per_rank * world), *units]
+        peak, calls = {}, {}
+        for f in plan(*shape, "--tsv"):
+            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES)]))
+        for f in plan(*shape, "--traffic"):
+            if f[1] == "0":
+                calls[f[0]] = calls.get(f[0], 0) + int(f[3])
+        step = {}
+        time = ["--ranks", "1024", "--batch", str(rows_per_rank * 1024), *units, "--time", "--tokens-per-s", str(rate),
+                "--ranks-per-node", str(world), "--tsv"]
+        if logs["single"][1].get("device", "cpu") == "cpu":
+            time += ["--cores-per-node", "1"]
+        for f in plan(*time):
+            if f[0] == "fsdp":
+                step[int(f[1])] = 1e3 * float(f[6])
+        rows.append([k] + [peak[s] / MB for s in sharded] + [calls[s] for s in sharded])
+        times.append([k] + [step[n] for n in (8, 64, 1024)])
+    write_tsv(f"{data}/units.tsv", ["blocks_per_unit"] + [f"{s}_peak_mb" for s in sharded] +
+              [f"{s}_calls" for s in sharded], rows)
+    write_tsv(f"{data}/units_time.tsv", ["blocks_per_unit", "fsdp_ms_n8", "fsdp_ms_n64", "fsdp_ms_n1024"], times)
+    n = len(sharded)
+    lines = [f"'{data}/units.tsv' using 1:{k + 2} axes x1y1 with linespoints lw 2 pt 7 lc rgb '{COLORS[s]}' "
+             f"title '{s} peak MB (left)'" for k, s in enumerate(sharded)]
+    lines += [f"'{data}/units.tsv' using 1:{n + k + 2} axes x1y2 with linespoints lw 2 dt 2 pt 6 lc rgb '{COLORS[s]}' "
+              f"title '{s} collectives per step (right)'" for k, s in enumerate(sharded)]
+    gnuplot(f"""set title "Blocks per unit (--unit-blocks J): peak per rank against collectives per step, N = {world} (planner)"
+set xlabel "blocks per unit J"
+set ylabel "peak MB per rank"
+set y2label "collective calls per step (rank 0)"
+set xtics 1
+set ytics nomirror
+set y2tics
+set grid
+set key outside bottom center horizontal
+plot {", ".join(lines)}""", plots, "units", 900, 560)
+    steps_lines = ", ".join(f"'{data}/units_time.tsv' using 1:{k + 2} with linespoints lw 2 pt 7 "
+                            f"title 'N = {m}'" for k, m in enumerate((8, 64, 1024)))
+    gnuplot(f"""set title "FSDP's predicted step time vs blocks per unit (build/plan --time; machines of {world} ranks)"
+set xlabel "blocks per unit J"
+set ylabel "step ms"
+set xtics 1
+set logscale y
+set grid
+set key outside bottom center horizontal
+plot {steps_lines}""", plots, "units_time", 900, 480)
+
+
 def plot_sharding(build, cfg, world, data, plots):
     """Which rank keeps which elements of the flat model between steps, per strategy
     (ZeRO-1/2: the range of optimizer state, and for ZeRO-2 gradients, a rank owns;
@@ -547,6 +614,8 @@ set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, data, plots)
+    if {"zero3", "fsdp"} & set(strategies):
+        plot_units(build, cfg, world, logs, strategies, data, plots)
     speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores
     speed = {s: read_log(os.path.join(speed_dir, f"{s}.jsonl")) for s in strategies} if os.path.isdir(speed_dir) else None
     write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed)
@@ -673,6 +742,9 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
              ("sharding", "Who keeps which parameters"),
              ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
+    if {"zero3", "fsdp"} & set(strategies):
+        plots += [("units", "Blocks per unit: the peak against the collectives (planner)"),
+                  ("units_time", "Blocks per unit: FSDP's predicted step time at N = 8, 64, 1024")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
     header = ["run", "ranks", "tokens/s (time-sliced)" if sliced else "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
               "sent MB/step", "comm waited"]

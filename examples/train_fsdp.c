@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv) {
     FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = 1, .shard_group = 0};
+    UnitPolicy units = {0, 0};
     const CliOption flags[] = {
         {"--reshard-after-forward", "0|1", CLI_INT, &fsdp.reshard_after_forward, 0, 1,
          "free a unit's gathered parameters after its forward (1, default) or keep them for backward (0)"},
@@ -14,7 +15,9 @@ int main(int argc, char **argv) {
         {"--shard-group", "M", CLI_INT, &fsdp.shard_group, 0, 1 << 24,
          "hybrid sharding: shard within groups of M consecutive ranks (M divides N) and all-reduce the sharded "
          "gradients across the N/M groups (default 0: M = N, one group)"},
+        UNIT_POLICY_FLAGS(units),
     };
-    StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags, .num_flags = 3, .options = &fsdp};
+    StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags,
+                             .num_flags = sizeof flags / sizeof flags[0], .options = &fsdp, .units = &units};
     return train_main(argc, argv, &plugin);
 }

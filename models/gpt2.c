@@ -72,7 +72,7 @@ size_t gpt2_config_num_params(const GPT2Config *c) {
 
 size_t gpt2_layout_table_bytes(const GPT2Config *c) {
     size_t tensors = 4 + GPT2_BLOCK_KINDS * (size_t)c->num_layers, units = (size_t)c->num_layers + 2;
-    return tensors * sizeof(GPT2Tensor) + units * (sizeof(int) + GPT2_MAX_UNIT_TENSORS * sizeof(int));
+    return tensors * sizeof(GPT2Tensor) + units * (3 * sizeof(int) + sizeof(int *)) + (tensors + 1) * sizeof(int);
 }
 
 // Dim 0 and the remaining size of each kind (llm.c's shapes, per layer).
@@ -107,12 +107,10 @@ void gpt2_layout_init(GPT2Layout *layout, GPT2Config config) {
     char what[64];
     snprintf(what, sizeof what, "the tensor table of L=%d layers", L);
     mem_require_host(gpt2_layout_table_bytes(&config), what);
+    memset(layout, 0, sizeof *layout);
     layout->config = config;
     layout->num_tensors = 4 + GPT2_BLOCK_KINDS * L;
     layout->tensors = xcalloc((size_t)layout->num_tensors, sizeof(GPT2Tensor));
-    layout->num_units = L + 2;
-    layout->unit_num_tensors = xcalloc((size_t)layout->num_units, sizeof(int));
-    layout->unit_tensors = xcalloc((size_t)layout->num_units, sizeof(*layout->unit_tensors));
 
     // Walk llm.c's file order: kind by kind, and for per-layer kinds layer by layer.
     size_t offset = 0;
@@ -129,25 +127,77 @@ void gpt2_layout_init(GPT2Layout *layout, GPT2Config config) {
             t->numel = (size_t)t->rows * t->cols;
             t->offset = offset;
             offset += t->numel;
-            t->home_unit = layer >= 0 ? 1 + layer : (kind == GPT2_LNFW || kind == GPT2_LNFB) ? L + 1 : 0;
         }
     }
     layout->num_params = offset;
+    gpt2_layout_group_blocks(layout, 1, 0);
+}
 
-    // Which tensors each unit reads: everything at home there, plus the tied wte
-    // for the head.
-    for (int t = 0; t < layout->num_tensors; t++) {
-        int u = layout->tensors[t].home_unit;
-        layout->unit_tensors[u][layout->unit_num_tensors[u]++] = t;
+static void free_units(GPT2Layout *layout) {
+    free(layout->unit_first_layer);
+    free(layout->unit_num_layers);
+    free(layout->unit_num_tensors);
+    free(layout->unit_tensors);
+    free(layout->unit_tensor_ids);
+}
+
+// Parameters of block `layer`: its 12 tensors.
+static size_t block_params(const GPT2Layout *layout, int layer) {
+    size_t numel = 0;
+    for (int kind = GPT2_LN1W; kind <= GPT2_FCPROJB; kind++)
+        numel += layout->tensors[gpt2_tensor_id(layout, kind, layer)].numel;
+    return numel;
+}
+
+void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_params) {
+    int L = layout->config.num_layers;
+    CHECK(unit_blocks >= 1, "gpt2_layout_group_blocks: %d blocks a unit", unit_blocks);
+    free_units(layout);
+    // the blocks' units, first as the number of blocks each holds (at most L of them)
+    int *blocks = xcalloc((size_t)L + 2, sizeof(int)), groups = 0;
+    for (int l = 0; l < L; groups++) {
+        size_t params = 0;
+        for (int k = 0; l < L && (min_params > 0 ? params < min_params : k < unit_blocks); k++, l++) {
+            params += block_params(layout, l);
+            blocks[groups]++;
+        }
     }
-    int head = L + 1;
-    layout->unit_tensors[head][layout->unit_num_tensors[head]++] = gpt2_tensor_id(layout, GPT2_WTE, 0);
+    int U = groups + 2;
+    layout->num_units = U;
+    layout->unit_first_layer = xcalloc((size_t)U, sizeof(int));
+    layout->unit_num_layers = xcalloc((size_t)U, sizeof(int));
+    layout->unit_num_tensors = xcalloc((size_t)U, sizeof(int));
+    layout->unit_tensors = xcalloc((size_t)U, sizeof(int *));
+    layout->unit_tensor_ids = xcalloc((size_t)layout->num_tensors + 1, sizeof(int));
+    layout->unit_first_layer[0] = layout->unit_first_layer[U - 1] = -1;
+    for (int u = 1, first = 0; u < U - 1; first += blocks[u - 1], u++) {
+        layout->unit_first_layer[u] = first;
+        layout->unit_num_layers[u] = blocks[u - 1];
+    }
+    free(blocks);
+    // each tensor's home: the unit that reads it (wte's: the embedding, whose
+    // backward comes last)
+    for (int t = 0; t < layout->num_tensors; t++) {
+        GPT2Tensor *tensor = &layout->tensors[t];
+        tensor->home_unit = tensor->kind == GPT2_LNFW || tensor->kind == GPT2_LNFB ? U - 1 : 0;
+        for (int u = 1; tensor->layer >= 0 && u < U - 1; u++)
+            if (tensor->layer >= layout->unit_first_layer[u]) tensor->home_unit = u;
+    }
+    // Which tensors each unit reads: everything at home there, in tensor order,
+    // plus the tied wte for the head.
+    int at = 0;
+    for (int u = 0; u < U; u++) {
+        layout->unit_tensors[u] = layout->unit_tensor_ids + at;
+        for (int t = 0; t < layout->num_tensors; t++)
+            if (layout->tensors[t].home_unit == u) layout->unit_tensors[u][layout->unit_num_tensors[u]++] = t;
+        if (u == U - 1) layout->unit_tensors[u][layout->unit_num_tensors[u]++] = gpt2_tensor_id(layout, GPT2_WTE, 0);
+        at += layout->unit_num_tensors[u];
+    }
 }
 
 void gpt2_layout_free(GPT2Layout *layout) {
     free(layout->tensors);
-    free(layout->unit_num_tensors);
-    free(layout->unit_tensors);
+    free_units(layout);
     memset(layout, 0, sizeof *layout);
 }
 

@@ -6,6 +6,10 @@
 //   unit 1 .. L   block l-1      reads the 12 tensors of that block
 //   unit L+1      head + loss    reads lnfw, lnfb and wte again (tied)
 //
+// gpt2_layout_group_blocks may group J consecutive blocks into one unit (ZeRO-3's
+// and FSDP's --unit-blocks, --wrap-min-params): U = ceil(L/J) + 2 units, the
+// blocks' units 1 .. U-2 reading 12 tensors per block, the head U-1.
+//
 // The model never owns parameters or gradients. It reads them through the
 // pointer tables model->params[t] and model->grads[t] (one entry per tensor),
 // which whoever runs the model fills in before a unit runs. The single-rank
@@ -45,7 +49,6 @@ typedef enum {
 } GPT2TensorKind;
 
 #define GPT2_BLOCK_KINDS 12       // GPT2_LN1W .. GPT2_FCPROJB
-#define GPT2_MAX_UNIT_TENSORS 12  // a block reads the most
 
 // One parameter tensor. Per-layer tensors are separate (layer 3's qkvw is one
 // tensor); in llm.c's flat layout they sit side by side, layer after layer.
@@ -65,9 +68,12 @@ typedef struct {
     size_t num_params;                                 // all elements, padded vocab included
     int num_tensors;                                   // 2 + 12 L + 2
     GPT2Tensor *tensors;                               // (num_tensors)
-    int num_units;                                     // L + 2
+    int num_units;                                     // U: L + 2, or ceil(L/J) + 2 with J blocks a unit
+    int *unit_first_layer;                             // (num_units) a blocks' unit's first block; -1 otherwise
+    int *unit_num_layers;                              // (num_units) its blocks; 0 for the embedding and the head
     int *unit_num_tensors;                             // (num_units)
-    int (*unit_tensors)[GPT2_MAX_UNIT_TENSORS];        // (num_units) tensor ids each unit reads
+    int **unit_tensors;                                // (num_units) tensor ids each unit reads, pointing into
+    int *unit_tensor_ids;                              // (num_tensors + 1): every tensor once, wte twice
 } GPT2Layout;
 
 // Forward activations of one rank's (B, T) batch, plus the backward scratch that
@@ -190,6 +196,12 @@ size_t gpt2_config_num_params(const GPT2Config *config);
 size_t gpt2_layout_table_bytes(const GPT2Config *config);
 
 void gpt2_layout_init(GPT2Layout *layout, GPT2Config config);
+// Groups the blocks into units of consecutive blocks (the embedding and the head
+// stay units of their own): J = unit_blocks blocks each, the last unit the rest;
+// or, with min_params > 0, as many blocks as it takes for a unit to hold at least
+// min_params parameters (PyTorch's size-based auto-wrap; the last unit holds the
+// rest). unit_blocks 1 and min_params 0: a unit per block, as gpt2_layout_init.
+void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_params);
 void gpt2_layout_free(GPT2Layout *layout);
 // Tensor id of kind `kind` in block `layer` (layer ignored for wte, wpe, lnf).
 int gpt2_tensor_id(const GPT2Layout *layout, GPT2TensorKind kind, int layer);

@@ -126,24 +126,28 @@ static void head_backward(GPT2 *model) {
 
 void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
+    int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
     if (unit == 0)
         TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0),
                                                           P(GPT2_WPE, 0), model->B, model->T, c->channels));
-    else if (unit <= c->num_layers)
-        block_forward(model, unit - 1);
+    else if (blocks > 0)
+        for (int l = first; l < first + blocks; l++) block_forward(model, l);
     else
         head_forward(model);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
+    int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     if (unit == 0) {
         TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual,
                                                             model->inputs, model->B, model->T, c->channels));
-    } else if (unit <= c->num_layers) {
-        if (model->recompute) block_forward(model, unit - 1);  // the same arithmetic: bitwise the same values
-        block_backward(model, unit - 1);
+    } else if (blocks > 0) {
+        for (int l = first + blocks - 1; l >= first; l--) {
+            if (model->recompute) block_forward(model, l);  // the same arithmetic: bitwise the same values
+            block_backward(model, l);
+        }
     } else {
         head_backward(model);
     }

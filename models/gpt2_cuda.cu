@@ -109,7 +109,7 @@ static size_t unit_operands(const GPT2 *model, int unit, int backward) {
     size_t rows = (size_t)model->B * model->T, most = 0;
     int C = c->channels;
     if (unit == 0 || model->param_dtype != DTYPE_BF16) return 0;
-    if (unit > c->num_layers) return matmul_operands(rows, C, c->padded_vocab_size, backward);
+    if (model->layout.unit_num_layers[unit] == 0) return matmul_operands(rows, C, c->padded_vocab_size, backward);
     const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv, attproj, fc, fcproj
     for (int i = 0; i < 4; i++)
         for (int pass = 0; pass <= backward; pass++) {
@@ -121,14 +121,15 @@ static size_t unit_operands(const GPT2 *model, int unit, int backward) {
 
 extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
+    int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = unit_operands(model, unit, 0);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     if (unit == 0)
         encoder_forward_cuda(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B, model->T,
                              c->channels);
-    else if (unit <= c->num_layers)
-        block_forward(model, unit - 1, operands);
+    else if (blocks > 0)
+        for (int l = first; l < first + blocks; l++) block_forward(model, l, operands);
     else
         head_forward(model, operands);
     if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
@@ -136,14 +137,17 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
 
 extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
+    int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = unit_operands(model, unit, 1);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     if (unit == 0) {
         encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
                               model->positions_by_token, model->B, model->T, c->channels);
-    } else if (unit <= c->num_layers) {
-        if (model->recompute) block_forward(model, unit - 1, operands);  // the same arithmetic: bitwise the same
-        block_backward(model, unit - 1, operands);
+    } else if (blocks > 0) {
+        for (int l = first + blocks - 1; l >= first; l--) {
+            if (model->recompute) block_forward(model, l, operands);  // the same arithmetic: bitwise the same
+            block_backward(model, l, operands);
+        }
     } else {
         head_backward(model, operands);
     }

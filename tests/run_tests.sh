@@ -583,11 +583,22 @@ cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
 for plot in loss memory_by_category memory_step peak_memory throughput comm_per_step step_time memory_vs_ranks \
-            model_state_vs_ranks sharding scaling timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 timeline_fsdp; do
+            model_state_vs_ranks sharding scaling units units_time timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 \
+            timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "32 plots (PNG and SVG) and the report are written"; else bad "32 plots (PNG and SVG) and the report are written"; fi
+    ok "36 plots (PNG and SVG) and the report are written"; else bad "36 plots (PNG and SVG) and the report are written"; fi
+# the units plot: FSDP's 3U collectives per step for J = 1 .. L (d2: U = 4, 3), its peak growing with the units
+if python3 - "$tmp/runs/tiny" <<'PY'
+import sys
+rows = [line.split("\t") for line in open(f"{sys.argv[1]}/data/units.tsv") if not line.startswith("#")]
+assert [int(r[0]) for r in rows] == [1, 2], rows
+assert [int(r[4]) for r in rows] == [12, 9], rows  # fsdp_calls
+assert float(rows[1][2]) > float(rows[0][2]), rows  # fsdp_peak_mb
+PY
+then ok "report: the units plot's FSDP collectives are 3U per step, its peak grows with J"
+else bad "report: the units plot's FSDP collectives are 3U per step, its peak grows with J"; fi
 # "Memory over one step": each strategy's panel climbs to its fullest rank's peak and ends at its resident bytes,
 # and the report names the peak's moment in words
 if python3 - "$tmp/runs/tiny" <<'PY'

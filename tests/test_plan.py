@@ -8,8 +8,10 @@ without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
 strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
 Every one of these runs' memory timeline (the last step's allocations and frees, per rank)
-equals build/plan --timeline's event for event. The --prefetch 1 peaks of docs/fsdp.md's and
-docs/zero3.md's formula tables equal the planner's (d2, d4 at N = 2..4, every rank). A change planted in fsdp/fsdp.c changes the
+equals build/plan --timeline's event for event, with the blocks grouped into units too (--unit-blocks,
+--wrap-min-params). The --prefetch 1 peaks of docs/fsdp.md's and
+docs/zero3.md's formula tables equal the planner's (d2, d4 at N = 2..4, every rank; d4 also with units of
+3 + 1 blocks and of the size policy's 2 + 2). A change planted in fsdp/fsdp.c changes the
 plan with it, and the plan still equals the
 changed trainer. Then any N the planner accepts, up to 2^20: every rank appears once in
 --tsv, and the ranks beyond the number of tensors own nothing.
@@ -101,7 +103,8 @@ for n in (1, 2, 3, 4):
             check(got == reserved and reserved >= peak,
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
 
-ONLY = {"--prefetch": ("zero3", "fsdp"), "--shard-group": ("fsdp",)}  # the strategies that take these flags
+ONLY = {"--prefetch": ("zero3", "fsdp"), "--unit-blocks": ("zero3", "fsdp"), "--wrap-min-params": ("zero3", "fsdp"),
+        "--shard-group": ("fsdp",)}  # the strategies that take these flags
 
 
 def check_variant(variant, n, strategies, batch=24):
@@ -144,6 +147,9 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
 for variant in VARIANTS:
     for n in (2, 3):
         check_variant(variant, n, ("zero2", "zero3", "fsdp"))
+# ZeRO-3's and FSDP's units of J blocks (d2: both blocks in one unit), and the size policy
+for variant in (["--unit-blocks", "2"], ["--unit-blocks", "2", "--prefetch", "0"], ["--wrap-min-params", "300000"]):
+    check_variant(variant, 3, ("zero3", "fsdp"))
 # FSDP's hybrid sharding: FSDP's memory within a group of M
 for n, M in ((4, 2), (4, 1)):
     check_variant(["--shard-group", str(M)], n, ("fsdp",))
@@ -253,17 +259,32 @@ def tensor_rows(name, numel):
             "fcb": 4 * C}.get(base, C)
 
 
-for config in (["--config", "d2", "--vocab", "256"], ["--config", "d4", "--vocab", "300"]):
+def block_groups(numel, layers, flags):
+    """The blocks of each unit under --unit-blocks J or --wrap-min-params PARAMS (docs/fsdp.md): J consecutive
+    blocks, or as many as it takes to hold PARAMS parameters; the last unit the rest."""
+    per_block = sum(v for t, v in numel.items() if t.startswith("h0."))
+    J = int(flags[1]) if flags[:1] == ["--unit-blocks"] else 1
+    least = int(flags[1]) if flags[:1] == ["--wrap-min-params"] else 0
+    size = -(-least // per_block) if least else J  # blocks a unit takes
+    return [list(range(l, min(l + size, layers))) for l in range(0, layers, size)]
+
+
+# the units as a student would group them: a block each, J blocks (4 = 3 + 1), and the size policy
+for config, unit_flags in ((["--config", "d2", "--vocab", "256"], []), (["--config", "d4", "--vocab", "300"], []),
+                           (["--config", "d4", "--vocab", "300"], ["--unit-blocks", "3"]),
+                           (["--config", "d4", "--vocab", "300"], ["--wrap-min-params", "1500000"])):
     for n in (2, 3, 4):
         numel, owner = layout_of([*config, "--ranks", str(n)])
         layers = 1 + max(int(t[1:].split(".")[0]) for t in numel if t.startswith("h"))
-        units = [["wte", "wpe"]] + [[t for t in numel if t.startswith(f"h{l}.")] for l in range(layers)] + \
-                [["lnfw", "lnfb", "wte"]]
+        units = [["wte", "wpe"]] + [[t for t in numel if t.split(".")[0] in {f"h{l}" for l in group}]
+                                    for group in block_groups(numel, layers, unit_flags)] + [["lnfw", "lnfb", "wte"]]
+        shape = [*config, *unit_flags, "--ranks", str(n), "--batch", str(4 * n), "--seq", "16"]
+        what = " ".join([config[1], *unit_flags, f"N={n}"])
         pad = {t: -(-tensor_rows(t, numel) // n) * n * (numel[t] // tensor_rows(t, numel)) for t in numel}
         pairs = [set(units[u]) | set(units[u + 1]) for u in range(len(units) - 1)]
         unit_pad = [sum(pad[t] for t in unit) for unit in units] + [0]  # [-1] and past the head: nothing
         peaks = {}
-        for strategy, first, last, numbers in plan_rows([*config, "--ranks", str(n), "--batch", str(4 * n), "--seq", "16"]):
+        for strategy, first, last, numbers in plan_rows(shape):
             for r in range(first, last + 1):
                 peaks[(strategy, r)] = numbers
         fsdp = {"params_gathered": 4 * max(sum(pad[t] for t in unit) for unit in units),
@@ -272,13 +293,13 @@ for config in (["--config", "d2", "--vocab", "256"], ["--config", "d4", "--vocab
                                     for u in range(len(units)))}
         for cat, want in fsdp.items():
             got = peaks[("fsdp", 0)][CATS.index(cat)]
-            check(got == want, f"fsdp.md, --prefetch 1, {config[1]} N={n}: {cat} peak {got}, formula {want}")
+            check(got == want, f"fsdp.md, --prefetch 1, {what}: {cat} peak {got}, formula {want}")
         for r in range(n):
             zero3 = {"params_gathered": 4 * max(sum(numel[t] for t in pair if owner[t] != r) for pair in pairs),
                      "grads_gathered": 4 * max(sum(numel[t] for t in pair) for pair in pairs)}
             for cat, want in zero3.items():
                 got = peaks[("zero3", r)][CATS.index(cat)]
-                check(got == want, f"zero3.md, --prefetch 1, {config[1]} N={n} rank {r}: {cat} peak {got}, formula {want}")
+                check(got == want, f"zero3.md, --prefetch 1, {what} rank {r}: {cat} peak {got}, formula {want}")
 
 # docs/answers.md's answer 15 quotes each strategy's peak moment: they are the planner's.
 answer = open(os.path.join(src, "docs", "answers.md")).read().split("**15.**", 1)[-1]
@@ -292,6 +313,55 @@ for name, rank, peak, event, phase, unit in quoted:
     last = out.splitlines()[-1] if out else ""
     want = f"# peak: {peak.replace(',', '')} bytes at event {event} ({phase}, unit {unit}):"
     check(last.startswith(want), f"docs/answers.md answer 15, {name}: '{want}' is the planner's ('{last[:80]}')")
+
+# docs/fsdp.md's table of units (d12 on machines of 8 GPUs) and docs/answers.md's answer 16 (d4, N = 2) are the
+# planner's numbers.
+fsdp_md = open(os.path.join(src, "docs", "fsdp.md")).read()
+table = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| (\d+) \((\d+)%\) \| (\d+) \((\d+)%\) \| (\d+) \((\d+)%\) \|$",
+                   fsdp_md, re.M)
+check(len(table) == 6, f"docs/fsdp.md's units table has six rows ({len(table)} found)")
+for row in table:
+    J = row[0]
+    units = ["--unit-blocks", J]
+    d12 = ["--config", "d12", "--seq", "1024"]
+    traffic = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "8", "--batch", "128", "--traffic", *units],
+                             capture_output=True, text=True, check=True).stdout
+    calls = sum(int(f[3]) for f in (line.split("\t") for line in traffic.splitlines()) if f[0] == "fsdp" and f[1] == "0")
+    peak = [r[3][-2] for r in plan_rows([*d12, "--ranks", "64", "--batch", "1024", *units]) if r[0] == "fsdp"][0]
+    times = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "1024", "--batch", "16384", "--time", "--tokens-per-s",
+                            "146656", "--tsv", *units], capture_output=True, text=True, check=True).stdout
+    rate = {}
+    for f in (line.split("\t") for line in times.splitlines()):
+        if f[0] == "fsdp":
+            rate[int(f[1])] = f"{int(float(f[7]) / int(f[1]))} ({100 * float(f[5]) / float(f[6]):.0f}%)"
+    layers = 12
+    want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
+    got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
+    check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+answer = open(os.path.join(src, "docs", "answers.md")).read().split("**16.**", 1)[-1]
+d4 = ["--config", "d4", "--vocab", "256", "--ranks", "2", "--batch", "8", "--seq", "64"]
+numbers = {}
+for J in ("1", "2", "4"):
+    row = [r[3] for r in plan_rows([*d4, "--unit-blocks", J]) if r[0] == "fsdp"][0]
+    numbers[J] = {c: row[CATS.index(c)] for c in ("params_gathered", "grads_gathered")}
+    numbers[J]["peak"] = row[-2]
+    traffic = subprocess.run([f"{BUILD}/plan", *d4, "--traffic", "--unit-blocks", J], capture_output=True, text=True,
+                             check=True).stdout
+    for f in (line.split("\t") for line in traffic.splitlines()):
+        if f[0] == "fsdp" and f[1] == "0":
+            numbers[J][f[2]] = (int(f[3]), int(f[5]))
+quotes = [f"{numbers['1']['all_gather'][0]} all-gathers and {numbers['1']['reduce_scatter'][0]}",
+          f"{numbers['2']['all_gather'][0]} and {numbers['2']['reduce_scatter'][0]} at J = 2",
+          f"{numbers['4']['all_gather'][0]} and {numbers['4']['reduce_scatter'][0]} at J = 4",
+          f"{numbers['1']['all_gather'][1]:,} sent by all-gathers and {numbers['1']['reduce_scatter'][1]:,} by reduce",
+          f"{numbers['1']['params_gathered']:,}, {numbers['2']['params_gathered']:,} and {numbers['4']['params_gathered']:,}",
+          f"{numbers['1']['grads_gathered']:,} and {numbers['2']['grads_gathered']:,} at J = 1 and 2",
+          f"{numbers['4']['grads_gathered']:,}\nat J = 4", f"{numbers['1']['peak']:,} to {numbers['4']['peak']:,} bytes"]
+same_bytes = all(numbers[J][op][1] == numbers["1"][op][1] for J in ("2", "4") for op in ("all_gather", "reduce_scatter"))
+flat = " ".join(answer.split())
+for quote in quotes:
+    check(" ".join(quote.split()) in flat, f"docs/answers.md answer 16 says '{quote}' (the planner's)")
+check(same_bytes, "answer 16: the bytes do not change with J")
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once and ZeRO-3's ranks that own nothing are run once, so

@@ -79,8 +79,19 @@ def tensors():
 
 T = tensors()
 P = sum(r * c for _, r, c, _ in T)
-UNITS = [[i for i, t in enumerate(T) if t[3] == u] for u in range(L + 2)]
-UNITS[L + 1].append(0)  # the head reads the tied wte
+
+
+def block_units(sizes):
+    """The tensors each unit reads, with the blocks grouped into units of sizes[g] consecutive blocks (ZeRO-3's and
+    FSDP's --unit-blocks, --wrap-min-params; one each by default): the embedding, the groups, the head (which
+    reads the tied wte too)."""
+    group = [g for g, k in enumerate(sizes) for _ in range(k)]  # block l's group
+    return [[i for i, t in enumerate(T) if t[3] == 0]] + \
+        [[i for i, t in enumerate(T) if 1 <= t[3] <= L and group[t[3] - 1] == g] for g in range(len(sizes))] + \
+        [[i for i, t in enumerate(T) if t[3] == L + 1] + [0]]
+
+
+UNITS = block_units([1] * L)  # ZeRO-3's and FSDP's units; check_units regroups them
 numel = [r * c for _, r, c, _ in T]
 
 
@@ -122,7 +133,7 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
     u+1's is waited for (unit 0's at the end of the micro-batch). A gather allocates its buffers at its start
     (ZeRO-3: the full tensor; FSDP: send and receive buffers) and FSDP the full tensors when it is waited for;
     a reduce keeps its full gradients until it is waited for."""
-    U, D = L + 2, min(prefetch, L)
+    U, D = len(UNITS), min(prefetch, len(UNITS) - 2)
     owner = zero3_owners(n) if strategy == "zero3" else None
     size = (lambda i: numel[i]) if strategy == "zero3" else (lambda i: pad(i, n))
     state = ["sharded"] * len(T)
@@ -258,7 +269,7 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
         peaks = {"params_gathered": max(pb * sum(numel[i] for i in U if owner[i] != rank) + widened_params[u]
                                         for u, U in enumerate(UNITS)),
                  "grads_gathered": gb * P + max(widened_grads) if keep_whole
-                 else max(gb * W[u] + widened_grads[u] for u in range(L + 2)),
+                 else max(gb * W[u] + widened_grads[u] for u in range(len(UNITS))),
                  "comm_buffers": 0}
         for U in UNITS:  # forward
             gathers += [("broadcast", numel[i], owner[i], pb) for i in U]
@@ -271,10 +282,10 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
         unit_pad = [sum(pad(i, n) for i in U) for U in UNITS]
         all_pad = sum(pad(i, n) for i in range(len(T)))
         # without resharding, everything is gathered by the head's forward
-        peaks = {"params_gathered": max(pb * unit_pad[u] + widened_params[u] for u in range(L + 2)) if reshard
-                 else pb * all_pad + widened_params[L + 1],
+        peaks = {"params_gathered": max(pb * unit_pad[u] + widened_params[u] for u in range(len(UNITS))) if reshard
+                 else pb * all_pad + widened_params[-1],
                  "grads_gathered": gb * all_pad + max(widened_grads) if keep_whole
-                 else max(gb * unit_pad[u] + widened_grads[u] for u in range(L + 2)),
+                 else max(gb * unit_pad[u] + widened_grads[u] for u in range(len(UNITS))),
                  "comm_buffers": max(pb, gb) * max((n + 1) * p // n for p in unit_pad)}
         gathered = set()
         for u, U in enumerate(UNITS):  # forward
@@ -284,7 +295,7 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
             gathered |= set(missing)
             if reshard:
                 gathered -= set(U)
-        for u in reversed(range(L + 2)):  # backward
+        for u in reversed(range(len(UNITS))):  # backward
             U = UNITS[u]
             missing = [i for i in U if i not in gathered]
             if missing:
@@ -552,6 +563,64 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
           "--shard-group 3 at N = 4 is refused")
 
 
+def check_units(tmp, model, data, common, ref_steps, ref_params):
+    """ZeRO-3 and FSDP with the blocks grouped into units (--unit-blocks J, --wrap-min-params PARAMS; docs/fsdp.md):
+    J = 2 = L here, and the size policy at one block's parameters + 1 (both blocks in one unit) and at 1 (a unit
+    per block), at N = 1..4 with --prefetch 0 and 1: train_single's losses and final model (1e-5), and the memory
+    and traffic formulas of the grouped units (one gather and one reduce per unit). On a model of L = 3 blocks,
+    J = 2 (units of 2 + 1 blocks), J = L and a size policy that makes 2 + 1: train_single's losses and model.
+    Both flags at once are refused, and so is --unit-blocks for a strategy without units to group."""
+    global UNITS
+    block = 12 * C * C + 13 * C
+    policies = [(["--unit-blocks", "2"], [2]), (["--wrap-min-params", str(block + 1)], [2]),
+                (["--wrap-min-params", "1"], [1] * L)]
+    try:
+        for flags, sizes in policies:
+            UNITS = block_units(sizes)
+            for strategy in ("zero3", "fsdp"):
+                for n in (1, 2, 3, 4):
+                    for prefetch in (0, 1):
+                        tag = f"{strategy} N={n} --prefetch {prefetch} {' '.join(flags)}"
+                        result = run_logged(tag, strategy_command(strategy, n, [*flags, "--prefetch", str(prefetch),
+                                                                                *common]),
+                                            os.path.join(tmp, "units.jsonl"), os.path.join(tmp, "units.bin"))
+                        if result is None:
+                            continue
+                        steps, summary, params = result
+                        worst = worst_loss_diff(steps, ref_steps)
+                        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+                        check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
+                              f"{tag}: train_single's losses and model (worst loss diff {worst:.2e}, params {pdiff:.2e})")
+                        check_rank_formulas(tag, summary, strategy, n, True, prefetch=prefetch)
+    finally:
+        UNITS = block_units([1] * L)
+    deep = os.path.join(tmp, "model_l3.bin")
+    check(run([f"{BUILD}/init_model", "--layers", "3", "--heads", str(NH), "--channels", str(C), "--vocab", str(V),
+               "--max-seq", str(MAXT), "--out", deep]) == 0, "init_model --layers 3 runs")
+    deep_common = ["--model", deep, *common[2:]]
+    ref = run_logged("train_single L=3", [f"{BUILD}/train_single", *deep_common], os.path.join(tmp, "single_l3.jsonl"),
+                     os.path.join(tmp, "single_l3.bin"))
+    for flags in (["--unit-blocks", "2"], ["--unit-blocks", "3"], ["--wrap-min-params", str(block + 1)]):
+        for strategy in ("zero3", "fsdp"):
+            tag = f"{strategy} N=3 L=3 {' '.join(flags)}"
+            result = run_logged(tag, strategy_command(strategy, 3, [*flags, *deep_common]),
+                                os.path.join(tmp, "units_l3.jsonl"), os.path.join(tmp, "units_l3.bin"))
+            if result is None or ref is None:
+                continue
+            worst = worst_loss_diff(result[0], ref[0])
+            pdiff = max(abs(a - b) for a, b in zip(result[2], ref[2]))
+            check(worst <= 1e-5 and pdiff <= 1e-5,
+                  f"{tag}: train_single's losses and model (worst loss diff {worst:.2e}, params {pdiff:.2e})")
+    r = subprocess.run([*MPIRUN, "-np", "2", f"{BUILD}/train_fsdp", *common, "--unit-blocks", "2", "--wrap-min-params",
+                        "5"], capture_output=True, text=True, timeout=120)
+    check(r.returncode != 0 and "--unit-blocks and --wrap-min-params both set the units" in r.stdout + r.stderr,
+          "--unit-blocks with --wrap-min-params is refused")
+    r = subprocess.run([*MPIRUN, "-np", "2", f"{BUILD}/train_ddp", *common, "--unit-blocks", "2"], capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode != 0 and "unknown flag '--unit-blocks'" in r.stdout + r.stderr,
+          "train_ddp refuses --unit-blocks (its buckets are the units of one block)")
+
+
 def check_trace_overlap(tmp, model, data):
     """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
     travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
@@ -726,6 +795,7 @@ def main():
     check_trace_memory(tmp, model, data)
     check_precision(tmp, common)
     check_hybrid(tmp, common, ref_steps, ref_params)
+    check_units(tmp, model, data, common, ref_steps, ref_params)
     CHECKS.finish()
 
 
