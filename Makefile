@@ -193,7 +193,7 @@ bench-overlap: all
 # The main job: the four trainers side by side, plots and a report in runs/.
 compare: deps
 	$(MAKE) all
-	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) PRECISION=$(PRECISION) bash examples/compare.sh
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" RANKS=$(RANKS) PRECISION=$(PRECISION) ARGS='$(ARGS)' bash examples/compare.sh
 
 clean:
 	rm -rf build build-asan build-tsan

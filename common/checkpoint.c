@@ -194,10 +194,11 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
             int count = rows.row_count - r < chunk ? rows.row_count - r : chunk;
             CkptPiece q = {.tensor = t, .row_begin = rows.row_begin + r, .row_count = count,
                            .adam_step = *rows.adam_step};
-            const float *blocks[3] = {rows.params + r * cols, rows.m + r * cols, rows.v + r * cols};
+            const float *blocks[CKPT_MAX_PARTS] = {rows.params + r * cols, rows.m + r * cols, rows.v + r * cols,
+                                                   rows.ema ? rows.ema + r * cols : NULL};
             size_t bytes = (size_t)count * cols * sizeof(float);
             float *host = xmalloc(bytes);  // the rows may live on a GPU
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < (rows.ema ? 4 : 3); k++) {
                 device_to_host(host, blocks[k], (size_t)count * cols);
                 write_all(fd, host, bytes, path);
                 q.file[k] = comm->rank;  // renumbered by rank 0
@@ -215,72 +216,69 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
 
 // Full layout: every tensor is assembled on rank 0 (a reduce of zero-filled
 // buffers into which each row's keeper copied it) and written into model.bin in
-// llm.c's format and optimizer.bin.
-static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+// llm.c's format and optimizer.bin; with --ema, the EMA weights into ema.bin, an
+// llm.c model file too.
+static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int parts,
                       PieceList *pieces) {
-    char model_path[4096], optim_path[4096];
-    xsnprintf(model_path, sizeof model_path, "%s/model.bin", tmp);
-    xsnprintf(optim_path, sizeof optim_path, "%s/optimizer.bin", tmp);
-    int model_fd = -1, optim_fd = -1, root = comm->rank == 0;
+    static const char *const names[3] = {"model.bin", "optimizer.bin", "ema.bin"};
+    static const int file_of_part[CKPT_MAX_PARTS] = {0, 1, 1, 2};  // params, m, v, ema
+    char path[3][4096];
+    int fd[3] = {-1, -1, -1}, files = parts == 4 ? 3 : 2, root = comm->rank == 0;
     uint64_t header_bytes = LLMC_HEADER_INTS * sizeof(int32_t), P = layout->num_params;
-    if (root) {
-        int32_t header[LLMC_HEADER_INTS] = {GPT2_CHECKPOINT_MAGIC, GPT2_CHECKPOINT_VERSION_FP32,
-                                            layout->config.max_seq_len, layout->config.vocab_size,
-                                            layout->config.num_layers, layout->config.num_heads,
-                                            layout->config.channels, layout->config.padded_vocab_size};
+    for (int f = 0; f < files && root; f++) {
+        int32_t model_header[LLMC_HEADER_INTS] = {GPT2_CHECKPOINT_MAGIC, GPT2_CHECKPOINT_VERSION_FP32,
+                                                  layout->config.max_seq_len, layout->config.vocab_size,
+                                                  layout->config.num_layers, layout->config.num_heads,
+                                                  layout->config.channels, layout->config.padded_vocab_size};
         int32_t optim_header[LLMC_HEADER_INTS] = {OPTIMIZER_MAGIC, 1, (int32_t)P};
-        model_fd = open_for_writing(model_path);
-        optim_fd = open_for_writing(optim_path);
-        write_all(model_fd, header, sizeof header, model_path);
-        write_all(optim_fd, optim_header, sizeof optim_header, optim_path);
+        xsnprintf(path[f], sizeof path[f], "%s/%s", tmp, names[f]);
+        fd[f] = open_for_writing(path[f]);
+        write_all(fd[f], f == 1 ? optim_header : model_header, sizeof model_header, path[f]);
     }
     MemAccount scratch = {0};  // checkpoint buffers are not training memory
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
-        // params, m, v side by side, in device memory (collectives run on device buffers)
-        float *assembled = device_alloc(&scratch, MEM_COMM_BUFFERS, 3 * tensor->numel);
+        // params, m, v (, ema) side by side, in device memory (collectives run on device buffers)
+        float *assembled = device_alloc(&scratch, MEM_COMM_BUFFERS, parts * tensor->numel);
         LocalRows rows;
         double step = 0;
         int kept = strategy->local_rows(strategy->state, t, &rows);
         if (kept && rows.writes) {
             size_t at = (size_t)rows.row_begin * tensor->cols, n = (size_t)rows.row_count * tensor->cols;
-            device_copy(assembled + at, rows.params, n);
-            device_copy(assembled + tensor->numel + at, rows.m, n);
-            device_copy(assembled + 2 * tensor->numel + at, rows.v, n);
+            const float *part[CKPT_MAX_PARTS] = {rows.params, rows.m, rows.v, rows.ema};
+            for (int k = 0; k < parts; k++) device_copy(assembled + k * tensor->numel + at, part[k], n);
             step = *rows.adam_step;
         }
         if (kept) local_rows_done(&rows);
-        comm_reduce(comm, assembled, root ? assembled : NULL, 3 * tensor->numel, DTYPE_FP32, 0, COMM_SUM);
+        comm_reduce(comm, assembled, root ? assembled : NULL, parts * tensor->numel, DTYPE_FP32, 0, COMM_SUM);
         step = comm_metric_max(comm, step);
-        float *full = root ? xmalloc(3 * tensor->numel * sizeof(float)) : NULL;
-        if (root) device_to_host(full, assembled, 3 * tensor->numel);
-        device_free(&scratch, MEM_COMM_BUFFERS, assembled, 3 * tensor->numel);
+        float *full = root ? xmalloc(parts * tensor->numel * sizeof(float)) : NULL;
+        if (root) device_to_host(full, assembled, parts * tensor->numel);
+        device_free(&scratch, MEM_COMM_BUFFERS, assembled, parts * tensor->numel);
         if (root) {
-            uint64_t offsets[3] = {header_bytes + tensor->offset * sizeof(float),
-                                   header_bytes + tensor->offset * sizeof(float),
-                                   header_bytes + (P + tensor->offset) * sizeof(float)};
+            uint64_t offsets[CKPT_MAX_PARTS] = {header_bytes + tensor->offset * sizeof(float),
+                                                header_bytes + tensor->offset * sizeof(float),
+                                                header_bytes + (P + tensor->offset) * sizeof(float),
+                                                header_bytes + tensor->offset * sizeof(float)};
             int chunk = rows_per_piece(tensor);
             for (int r = 0; r < tensor->rows; r += chunk) {
                 int count = tensor->rows - r < chunk ? tensor->rows - r : chunk;
                 size_t first = (size_t)r * tensor->cols, bytes = (size_t)count * tensor->cols * sizeof(float);
-                CkptPiece q = {.tensor = t, .row_begin = r, .row_count = count, .adam_step = (int)step,
-                               .file = {0, 1, 1}};
-                for (int k = 0; k < 3; k++) {
+                CkptPiece q = {.tensor = t, .row_begin = r, .row_count = count, .adam_step = (int)step};
+                for (int k = 0; k < parts; k++) {
+                    q.file[k] = file_of_part[k];
                     q.offset[k] = offsets[k] + first * sizeof(float);
                     q.crc[k] = crc32_update(0, full + k * tensor->numel + first, bytes);
                 }
                 push_piece(pieces, q);
             }
-            pwrite_all(model_fd, full, tensor->numel * sizeof(float), offsets[0], model_path);
-            pwrite_all(optim_fd, full + tensor->numel, tensor->numel * sizeof(float), offsets[1], optim_path);
-            pwrite_all(optim_fd, full + 2 * tensor->numel, tensor->numel * sizeof(float), offsets[2], optim_path);
+            for (int k = 0; k < parts; k++)
+                pwrite_all(fd[file_of_part[k]], full + k * tensor->numel, tensor->numel * sizeof(float), offsets[k],
+                           path[file_of_part[k]]);
         }
         free(full);
     }
-    if (root) {
-        sync_and_close(model_fd, model_path);
-        sync_and_close(optim_fd, optim_path);
-    }
+    for (int f = 0; f < files && root; f++) sync_and_close(fd[f], path[f]);
 }
 
 static uint64_t file_size(const char *path) {
@@ -302,14 +300,15 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
     comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone writes
     if (opts->pause_mid_save_s > 0) usleep((useconds_t)(opts->pause_mid_save_s * 1e6));
     PieceList mine = {0};
-    if (opts->full) save_full(tmp, strategy, layout, comm, &mine);
+    int parts = opts->ema ? 4 : 3;
+    if (opts->full) save_full(tmp, strategy, layout, comm, parts, &mine);
     else save_sharded(tmp, strategy, layout, comm, &mine);
     size_t *counts = NULL;
     CkptPiece *all = comm_metric_gather(comm, mine.items, (size_t)mine.count * sizeof(CkptPiece), &counts);
     free(mine.items);
     if (comm->rank == 0) {
         CkptManifest m = {.world_size = comm->world, .step = step, .data_position = data_position, .seed = seed,
-                          .config = layout->config};
+                          .config = layout->config, .has_ema = parts == 4};
         snprintf(m.strategy, sizeof m.strategy, "%s", strategy->name);
         size_t total = 0;
         for (int r = 0; r < comm->world; r++) total += counts[r] / sizeof(CkptPiece);
@@ -320,7 +319,8 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
         if (opts->full) {
             snprintf(m.files[0], CKPT_MAX_PATH, "model.bin");
             snprintf(m.files[1], CKPT_MAX_PATH, "optimizer.bin");
-            m.num_files = 2;
+            snprintf(m.files[2], CKPT_MAX_PATH, "ema.bin");
+            m.num_files = parts == 4 ? 3 : 2;
         } else {
             // one file per rank that wrote anything; renumber the pieces' file indices
             int *index_of_rank = xcalloc((size_t)comm->world, sizeof(int));
@@ -330,7 +330,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
                 if (wrote) snprintf(m.files[m.num_files++], CKPT_MAX_PATH, "rank_%05d.bin", r);
             }
             for (int i = 0; i < m.num_pieces; i++)
-                for (int k = 0; k < 3; k++) m.pieces[i].file[k] = index_of_rank[m.pieces[i].file[k]];
+                for (int k = 0; k < parts; k++) m.pieces[i].file[k] = index_of_rank[m.pieces[i].file[k]];
             free(index_of_rank);
         }
         char path[4096];
@@ -407,7 +407,7 @@ static void check_no_gap(const char *manifest_path, const GPT2Tensor *tensor, in
 // pieces cover every row of every tensor exactly once (counting rows alone, a
 // repeated row could hide a missing one).
 static void check_pieces(const char *manifest_path, const CkptManifest *m, const GPT2Layout *layout) {
-    static const char *const parts[3] = {"parameters", "AdamW m", "AdamW v"};
+    static const char *const parts[CKPT_MAX_PARTS] = {"parameters", "AdamW m", "AdamW v", "EMA"};
     for (int i = 0; i < m->num_pieces; i++) {
         const CkptPiece *q = &m->pieces[i];
         if (q->tensor >= layout->num_tensors)
@@ -418,7 +418,7 @@ static void check_pieces(const char *manifest_path, const CkptManifest *m, const
             fatal("%s: piece %d: rows %d..%lld of %s, which has rows 0..%d", manifest_path, i, q->row_begin,
                   (long long)q->row_begin + q->row_count - 1, tensor->name, tensor->rows - 1);
         uint64_t bytes = (uint64_t)q->row_count * (uint64_t)tensor->cols * sizeof(float);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < ckpt_parts(m); k++) {
             uint64_t size = m->file_sizes[q->file[k]];
             if (q->offset[k] > size || bytes > size - q->offset[k])
                 fatal("%s: piece %d: the %s of rows %d..%d of %s, %" PRIu64 " bytes at offset %" PRIu64
@@ -470,11 +470,12 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
                        LocalRows *rows, FILE **open_files) {
     size_t cols = (size_t)tensor->cols, n = (size_t)q->row_count * cols;
     float *buf = xmalloc(n * sizeof(float));
-    float *dest[3] = {rows->params, rows->m, rows->v};
+    float *dest[CKPT_MAX_PARTS] = {rows->params, rows->m, rows->v, rows->ema};
+    static const char *const names[CKPT_MAX_PARTS] = {"parameters", "AdamW m", "AdamW v", "EMA"};
     int first = q->row_begin > rows->row_begin ? q->row_begin : rows->row_begin;
     int last = q->row_begin + q->row_count < rows->row_begin + rows->row_count ? q->row_begin + q->row_count
                                                                                : rows->row_begin + rows->row_count;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < ckpt_parts(m) && dest[k]; k++) {  // a run without --ema leaves the EMA unread
         char path[4096];
         xsnprintf(path, sizeof path, "%s/%s", dir, m->files[q->file[k]]);
         FILE *f = open_files[q->file[k]];
@@ -484,14 +485,14 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
                   tensor->name);
         if (crc32_update(0, buf, n * sizeof(float)) != q->crc[k])
             fatal("%s: checksum mismatch in rows %d..%d of %s (%s): the file is corrupted", path, q->row_begin,
-                  q->row_begin + q->row_count - 1, tensor->name, k == 0 ? "parameters" : k == 1 ? "AdamW m" : "AdamW v");
+                  q->row_begin + q->row_count - 1, tensor->name, names[k]);
         device_from_host(dest[k] + (size_t)(first - rows->row_begin) * cols, buf + (size_t)(first - q->row_begin) * cols,
                          (size_t)(last - first) * cols);
     }
     free(buf);
 }
 
-void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int ema,
                      CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
     checkpoint_resolve(path, dir, sizeof dir);
@@ -509,6 +510,9 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
               layout->config.channels, layout->config.vocab_size, layout->config.max_seq_len, resume_with);
     }
     check_pieces(manifest_path, m, layout);
+    if (ema && !m->has_ema)
+        fatal("%s: the checkpoint has no EMA weights (it was saved without --ema): resume it without --ema",
+              manifest_path);
     for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
         char file_path[4200];
         xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);

@@ -2,11 +2,12 @@
 //
 // A checkpoint is a directory DIR/step_00000010/ with a text manifest and data
 // files. The data is a list of PIECES: a range of rows of one tensor, with its
-// parameters, AdamW m and v (three byte ranges, each with its own CRC-32) and
-// the tensor's AdamW step count. Sharded layout: each rank writes the rows it
-// keeps into rank_NNNNN.bin (DDP: rank 0 alone, replicas are equal). Full layout
-// (--save-full): rank 0 writes model.bin (llm.c's checkpoint format) and
-// optimizer.bin (m and v in the same order). Loading asks, tensor by tensor, for
+// parameters, AdamW m and v (three byte ranges, each with its own CRC-32; with
+// --ema a fourth, the EMA of the parameters) and the tensor's AdamW step count.
+// Sharded layout: each rank writes the rows it keeps into rank_NNNNN.bin (DDP:
+// rank 0 alone, replicas are equal). Full layout (--save-full): rank 0 writes
+// model.bin (llm.c's checkpoint format), optimizer.bin (m and v in the same
+// order) and with --ema ema.bin (the EMA weights, an llm.c model file too). Loading asks, tensor by tensor, for
 // the rows this rank keeps in ITS layout and reads only the overlapping byte
 // ranges, so any layout loads into any strategy at any rank count.
 //
@@ -27,6 +28,7 @@ typedef struct {
     const char *dir;        // --ckpt-dir
     int full;               // --save-full
     int keep;               // complete checkpoints to keep, the most recently written (0: all)
+    int ema;                // the run keeps --ema weights: every piece carries them too
     double pause_mid_save_s;  // tests only: a window to kill a rank while a save is in progress
 } CkptSaveOptions;
 
@@ -37,8 +39,9 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 // gets the checkpoint directory itself (exits if there is none).
 void checkpoint_resolve(const char *path, char *dir, size_t size);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
-// strategy's rows and step counts; returns the manifest (caller frees).
-void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm,
+// strategy's rows and step counts, and with `ema` (the run's --ema) their EMA:
+// a checkpoint without one is then refused. Returns the manifest (caller frees).
+void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int ema,
                      CkptManifest *manifest);
 
 #endif

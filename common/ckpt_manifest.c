@@ -92,6 +92,7 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
         else if (strcmp(word, "step") == 0) ok = next_int(&p, &m->step, 1 << 30) == 0;
         else if (strcmp(word, "data_position") == 0) ok = next_u64(&p, &m->data_position) == 0;
         else if (strcmp(word, "seed") == 0) ok = next_u64(&p, &m->seed) == 0;
+        else if (strcmp(word, "ema") == 0) ok = !m->pieces && next_int(&p, &m->has_ema, 1) == 0;  // before the pieces
         else if (strcmp(word, "config") == 0)
             ok = next_int(&p, &c->max_seq_len, 1 << 24) == 0 && next_int(&p, &c->vocab_size, 1 << 24) == 0 &&
                  next_int(&p, &c->num_layers, 1 << 16) == 0 && next_int(&p, &c->num_heads, 1 << 16) == 0 &&
@@ -117,7 +118,7 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
             CkptPiece *q = ok ? &m->pieces[pieces_seen] : NULL;
             ok = ok && next_int(&p, &q->tensor, 1 << 24) == 0 && next_int(&p, &q->row_begin, 1 << 30) == 0 &&
                  next_int(&p, &q->row_count, 1 << 30) == 0;
-            for (int k = 0; ok && k < 3; k++) {
+            for (int k = 0; ok && k < ckpt_parts(m); k++) {
                 uint64_t crc_value;
                 ok = next_int(&p, &q->file[k], 1 << 20) == 0 && q->file[k] < m->num_files &&
                      next_u64(&p, &q->offset[k]) == 0 && next_u64(&p, &crc_value) == 0 && crc_value <= UINT32_MAX;
@@ -156,22 +157,24 @@ void ckpt_manifest_free(CkptManifest *m) {
 }
 
 char *ckpt_manifest_text(const CkptManifest *m, size_t *len) {
-    size_t cap = 4096 + 64 * (size_t)m->num_files + 160 * (size_t)m->num_pieces, n = 0;
+    size_t cap = 4096 + 64 * (size_t)m->num_files + 200 * (size_t)m->num_pieces, n = 0;
     char *text = malloc(cap);
     if (!text) return NULL;
     const GPT2Config *c = &m->config;
     n += (size_t)snprintf(text + n, cap - n,
                           MANIFEST_MAGIC "\nstrategy %s\nworld_size %d\nstep %d\ndata_position %" PRIu64
-                                         "\nseed %" PRIu64 "\nconfig %d %d %d %d %d %d\nfiles %d\n",
+                                         "\nseed %" PRIu64 "\nconfig %d %d %d %d %d %d\n",
                           m->strategy, m->world_size, m->step, m->data_position, m->seed, c->max_seq_len,
-                          c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size, m->num_files);
+                          c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+    if (m->has_ema) n += (size_t)snprintf(text + n, cap - n, "ema 1\n");  // before the pieces, which it shapes
+    n += (size_t)snprintf(text + n, cap - n, "files %d\n", m->num_files);
     for (int f = 0; f < m->num_files; f++)
         n += (size_t)snprintf(text + n, cap - n, "file %d %s %" PRIu64 "\n", f, m->files[f], m->file_sizes[f]);
     n += (size_t)snprintf(text + n, cap - n, "pieces %d\n", m->num_pieces);
     for (int i = 0; i < m->num_pieces; i++) {
         const CkptPiece *q = &m->pieces[i];
         n += (size_t)snprintf(text + n, cap - n, "piece %d %d %d", q->tensor, q->row_begin, q->row_count);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < ckpt_parts(m); k++)
             n += (size_t)snprintf(text + n, cap - n, " %d %" PRIu64 " %u", q->file[k], q->offset[k], q->crc[k]);
         n += (size_t)snprintf(text + n, cap - n, " %d\n", q->adam_step);
     }

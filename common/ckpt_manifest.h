@@ -4,9 +4,11 @@
 //   shardlab-checkpoint 1
 //   strategy fsdp              world_size 4            step 10
 //   data_position 1920         seed 1337               config maxT V L NH C Vp
+//   ema 1                      (only when the run kept --ema weights)
 //   files 2                    file 0 rank_00000.bin <bytes>   ...
 //   pieces 56                  piece <tensor> <first row> <rows>
-//                                    (<file> <offset> <crc32>) x3 for params, m, v  <adam step>
+//                                    (<file> <offset> <crc32>) x3 for params, m, v (x4: and the EMA)
+//                                    <adam step>
 //   end <crc32 of everything above>
 //
 // (one field per line). The parser never exits, so it can be fuzzed.
@@ -19,13 +21,14 @@
 #include "../models/gpt2.h"
 
 #define CKPT_MAX_PATH 64
+#define CKPT_MAX_PARTS 4  // of a piece's rows: params, AdamW m, AdamW v, and with --ema their EMA
 
 typedef struct {
     int tensor;
     int row_begin, row_count;
-    int file[3];           // index into files[] of params, m, v
-    uint64_t offset[3];    // byte offsets of params, m, v
-    uint32_t crc[3];
+    int file[CKPT_MAX_PARTS];         // index into files[] of params, m, v (, ema)
+    uint64_t offset[CKPT_MAX_PARTS];  // byte offsets of each
+    uint32_t crc[CKPT_MAX_PARTS];
     int adam_step;
 } CkptPiece;
 
@@ -36,12 +39,16 @@ typedef struct {
     uint64_t data_position;   // the training loader's position in tokens
     uint64_t seed;
     GPT2Config config;
+    int has_ema;              // 1: every piece has a fourth part, the EMA of its parameters
     int num_files;
     char (*files)[CKPT_MAX_PATH];  // (num_files) names inside the checkpoint directory
     uint64_t *file_sizes;     // (num_files)
     int num_pieces;
     CkptPiece *pieces;        // (num_pieces)
 } CkptManifest;
+
+// The parts of each piece: 3, or 4 with the EMA.
+static inline int ckpt_parts(const CkptManifest *m) { return m->has_ema ? 4 : 3; }
 
 // Parses a manifest's text; on failure returns -1 with a message in err.
 int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err, size_t err_len);

@@ -43,6 +43,9 @@ double device_sum_squares(const float *x, size_t count);
 void device_scale(float *x, size_t count, float factor);  // x *= factor
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
+// ema_update (optim.h) on device buffers, with the same rounding on every device.
+void device_ema_update(float *ema, const float *params, size_t count, float decay);
+void device_swap(float *a, float *b, size_t count);  // a <-> b, element by element
 
 // Parameters and gradients are buffers of a DType (dtype.h): fp32, or bf16 in a
 // --precision bf16 run. These are the calls above for either.

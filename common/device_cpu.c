@@ -48,6 +48,17 @@ void device_scale(float *x, size_t count, float factor) {
 void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
 void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+void device_ema_update(float *ema, const float *params, size_t count, float decay) {
+    ema_update(ema, params, count, decay);
+}
+
+void device_swap(float *a, float *b, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        float x = a[i];
+        a[i] = b[i];
+        b[i] = x;
+    }
+}
 void *device_host_alloc(size_t bytes) { return xcalloc(bytes, 1); }
 void device_host_free(void *ptr) { free(ptr); }
 

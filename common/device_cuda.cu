@@ -186,6 +186,34 @@ extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
     CUDA_CHECK_LAUNCH();
 }
 
+// Each product and the sum rounded on its own, as the CPU's C (no fused
+// multiply-add): the GPU's average is bit for bit the CPU's.
+__global__ static void ema_kernel(float *ema, const float *params, size_t n, float decay) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(__fsub_rn(1.0f, decay), params[i]));
+}
+
+extern "C" void device_ema_update(float *ema, const float *params, size_t count, float decay) {
+    if (count == 0) return;
+    ema_kernel<<<device_blocks(count, 256), 256>>>(ema, params, count, decay);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void swap_kernel(float *a, float *b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = a[i];
+        a[i] = b[i];
+        b[i] = x;
+    }
+}
+
+extern "C" void device_swap(float *a, float *b, size_t count) {
+    if (count == 0) return;
+    swap_kernel<<<device_blocks(count, 256), 256>>>(a, b, count);
+    CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void device_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 // The pool's reserved memory: what it holds from the driver, buffers in use and

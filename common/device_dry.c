@@ -49,6 +49,10 @@ void device_from_host(float *dst, const float *host, size_t count) { (void)dst, 
 double device_sum_squares(const float *x, size_t count) { return (void)x, (void)count, 0.0; }
 void device_scale(float *x, size_t count, float factor) { (void)x, (void)count, (void)factor; }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { (void)span, (void)config; }
+void device_ema_update(float *ema, const float *params, size_t count, float decay) {
+    (void)ema, (void)params, (void)count, (void)decay;
+}
+void device_swap(float *a, float *b, size_t count) { (void)a, (void)b, (void)count; }
 void device_copy_as(void *dst, const void *src, size_t count, DType dtype) { (void)dst, (void)src, (void)count, (void)dtype; }
 void device_zero_as(void *ptr, size_t count, DType dtype) { (void)ptr, (void)count, (void)dtype; }
 void device_add_as(void *dst, const void *src, size_t count, DType dtype) { (void)dst, (void)src, (void)count, (void)dtype; }

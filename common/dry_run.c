@@ -22,6 +22,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     model.grad_accum = d->micro_batches;
     model.param_dtype = d->params;
     model.grad_dtype = d->grads;
+    model.ema_decay = d->ema;
     StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
                            .quiet = 1, .accum_mode = d->accum_mode};
     strategy_group_units(&ctx, d->units);

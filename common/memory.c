@@ -11,7 +11,7 @@
 #include "util/errors.h"
 
 const char *const mem_category_names[MEM_NUM_CATEGORIES] = {
-    "params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers",
+    "params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema",
 };
 
 const char *const mem_phase_names[MEM_NUM_PHASES] = {

@@ -22,6 +22,7 @@ typedef enum {
     MEM_OPTIM,            // AdamW first and second moments
     MEM_ACTIVATIONS,      // forward activations and backward scratch
     MEM_COMM_BUFFERS,     // staging buffers used only by collectives
+    MEM_EMA,              // --ema: the moving average of the parameters this rank keeps (fp32)
     MEM_NUM_CATEGORIES
 } MemCategory;
 

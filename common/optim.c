@@ -33,6 +33,10 @@ AdamWSpan adamw_span(float *params, void *grads, DType grad_dtype, float *m, flo
     return span;
 }
 
+void ema_update(float *ema, const float *params, size_t count, float decay) {
+    for (size_t i = 0; i < count; i++) ema[i] = decay * ema[i] + (1.0f - decay) * params[i];
+}
+
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     span->step++;
     if (span->grads_bf16) {

@@ -49,6 +49,11 @@ AdamWSpan adamw_span(float *params, void *grads, DType grad_dtype, float *m, flo
 // Counts the step and applies it.
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg);
 
+// --ema DECAY: after each update, the exponential moving average of the weights
+// moves toward them: ema = decay * ema + (1 - decay) * params, element by element
+// (so, like AdamW, it shards with its span).
+void ema_update(float *ema, const float *params, size_t count, float decay);
+
 // The learning rate over a run of `steps` steps.
 typedef enum { LR_CONSTANT, LR_COSINE } LrScheduleKind;
 

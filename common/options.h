@@ -24,6 +24,9 @@ typedef struct {
     int eval_every;           // --eval-every K (0: never)
     int eval_batches;         // --eval-batches K
     const char *out_model;    // --out-model FILE.bin: final model, llm.c format
+    float ema;                // --ema DECAY: keep the moving average of the weights (0: off)
+    int eval_ema;             // --eval-ema: validate the EMA weights too (val_loss_ema)
+    const char *out_model_ema; // --out-model-ema FILE.bin: the final EMA weights, llm.c format
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
     int timeline_step;        // --timeline-step K: the step whose memory timeline is kept (0: the last trained)
     int quiet;                // --quiet: no progress lines

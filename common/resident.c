@@ -34,6 +34,8 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
     r->master = r->param_dtype == DTYPE_BF16 ? device_alloc(mem, MEM_OPTIM, state) : NULL;
     r->m = device_alloc(mem, MEM_OPTIM, state);
     r->v = device_alloc(mem, MEM_OPTIM, state);
+    r->ema_decay = model->ema_decay;
+    r->ema = r->ema_decay > 0 ? device_alloc(mem, MEM_EMA, state) : NULL;
     r->spans = xcalloc((size_t)model->layout.num_tensors, sizeof(AdamWSpan));
     r->staged_tensor = -1;
 }
@@ -71,22 +73,38 @@ void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, in
     }
 }
 
+// Where the kept fp32 values start: the master in a bf16 run, else the
+// parameters themselves (a range's own part of the replica).
+static float *kept_values(const Resident *r) {
+    return r->master ? r->master : dtype_at(r->params, r->range ? r->lo : 0, DTYPE_FP32);
+}
+
 void *resident_grad_at(const Resident *r, size_t element) {
     return dtype_at(r->grads, r->whole_grads ? element : element - r->lo, r->grad_dtype);
 }
 
 // The checkpoint is done with the staged rows: this rank's part goes back (a
 // load filled them), and they are freed.
+// What a range stages of a tensor, one after another: m, v, then the master in
+// a bf16 run, then the EMA with --ema. Returns how many; part[k] is this rank's
+// piece of each (span->count elements), or NULL where it keeps none.
+static int staged_parts(const Resident *r, const AdamWSpan *span, float *part[4]) {
+    int n = 0;
+    part[n++] = span->m;
+    part[n++] = span->v;
+    if (r->master) part[n++] = span->params;
+    if (r->ema) part[n++] = span->count > 0 ? r->ema + (span->m - r->m) : NULL;
+    return n;
+}
+
 static void unstage_rows(void *resident) {
     Resident *r = resident;
     const AdamWSpan *span = &r->spans[r->staged_tensor];
     size_t numel = r->staged_numel, at = r->staged_at;
-    if (span->count > 0) {
-        device_copy(span->m, r->staged + at, span->count);
-        device_copy(span->v, r->staged + numel + at, span->count);
-        if (r->master) device_copy(span->params, r->staged + 2 * numel + at, span->count);
-    }
-    device_free(&r->staging, MEM_COMM_BUFFERS, r->staged, (r->master ? 3 : 2) * numel);
+    float *part[4];
+    int parts = staged_parts(r, span, part);
+    for (int k = 0; k < parts && span->count > 0; k++) device_copy(part[k], r->staged + k * numel + at, span->count);
+    device_free(&r->staging, MEM_COMM_BUFFERS, r->staged, parts * numel);
     r->staged = NULL;
     r->staged_tensor = -1;
 }
@@ -94,17 +112,15 @@ static void unstage_rows(void *resident) {
 LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm, int t) {
     const GPT2Tensor *tensor = &layout->tensors[t];
     const AdamWSpan *span = &r->spans[t];
-    size_t numel = tensor->numel, count = (r->master ? 3 : 2) * numel;
+    float *part[4];
+    int parts = staged_parts(r, span, part);
+    size_t numel = tensor->numel, count = parts * numel;
     CHECK(r->range && !r->staged, "resident_stage_rows: tensor %d's rows are still staged", r->staged_tensor);
     r->staged = device_alloc(&r->staging, MEM_COMM_BUFFERS, count);  // zeroed: the other ranges' parts add in
     r->staged_tensor = t;
     r->staged_numel = numel;
     r->staged_at = span->count > 0 ? (size_t)(span->m - r->m) + r->lo - tensor->offset : 0;
-    if (span->count > 0) {
-        device_copy(r->staged + r->staged_at, span->m, span->count);
-        device_copy(r->staged + numel + r->staged_at, span->v, span->count);
-        if (r->master) device_copy(r->staged + 2 * numel + r->staged_at, span->params, span->count);
-    }
+    for (int k = 0; k < parts && span->count > 0; k++) device_copy(r->staged + k * numel + r->staged_at, part[k], span->count);
     comm_reduce(comm, r->staged, comm->rank == 0 ? r->staged : NULL, count, DTYPE_FP32, 0, COMM_SUM);
     LocalRows rows = {.row_begin = 0, .row_count = tensor->rows, .m = r->staged, .v = r->staged + numel,
                       .adam_step = &r->spans[t].step, .writes = comm->rank == 0, .done = unstage_rows, .done_arg = r};
@@ -114,6 +130,7 @@ LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm,
     } else {
         rows.params = dtype_at(r->params, tensor->offset, DTYPE_FP32);
     }
+    if (r->ema) rows.ema = r->staged + (parts - 1) * numel;
     return rows;
 }
 
@@ -124,22 +141,38 @@ void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource
     param_source_rows(src, layout, t, row_begin, row_count, host);
     if (r->master) device_from_host(r->master + r->flat.offset[t], host, n);
     device_from_host_rounded(resident_params(r, t), host, n, r->param_dtype);
+    if (r->ema) device_from_host(r->ema + r->flat.offset[t], host, n);  // the average starts at the weights
     free(host);
 }
 
+void resident_load_replica(Resident *r, const float *host, size_t P) {
+    size_t lo = r->lo, hi = lo + r->state_numel, real = lo < P ? (hi < P ? hi : P) - lo : 0;
+    device_from_host_rounded(r->params, host, P, r->param_dtype);
+    if (r->master && real > 0) device_from_host(r->master, host + lo, real);
+    if (r->ema && real > 0) device_from_host(r->ema, host + lo, real);
+}
+
 void resident_broadcast(Resident *r, Comm *comm, int root) {
-    if (!r->master) {
-        comm_broadcast(comm, r->params, r->flat.total, DTYPE_FP32, root);
-        return;
-    }
-    comm_broadcast(comm, r->master, r->flat.total, DTYPE_FP32, root);
-    device_round(r->params, r->master, r->flat.total);
+    comm_broadcast(comm, kept_values(r), r->flat.total, DTYPE_FP32, root);
+    if (r->master) device_round(r->params, r->master, r->flat.total);
+    if (r->ema) device_copy(r->ema, kept_values(r), r->flat.total);
+}
+
+void resident_swap_ema(Resident *r) {
+    CHECK(r->ema, "resident_swap_ema: the run keeps no EMA (--ema)");
+    device_swap(kept_values(r), r->ema, r->state_numel);
+    if (r->master) device_round(dtype_at(r->params, r->range ? r->lo : 0, DTYPE_BF16), r->master, r->state_numel);
 }
 
 void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
     for (int t = 0; t < num_tensors; t++) {
-        if (r->spans[t].count > 0) device_adamw(&r->spans[t], config);
-        else r->spans[t].step++;
+        const AdamWSpan *span = &r->spans[t];
+        if (span->count == 0) {
+            r->spans[t].step++;
+            continue;
+        }
+        device_adamw(&r->spans[t], config);
+        if (r->ema) device_ema_update(r->ema + (span->m - r->m), span->params, span->count, r->ema_decay);
     }
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
 }
@@ -147,7 +180,8 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes) {
     size_t off = r->flat.offset[t];
     return (LocalRows){.row_begin = row_begin, .row_count = row_count, .params = r->spans[t].params, .m = r->m + off,
-                       .v = r->v + off, .adam_step = &r->spans[t].step, .writes = writes, .working = r->spans[t].working};
+                       .v = r->v + off, .ema = r->ema ? r->ema + off : NULL, .adam_step = &r->spans[t].step,
+                       .writes = writes, .working = r->spans[t].working};
 }
 
 void resident_free(Resident *r, MemAccount *mem) {
@@ -157,6 +191,7 @@ void resident_free(Resident *r, MemAccount *mem) {
     if (r->master) device_free(mem, MEM_OPTIM, r->master, r->state_numel);
     device_free(mem, MEM_OPTIM, r->m, r->state_numel);
     device_free(mem, MEM_OPTIM, r->v, r->state_numel);
+    if (r->ema) device_free(mem, MEM_EMA, r->ema, r->state_numel);
     flat_layout_free(&r->flat);
     free(r->spans);
     memset(r, 0, sizeof *r);

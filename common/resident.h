@@ -13,6 +13,11 @@
 //   fp32                        4      4      -     4  4   = 16
 //   bf16 (--reduce-dtype bf16)  2      2      4     4  4   = 16
 //   bf16, --reduce-dtype fp32   2      4      4     4  4   = 18
+//
+// With --ema (model->ema_decay > 0) the part also has the exponential moving
+// average of its fp32 values (the master in a bf16 run), 4 more bytes per element
+// (category `ema`), started from the values it is loaded with and moved toward
+// them after every AdamW step: each rank averages exactly what it keeps.
 #ifndef SHARDLAB_RESIDENT_H
 #define SHARDLAB_RESIDENT_H
 
@@ -26,6 +31,8 @@ typedef struct {
     void *grads;       // (grads_numel) grad_dtype
     float *master;     // (state_numel) fp32 copy of the kept params when those are bf16, else NULL
     float *m, *v;      // (state_numel) each
+    float *ema;        // (state_numel) --ema: the moving average of the fp32 values, or NULL
+    float ema_decay;
     AdamWSpan *spans;  // (num_tensors) empty where the rank keeps nothing
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
@@ -54,9 +61,16 @@ LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm,
 // Fills tensor t's part with rows [row_begin, row_begin + row_count) from the source.
 void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource *src, int t, int row_begin,
                         int row_count);
+// ZeRO-1/2: the whole replica from `host` (P elements, llm.c's order), and this
+// rank's range of the master (and EMA) from it.
+void resident_load_replica(Resident *r, const float *host, size_t P);
 // Makes every rank's parts root's: one broadcast of the fp32 values (the master
 // in a bf16 run, which every rank then rounds into its working copy).
 void resident_broadcast(Resident *r, Comm *comm, int root);
+// --eval-ema, --out-model-ema: exchanges the kept fp32 values with their EMA, and
+// rounds the working copy of a bf16 run from them; a second call restores both
+// bit for bit. A range (ZeRO-1/2) exchanges its range only.
+void resident_swap_ema(Resident *r);
 // Where tensor t's part starts in params and in grads.
 void *resident_params(const Resident *r, int t);
 void *resident_grads(const Resident *r, int t);
@@ -66,8 +80,9 @@ void *resident_unit_grads(const Resident *r, int unit, size_t *count);
 // Elements of this rank's parts of the unit's tensors; with `only` given, of
 // those whose state is TENSOR_SHARDED (neither here nor on their way).
 size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only);
-// AdamW on every part this rank keeps, then zeroes the gradients for the next
-// step. Every tensor's step count advances, kept or not, so any rank can report it.
+// AdamW on every part this rank keeps (and the EMA's move toward the result),
+// then zeroes the gradients for the next step. Every tensor's step count
+// advances, kept or not, so any rank can report it.
 void resident_step(Resident *r, int num_tensors, AdamWConfig config);
 // Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints.
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes);

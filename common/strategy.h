@@ -7,7 +7,7 @@
 //     for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
 //     for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u, last)
 //   finish_grads()        wait for collectives still in flight
-//   step()                AdamW on what this rank owns; gradients zeroed after
+//   step()                AdamW on what this rank owns (and its EMA, --ema); gradients zeroed after
 //
 // Backward adds into the gradients it is given, so micro-batches accumulate.
 // `last` is 1 in the last micro-batch's backward: before it, a strategy may
@@ -100,6 +100,7 @@ void zero3_note_balance(const StrategyContext *ctx, const int *owner);
 typedef struct {
     int row_begin, row_count;
     float *params, *m, *v;  // (row_count, cols) each
+    float *ema;             // NULL, or (row_count, cols) the moving average of params (--ema)
     int *adam_step;
     int writes;             // 1 if this rank writes these rows when saving (DDP: rank 0 only);
                             // across ranks, the writers hold every row of the model once
@@ -136,6 +137,10 @@ typedef struct {
     // 1 if the span is this rank's share of the global norm: across ranks the
     // shares hold every gradient element of the model once (DDP: rank 0's replica).
     int (*local_grads)(void *state, void **grads, size_t *count);
+    // --ema: exchanges the weights this rank keeps with their moving average, so
+    // that the next forward passes (evaluation) and gather_full_model see the
+    // average; called again, it gives the weights back, bit for bit.
+    void (*swap_ema)(void *state);
     void (*destroy)(void *state);
 } Strategy;
 
@@ -145,7 +150,7 @@ typedef struct {
                 .before_forward = before_forward, .after_forward = after_forward,                              \
                 .before_backward = before_backward, .after_backward = after_backward,                          \
                 .finish_grads = finish_grads, .step = step, .gather_full_model = gather_full_model,            \
-                .local_rows = local_rows, .local_grads = local_grads, .destroy = destroy})
+                .local_rows = local_rows, .local_grads = local_grads, .swap_ema = swap_ema, .destroy = destroy})
 
 // What a trainer plugs into the shared training loop: its strategy, and the
 // flags that belong to that strategy alone (FSDP's --reshard-after-forward).

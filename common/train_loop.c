@@ -102,7 +102,11 @@ static void set_micro_batch(Run *run, const DataLoader *loader, int micro) {
     gpt2_set_batch(&run->model, loader->inputs + micro * tokens, loader->targets + micro * tokens);
 }
 
-static double evaluate(Run *run) {
+// The validation loss, the mean over --eval-batches batches; with `ema`, of the
+// EMA weights, which take the weights' place for the pass (swap_ema) and give it
+// back after.
+static double evaluate(Run *run, int ema) {
+    if (ema) run->strategy.swap_ema(run->strategy.state);
     int tracing = run->trace.enabled;
     run->trace.enabled = 0;  // the timeline shows training steps only
     loader_reset(&run->val);
@@ -117,6 +121,7 @@ static double evaluate(Run *run) {
         }
     }
     run->trace.enabled = tracing;
+    if (ema) run->strategy.swap_ema(run->strategy.state);
     return comm_metric_average(&run->comm, sum / ((double)run->opts.eval_batches * micro_batches));
 }
 
@@ -265,6 +270,7 @@ static void check_outputs(Run *run) {
     if (o->ckpt_dir) check_checkpoint_dir(run);
     if (run->comm.rank != 0) return;
     if (o->out_model) check_replaceable("--out-model", o->out_model);
+    if (o->out_model_ema) check_replaceable("--out-model-ema", o->out_model_ema);
     if (o->trace_prefix) {
         xsnprintf(path, sizeof path, "%s.json", o->trace_prefix);
         check_writable("--trace", o->trace_prefix, path);
@@ -323,6 +329,7 @@ static void setup(Run *run) {
 
     gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
     run->model.grad_accum = o->grad_accum;
+    run->model.ema_decay = o->ema;
     options_dtypes(o, &run->model.param_dtype, &run->model.grad_dtype);
     trace_init(&run->trace, o->trace_prefix != NULL);
     trace_attach_comm(&run->trace, &run->comm);  // collectives on a lane of their own, from start to completion
@@ -347,7 +354,7 @@ static void setup(Run *run) {
     if (o->resume) {
         CkptManifest m;
         double t0 = timer_now();
-        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, &m);
+        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema > 0, &m);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         if (m.data_position > run->train.num_tokens) {
@@ -557,13 +564,17 @@ static void write_summary(Run *run, double tokens_per_s) {
     free(event_bytes);
 }
 
-static void write_final_model(Run *run) {
+// The final weights (--out-model), or with `ema` their EMA (--out-model-ema), as
+// an llm.c model file at `path`.
+static void write_final_model(Run *run, const char *path, int ema) {
     const GPT2Layout *layout = &run->model.layout;
     float *flat = NULL;
     if (run->comm.rank == 0) flat = xmalloc(layout->num_params * sizeof(float));
+    if (ema) run->strategy.swap_ema(run->strategy.state);
     run->strategy.gather_full_model(run->strategy.state, flat);
+    if (ema) run->strategy.swap_ema(run->strategy.state);
     if (run->comm.rank == 0) {
-        gpt2_checkpoint_write(run->opts.out_model, &layout->config, flat, layout->num_params);
+        gpt2_checkpoint_write(path, &layout->config, flat, layout->num_params);
         free(flat);
     }
 }
@@ -623,7 +634,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
                                 .lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup, .steps = o->steps};
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
-    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep};
+    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema > 0};
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
     const char *delay = getenv("SHARDLAB_TEST_OPTIM_DELAY_S");  // tests: a known wait in the optimizer phase
@@ -658,12 +669,15 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
                 printf("saved %s/step_%08d in %.2f s\n", o->ckpt_dir, step, timer_now() - t0);
         }
         int eval = !stop && run.have_val && (step % o->eval_every == 0 || step == o->steps);
-        double val_loss = eval ? evaluate(&run) : NAN;
+        double val_loss = eval ? evaluate(&run, 0) : NAN;
+        double val_loss_ema = eval && o->eval_ema ? evaluate(&run, 1) : NAN;
         run.last_step = step;
         if (run.comm.rank == 0 && run.log) {  // the step a signal stopped is logged too
             fprintf(run.log, "{\"step\": %d, \"loss\": %.7g, \"val_loss\": ", step, loss);
             if (eval) fprintf(run.log, "%.7g", val_loss);
             else fprintf(run.log, "null");
+            if (o->eval_ema && eval) fprintf(run.log, ", \"val_loss_ema\": %.7g", val_loss_ema);
+            else if (o->eval_ema) fprintf(run.log, ", \"val_loss_ema\": null");
             fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %.7g, \"grad_norm\": ",
                     tokens_per_step / step_s, 1e3 * step_s, lr_schedule_at(&run.schedule, step));
             if (isnan(norm)) fprintf(run.log, "null}\n");
@@ -675,6 +689,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             printf("step %4d/%d | loss %.4f | %8.0f tok/s | %7.1f ms | ETA %.1f s", step, o->steps,
                    loss, tokens_per_step / step_s, 1e3 * step_s, eta);
             if (eval) printf(" | val %.4f", val_loss);
+            if (eval && o->eval_ema) printf(" | val ema %.4f", val_loss_ema);
             printf("\n");
             fflush(stdout);
         }
@@ -690,7 +705,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     double tokens_per_s = total_s > 0 ? tokens_per_step * steps_run / total_s : 0;
     write_summary(&run, tokens_per_s);  // before the final gather, which is not training
     if (run.log) check_log_written(&run);
-    if (o->out_model) write_final_model(&run);
+    if (o->out_model) write_final_model(&run, o->out_model, 0);
+    if (o->out_model_ema) write_final_model(&run, o->out_model_ema, 1);
     if (o->trace_prefix) trace_write(&run.trace, &run.comm, o->trace_prefix, &run.timeline);
     if (run.log) xfclose(run.log, o->log_path);
     run.strategy.destroy(run.strategy.state);

@@ -127,15 +127,20 @@ static void finish_grads(void *state) {
     for (int u = s->stage == 2 ? 0 : s->model->layout.num_units - 1; u >= 0; u--) finish_reduce(s, u);
 }
 
-// AdamW on this rank's range, then everyone's range to everyone.
-static void step(void *state, AdamWConfig config) {
-    State *s = state;
+// Everyone's range of the replica to everyone.
+static void gather_ranges(State *s) {
     Resident *r = &s->resident;
-    resident_step(r, s->model->layout.num_tensors, config);
     void *send = device_alloc_as(s->mem, MEM_COMM_BUFFERS, r->state_numel, r->param_dtype);  // MPI's input may not
     device_copy_as(send, dtype_at(r->params, r->lo, r->param_dtype), r->state_numel, r->param_dtype);  // be its output
     comm_all_gather(s->comm, send, r->params, r->params_numel, r->param_dtype);
     device_free_as(s->mem, MEM_COMM_BUFFERS, send, r->state_numel, r->param_dtype);
+}
+
+// AdamW on this rank's range, then everyone's range to everyone.
+static void step(void *state, AdamWConfig config) {
+    State *s = state;
+    resident_step(&s->resident, s->model->layout.num_tensors, config);
+    gather_ranges(s);
 }
 
 // Unit by unit: every replica is the same, rank 0's is the model.
@@ -162,6 +167,14 @@ static int local_grads(void *state, void **grads, size_t *count) {
     *count = lo < P ? (hi < P ? hi : P) - lo : 0;
     *grads = *count > 0 ? resident_grad_at(&s->resident, lo) : s->resident.grads;
     return 1;
+}
+
+// The EMA of this rank's range takes the weights' place (or gives it back),
+// and every range goes to everyone, as after a step.
+static void swap_ema(void *state) {
+    State *s = state;
+    resident_swap_ema(&s->resident);
+    gather_ranges(s);
 }
 
 static void destroy(void *state) {
@@ -197,13 +210,11 @@ Strategy zero12_init(const StrategyContext *ctx) {
     }
     s->reduces = xcalloc((size_t)s->piece_start[layout->num_tensors], sizeof(CommHandle));
     // every rank makes the whole model from the source, so the replicas start
-    // identical: its replica (in the working dtype) and its range's master
+    // identical: its replica (in the working dtype) and its range's master (and EMA)
     float *host = xmalloc(P * sizeof(float));
     for (int t = 0; t < layout->num_tensors; t++)
         param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
-    device_from_host_rounded(s->resident.params, host, P, model->param_dtype);
-    size_t lo = s->resident.lo, hi = lo + s->resident.state_numel;
-    if (s->resident.master && lo < P) device_from_host(s->resident.master, host + lo, (hi < P ? hi : P) - lo);
+    resident_load_replica(&s->resident, host, P);
     free(host);
     strategy_note(ctx, "zero%d: %d ranges of %zu elements (P = %zu, %zu of padding)\n", s->stage, world,
                   s->resident.state_numel, P, s->resident.params_numel - P);

@@ -2,12 +2,13 @@
 # compare.sh: the main job behind `make compare`. Trains the same GPT-2 with
 # train_single and with DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP (or the STRATEGIES
 # given) at RANKS ranks, then writes plots and a report under runs/<name>/.
-# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS STRATEGIES PRECISION.
+# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS STRATEGIES PRECISION ARGS.
+# ARGS: more flags for every trainer, the ones they all take (ARGS="--ema 0.99 --eval-ema").
 # PRECISION=bf16 trains every run in bf16 (docs/precision.md) and train_single once
 # more in fp32, for the report to say how far bf16 goes from it.
 set -euo pipefail
 usage="usage: [RANKS=4] [CONFIG=d4] [STEPS=20] [BATCH=8] [SEQ=64] [NAME=...] [TEXT=FILE|DIR] [RUNS=runs]
-       [STRATEGIES=\"ddp zero1 zero2 zero3 fsdp\"] [PRECISION=fp32|bf16] bash examples/compare.sh
+       [STRATEGIES=\"ddp zero1 zero2 zero3 fsdp\"] [PRECISION=fp32|bf16] [ARGS=\"--ema 0.99 ...\"] bash examples/compare.sh
   trains train_single and the strategies side by side and writes RUNS/NAME/report.md (docs/plots.md);
   settings come from the environment (also BUILD and MPIRUN), not from flags"
 case "${1:-}" in
@@ -28,6 +29,7 @@ TEXT=${TEXT:-/usr/share/common-licenses}
 RUNS=${RUNS:-runs}
 STRATEGIES=${STRATEGIES:-ddp zero1 zero2 zero3 fsdp}
 PRECISION=${PRECISION:-fp32}
+read -r -a extra <<< "${ARGS:-}"
 case "$PRECISION" in
     fp32|bf16) ;;
     *) echo "compare: PRECISION=$PRECISION: give fp32 or bf16" >&2; exit 1 ;;
@@ -69,7 +71,7 @@ if [ ! -f "$DATA/train.bin" ]; then
 fi
 mkdir -p "$RUN"
 common=(--config "$CONFIG" --vocab 256 --data "$DATA" --steps "$STEPS" --batch "$BATCH" --seq "$SEQ"
-        --eval-every 10 --eval-batches 2 --precision "$PRECISION")
+        --eval-every 10 --eval-batches 2 --precision "$PRECISION" ${extra[@]+"${extra[@]}"})
 echo "== single rank (the reference)"
 "$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace" --out-model "$RUN/single.bin"
 if [ "$PRECISION" = bf16 ]; then

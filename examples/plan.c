@@ -7,7 +7,7 @@
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode MODE]
-//              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C]
+//              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
 //              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
     int micro_batches = 1, prefetch = 1, shard_group = 0;
     UnitPolicy units = {0, 0};
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
-    float tokens_per_s = 0, grad_clip = 0;
+    float tokens_per_s = 0, grad_clip = 0, ema = 0;
     const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
@@ -370,6 +370,8 @@ int main(int argc, char **argv) {
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
+        {"--ema", "DECAY", CLI_FLOAT, &ema, 0, 0.999999f,
+         "the trainers' --ema: the moving average of the weights each rank keeps (4 bytes per kept parameter)"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "D", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
         UNIT_POLICY_FLAGS(units),
@@ -409,7 +411,7 @@ int main(int argc, char **argv) {
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
-                                "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] "
+                                "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--ema DECAY] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
@@ -420,11 +422,11 @@ int main(int argc, char **argv) {
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                             "--grad-clip",
+                                             "--grad-clip", "--ema",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                              "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
-    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute", "--grad-clip",
+    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute", "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                                "--wrap-min-params", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
@@ -474,6 +476,7 @@ int main(int argc, char **argv) {
     PlanShape shape = {.setup = {.accum_mode = strcmp(accum_mode, "sync-each") == 0 ? ACCUM_SYNC_EACH : ACCUM_NO_SYNC,
                                  .config = config, .rows = B / world / micro_batches, .seq = T,
                                  .micro_batches = micro_batches, .recompute = recompute, .grad_clip = grad_clip,
+                                 .ema = ema,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
                        .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group, .units = units};

@@ -18,12 +18,12 @@ import subprocess
 import sys
 
 ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp"]  # the ZeRO ladder, in order
-CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
+CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
 COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
 COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2", "zero3": "#d62728",
           "fsdp": "#2ca02c"}
 MB = 1e6
-PALETTE = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e"]  # a colour per category
+PALETTE = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]  # a colour per category
 MODEL_STATE = ["params", "grads", "optim"]  # what the ZeRO stages shard, one after another
 NAMES = {"single": "single", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}
 
@@ -443,6 +443,16 @@ def main():
     worst = max(abs(r[1 + k] - r[1]) / abs(r[1]) for r in rows for k in range(1, len(runs)))
     lines = ", ".join(f"'{data}/loss.tsv' using 1:{k + 2} with linespoints lw 2 pt {k + 5} ps 0.6 "
                       f"lc rgb '{COLORS[s]}' title '{s}'" for k, s in enumerate(runs))
+    # train_single's validation losses, and with --eval-ema those of its EMA weights (docs/training.md)
+    evals = [x for x in logs["single"][0] if x.get("val_loss") is not None]
+    ema = bool(evals) and evals[0].get("val_loss_ema") is not None
+    if evals:
+        write_tsv(f"{data}/val_loss.tsv", ["step", "val_loss"] + (["val_loss_ema"] if ema else []),
+                  [[x["step"], x["val_loss"]] + ([x["val_loss_ema"]] if ema else []) for x in evals])
+        lines += f", '{data}/val_loss.tsv' using 1:2 with points pt 9 ps 1.8 lc rgb 'black' title 'single: validation'"
+        if ema:
+            lines += (f", '{data}/val_loss.tsv' using 1:3 with points pt 11 ps 1.8 lc rgb '#8c564b' "
+                      "title 'single: validation of the EMA weights'")
     gnuplot(f"""set title "Training loss: single rank and {len(strategies)} strategies at N = {world}"
 set xlabel "step"
 set ylabel "loss (nats per token)"

@@ -213,6 +213,13 @@ static int local_grads(void *state, void **grads, size_t *count) {
     return shard_groups_first(&s->groups);
 }
 
+// The EMA of the weights this rank keeps takes their place, or gives it back.
+static void swap_ema(void *state) {
+    State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // kept since a forward: stale
+    resident_swap_ema(&s->resident);
+}
+
 static void destroy(void *state) {
     State *s = state;
     // without resharding, a forward-only pass (evaluation) leaves its units gathered

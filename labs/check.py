@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
-CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
+CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
 # The trainer flags --args may hold: its values, and the strategies that take it (None: all, train_single too).
 FLAGS = {"--prefetch": ("count", ("zero3", "fsdp")), "--reshard-after-forward": (("0", "1"), ("fsdp",)),
          "--shard-group": ("group", ("fsdp",)), "--grad-accum": ("positive", None),

@@ -160,6 +160,8 @@ typedef struct {
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
+    float ema_decay;           // --ema: whoever keeps the weights keeps their moving average beside
+                               // them (common/resident.h), updated after each step; 0: none
     void **params;             // (num_tensors) where each tensor's values are
     void **grads;              // (num_tensors) where each tensor's gradient accumulates
     // What the ops read and write while a unit runs: params[t] and grads[t]

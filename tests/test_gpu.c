@@ -289,6 +289,26 @@ START_TEST(test_bf16_bitwise_the_cpu) {
 }
 END_TEST
 
+// --ema's average is bit for bit the CPU's (no fused multiply-add), and the
+// exchange of weights and average moves every element both ways.
+START_TEST(test_ema_bitwise_the_cpu) {
+    size_t n = 1001;
+    float *ema = random_host(n, 41, 1), *w = random_host(n, 42, 1), *got = malloc(n * sizeof(float));
+    float *d_ema = to_device(ema, n), *d_w = to_device(w, n);
+    for (int step = 0; step < 3; step++) {
+        ema_update(ema, w, n, 0.97f);
+        device_ema_update(d_ema, d_w, n, 0.97f);
+    }
+    device_to_host(got, d_ema, n);
+    ck_assert_int_eq(memcmp(got, ema, n * sizeof(float)), 0);
+    device_swap(d_ema, d_w, n);
+    device_to_host(got, d_w, n);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq(got[i], ema[i]);
+    device_to_host(got, d_ema, n);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq(got[i], w[i]);
+}
+END_TEST
+
 int main(void) {
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);  // plain fp32 products for the comparison
     device_init(0);
@@ -303,6 +323,7 @@ int main(void) {
     tcase_add_test(tc, test_softmax_crossentropy);
     tcase_add_test(tc, test_adamw_and_add);
     tcase_add_test(tc, test_bf16_bitwise_the_cpu);
+    tcase_add_test(tc, test_ema_bitwise_the_cpu);
     tcase_add_test(tc, test_matmul_bf16_operands);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

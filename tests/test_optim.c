@@ -33,6 +33,18 @@ START_TEST(test_adamw_second_step_by_hand) {
 }
 END_TEST
 
+// --ema: two updates worked out by hand (exact in binary): 0.75 * 1 + 0.25 * 3 = 1.5,
+// then 0.75 * 1.5 + 0.25 * 3 = 1.875; an element moves toward its own weight only.
+START_TEST(test_ema_by_hand) {
+    float ema[2] = {1.0f, -2.0f}, w[2] = {3.0f, -2.0f};
+    ema_update(ema, w, 2, 0.75f);
+    ck_assert_float_eq(ema[0], 1.5f);
+    ck_assert_float_eq(ema[1], -2.0f);
+    ema_update(ema, w, 1, 0.75f);
+    ck_assert_float_eq(ema[0], 1.875f);
+}
+END_TEST
+
 START_TEST(test_span_counts_its_own_steps) {
     // a span stepped twice and one stepped once differ exactly as two calls with
     // step 1, 2 and one call with step 1 do
@@ -112,6 +124,7 @@ int main(void) {
     TCase *tc = tcase_create("adamw");
     tcase_add_test(tc, test_adamw_first_step_by_hand);
     tcase_add_test(tc, test_adamw_second_step_by_hand);
+    tcase_add_test(tc, test_ema_by_hand);
     tcase_add_test(tc, test_span_counts_its_own_steps);
     tcase_add_test(tc, test_sharded_update_equals_whole);
     tcase_add_test(tc, test_lr_schedule_points_by_hand);

@@ -6,7 +6,8 @@ allocator's reserved peak must be exact: the planner runs the trainers' own code
 device, every buffer through the same cache, and the runs train two steps, so a second step that took a new block would show. FSDP
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
-strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3), and of FSDP with --shard-group.
+strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3) and with --ema, and of FSDP with
+--shard-group.
 Every one of these runs' memory timeline (the last step's allocations and frees, per rank)
 equals build/plan --timeline's event for event, with the blocks grouped into units too (--unit-blocks,
 --wrap-min-params). The --prefetch 1 peaks of docs/fsdp.md's and
@@ -27,7 +28,7 @@ import tempfile
 from testlib import Checks
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
-CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers"]
+CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
 EXACT = {"params", "grads", "optim", "activations"}
 
 
@@ -147,6 +148,10 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
 for variant in VARIANTS:
     for n in (2, 3):
         check_variant(variant, n, ("zero2", "zero3", "fsdp"))
+# --ema: each rank's moving average of what it keeps, fp32, in the `ema` category (bf16: of the fp32 master)
+for variant in (["--ema", "0.9"], ["--ema", "0.9", "--precision", "bf16"]):
+    for n in (1, 3):
+        check_variant(variant, n, ("ddp", "zero1", "zero2", "zero3", "fsdp"))
 # ZeRO-3's and FSDP's units of J blocks (d2: both blocks in one unit), and the size policy
 for variant in (["--unit-blocks", "2"], ["--unit-blocks", "2", "--prefetch", "0"], ["--wrap-min-params", "300000"]):
     check_variant(variant, 3, ("zero3", "fsdp"))

@@ -43,6 +43,7 @@ import json
 import os
 import random
 import shlex
+import struct
 import subprocess
 import sys
 import tempfile
@@ -621,6 +622,96 @@ def check_units(tmp, model, data, common, ref_steps, ref_params):
           "train_ddp refuses --unit-blocks (its buckets are the units of one block)")
 
 
+def f32(x):
+    """x rounded to the nearest float32, as C's float arithmetic rounds each operation."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def check_ema(tmp, model, common, ref_steps):
+    """--ema DECAY (docs/training.md): the moving average ema = DECAY ema + (1 - DECAY) w, started at the initial
+    weights. Every strategy (and train_single) at N = 3 averages every element it keeps, bit for bit by that
+    formula in float32: after one step, of the initial weights w0 and its own w1 (--out-model, --out-model-ema);
+    after two, of that EMA and its own w2. With --ema 0.9 --eval-ema, train_single trains the very same model as
+    without (losses, validation losses bitwise) and its EMA differs from its weights; every strategy at N = 1..4
+    writes train_single's EMA within the weights' own 1e-5 (the final weights differ by a few 1e-6, as sums run
+    in other orders), validates it to train_single's val_loss_ema (1e-5), and keeps 4 bytes per parameter it
+    keeps (half its fp32 AdamW state) in the `ema` category, none without --ema. A bf16 run averages the fp32
+    master: its checkpoint keeps values finer than bf16, its --out-model-ema the EMA rounded to bf16, as
+    --out-model the working copy. --eval-ema and --out-model-ema without --ema are refused."""
+    decay = f32(0.9)
+
+    def average(ema, weights):
+        return [f32(f32(decay * a) + f32(f32(1 - decay) * b)) for a, b in zip(ema, weights)]
+
+    w0 = read_params(model)
+    for strategy in ("single", "ddp", "zero1", "zero2", "zero3", "fsdp"):
+        launch = [f"{BUILD}/train_single"] if strategy == "single" else strategy_command(strategy, 3, [])
+        outputs = {}
+        for steps in (1, 2):
+            short = ["--model", model, *common[2:]]
+            short[short.index("--steps") + 1] = str(steps)
+            w, e = os.path.join(tmp, f"ema_w{steps}.bin"), os.path.join(tmp, f"ema_e{steps}.bin")
+            ok = run([*launch, *short, "--ema", "0.9", "--out-model", w, "--out-model-ema", e]) == 0
+            outputs[steps] = (read_params(w), read_params(e)) if ok else ([], [1.0])
+        (w1, e1), (w2, e2) = outputs[1], outputs[2]
+        check(list(e1) == average(w0, w1) and list(e2) == average(e1, w2) and list(e2) != list(w2),
+              f"{strategy}{'' if strategy == 'single' else ' N=3'}: the EMA of one step is 0.9 w0 + 0.1 w1, of two "
+              "0.9 ema1 + 0.1 w2, bit for bit in float32")
+    flags = ["--ema", "0.9", "--eval-ema"]
+    ref = run_logged("train_single --ema 0.9 --eval-ema", [f"{BUILD}/train_single", *common, *flags,
+                                                            "--out-model-ema", os.path.join(tmp, "single_ema_ema.bin")],
+                     os.path.join(tmp, "single_ema.jsonl"), os.path.join(tmp, "single_ema.bin"))
+    if ref is None:
+        return
+    ref_ema = read_params(os.path.join(tmp, "single_ema_ema.bin"))
+    same = [(a["loss"], a["val_loss"]) for a in ref[0]] == [(b["loss"], b["val_loss"]) for b in ref_steps]
+    check(same, "train_single --ema trains the same model: losses and validation losses bitwise those without")
+    val = [(a["val_loss"], a["val_loss_ema"]) for a in ref[0] if a["val_loss"] is not None]
+    check(len(val) == STEPS // 5 and all(a != b for a, b in val) and ref_ema != ref[2],
+          f"the EMA is not the weights: its validation losses {[b for _, b in val]} against {[a for a, _ in val]}")
+    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+        for n in (1, 2, 3, 4):
+            tag = f"{strategy} N={n} --ema 0.9"
+            out_ema = os.path.join(tmp, "strategy_ema_ema.bin")
+            result = run_logged(tag, strategy_command(strategy, n, [*flags, "--out-model-ema", out_ema, *common]),
+                                os.path.join(tmp, "strategy_ema.jsonl"), os.path.join(tmp, "strategy_ema.bin"))
+            if result is None:
+                continue
+            steps, summary, _ = result
+            ediff = max(abs(a - b) for a, b in zip(read_params(out_ema), ref_ema))
+            vals = [(a["val_loss_ema"], b["val_loss_ema"]) for a, b in zip(steps, ref[0]) if b["val_loss_ema"] is not None]
+            worst = max(abs(a - b) / abs(b) for a, b in vals)
+            check(ediff <= 1e-5 and len(vals) == STEPS // 5 and worst <= 1e-5,
+                  f"{tag}: train_single's EMA (max diff {ediff:.1e}) and EMA validation losses (worst {worst:.1e})")
+            for rank in summary["ranks"]:
+                kept = expected(strategy, n, rank["rank"], True)[0]["optim"] // 2
+                got = rank["mem"]["ema"]
+                check(got["current"] == kept and got["peak"] == kept,
+                      f"{tag} rank {rank['rank']}: ema {got['current']}/{got['peak']} == 4 bytes per kept parameter {kept}")
+    plain = read_log(os.path.join(tmp, "single.jsonl"))[1]
+    check(all(r["mem"]["ema"]["peak"] == 0 for r in plain["ranks"]), "without --ema the ema category stays empty")
+    bf16 = ["--precision", "bf16", "--reduce-dtype", "fp32", "--ema", "0.9"]
+    emas = {}
+    for name, command in (("single", [f"{BUILD}/train_single"]), ("fsdp", strategy_command("fsdp", 3, []))):
+        path, ckpt = os.path.join(tmp, f"bf16_{name}_ema.bin"), os.path.join(tmp, f"bf16_{name}_ckpt")
+        check(run([*command, *common, *bf16, "--out-model-ema", path, "--ckpt-dir", ckpt, "--save-full"]) == 0,
+              f"{name} --precision bf16 --ema runs")
+        saved = os.path.join(ckpt, f"step_{STEPS:08d}", "ema.bin")
+        emas[name] = (read_params(path), read_params(saved)) if os.path.exists(saved) else ([], [])
+    finer = lambda values: sum(1 for x in values if struct.pack("f", x)[:2] != b"\0\0")
+    diffs = [abs(a - b) for a, b in zip(emas["single"][0], emas["fsdp"][0])]
+    differing = sum(1 for d in diffs if d > 0) / max(len(diffs), 1)
+    check(finer(emas["single"][1]) > 0 and finer(emas["fsdp"][1]) > 0 and finer(emas["fsdp"][0]) == 0
+          and diffs and max(diffs) <= 1e-3 and differing <= 0.02,
+          f"bf16: the checkpoint keeps the fp32 EMA ({finer(emas['fsdp'][1])} values finer than bf16), "
+          f"--out-model-ema it rounded; FSDP@3's is train_single's but for {100 * differing:.1f}% of the values "
+          f"(at most {max(diffs, default=1):.1e}: a bf16 step)")
+    for bad, message in ((["--eval-ema"], "--eval-ema validates the EMA weights: it needs --ema DECAY"),
+                         (["--out-model-ema", os.path.join(tmp, "x.bin")], "--out-model-ema writes the EMA weights")):
+        r = subprocess.run([f"{BUILD}/train_single", *common, *bad], capture_output=True, text=True)
+        check(r.returncode != 0 and message in r.stderr, f"{' '.join(bad[:1])} without --ema is refused")
+
+
 def check_trace_overlap(tmp, model, data):
     """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
     travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
@@ -796,6 +887,7 @@ def main():
     check_precision(tmp, common)
     check_hybrid(tmp, common, ref_steps, ref_params)
     check_units(tmp, model, data, common, ref_steps, ref_params)
+    check_ema(tmp, model, common, ref_steps)
     CHECKS.finish()
 
 

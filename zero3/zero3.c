@@ -173,6 +173,12 @@ static int local_grads(void *state, void **grads, size_t *count) {
     return 1;
 }
 
+// The EMA of the weights this rank keeps takes their place, or gives it back.
+static void swap_ema(void *state) {
+    State *s = state;
+    resident_swap_ema(&s->resident);
+}
+
 static void destroy(void *state) {
     State *s = state;
     resident_free(&s->resident, s->mem);
