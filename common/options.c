@@ -37,6 +37,10 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "validation loss every K steps on DIR/val.bin (default 0: never)"},
         {"--eval-batches", "K", CLI_INT, &o->eval_batches, 1, 1 << 20, "batches per validation (default 4)"},
         {"--out-model", "FILE", CLI_STRING, &o->out_model, 0, 0, "write the final model as an llm.c checkpoint"},
+        {"--dropout", "RATE", CLI_FLOAT, &o->dropout, 0, 0.99f,
+         "drop this share of the embeddings, attention probabilities and residual branches' outputs while "
+         "training, the masks a function of --seed, the step and each token's place in the global batch "
+         "(default 0: none)"},
         {"--ema", "DECAY", CLI_FLOAT, &o->ema, 0, 0.999999f,
          "keep an exponential moving average of the weights, ema = DECAY ema + (1 - DECAY) w after each step, "
          "sharded as the weights are (default 0: none)"},

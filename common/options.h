@@ -25,6 +25,7 @@ typedef struct {
     int eval_batches;         // --eval-batches K
     const char *out_model;    // --out-model FILE.bin: final model, llm.c format
     float ema;                // --ema DECAY: keep the moving average of the weights (0: off)
+    float dropout;            // --dropout RATE: nanoGPT's dropout while training (0: off)
     int eval_ema;             // --eval-ema: validate the EMA weights too (val_loss_ema)
     const char *out_model_ema; // --out-model-ema FILE.bin: the final EMA weights, llm.c format
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv

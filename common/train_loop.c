@@ -97,9 +97,14 @@ static double comm_seconds(const CommStats *s) {
 }
 
 // Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each.
-static void set_micro_batch(Run *run, const DataLoader *loader, int micro) {
+// Micro-batch `micro` of this rank's rows; `step` is the training step it is
+// for (0: evaluation). Dropout's masks follow each token's row in the global
+// batch: this rank's rows start at rank * B/N, the micro-batch's at micro * b.
+static void set_micro_batch(Run *run, const DataLoader *loader, int micro, int step) {
     size_t tokens = (size_t)run->model.B * run->model.T;
     gpt2_set_batch(&run->model, loader->inputs + micro * tokens, loader->targets + micro * tokens);
+    run->model.dropout_step = step;
+    run->model.row0 = loader->rank * (loader->B / loader->world) + micro * run->model.B;
 }
 
 // The validation loss, the mean over --eval-batches batches; with `ema`, of the
@@ -115,7 +120,7 @@ static double evaluate(Run *run, int ema) {
     for (int i = 0; i < run->opts.eval_batches; i++) {
         loader_next_batch(&run->val);
         for (int micro = 0; micro < micro_batches; micro++) {
-            set_micro_batch(run, &run->val, micro);
+            set_micro_batch(run, &run->val, micro, 0);  // nothing dropped
             forward_pass(&run->model, &run->strategy, &run->trace);
             sum += run->model.mean_loss;
         }
@@ -330,6 +335,8 @@ static void setup(Run *run) {
     gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
     run->model.grad_accum = o->grad_accum;
     run->model.ema_decay = o->ema;
+    run->model.dropout = o->dropout;
+    run->model.dropout_seed = o->seed;
     options_dtypes(o, &run->model.param_dtype, &run->model.grad_dtype);
     trace_init(&run->trace, o->trace_prefix != NULL);
     trace_attach_comm(&run->trace, &run->comm);  // collectives on a lane of their own, from start to completion
@@ -357,6 +364,10 @@ static void setup(Run *run) {
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema > 0, &m);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
+        if (o->dropout > 0 && m.seed != o->seed)
+            fatal("--resume: the checkpoint was trained with --seed %llu, this run gives %llu: --dropout's masks follow "
+                  "the seed, so the run would not continue the same training (give --seed %llu)",
+                  (unsigned long long)m.seed, (unsigned long long)o->seed, (unsigned long long)m.seed);
         if (m.data_position > run->train.num_tokens) {
             char dir[4096];
             checkpoint_resolve(o->resume, dir, sizeof dir);
@@ -396,7 +407,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     loader_next_batch(&run->train);
     double loss_sum = 0;
     for (int micro = 0; micro < run->opts.grad_accum; micro++) {
-        set_micro_batch(run, &run->train, micro);
+        set_micro_batch(run, &run->train, micro, step);
         forward_pass(&run->model, s, &run->trace);
         backward_pass(&run->model, s, &run->trace, micro == run->opts.grad_accum - 1);
         loss_sum += run->model.mean_loss;

@@ -350,6 +350,15 @@ GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer) {
     };
 }
 
+const Dropout *gpt2_dropout(const GPT2 *model, int layer, DropoutSite site, Dropout *storage) {
+    if (model->dropout <= 0 || model->dropout_step <= 0) return NULL;
+    uint64_t key = splitmix64(model->dropout_seed ^ 0x64726F706F7574ull);  // "dropout": its own stream
+    key = splitmix64(splitmix64(key + (uint64_t)model->dropout_step) + (uint64_t)(4 * layer + (int)site));
+    *storage = (Dropout){.key = key, .row0 = model->row0, .threshold = (uint32_t)(model->dropout * 16777216.0),
+                         .scale = 1.0f / (1.0f - model->dropout)};
+    return storage;
+}
+
 double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {
     double C = c->channels, L = c->num_layers, tokens = (double)B * T;
     // weights used in matrix products: 12 C^2 per block plus the tied head (Vp x C)

@@ -25,6 +25,7 @@
 
 #include "../common/dtype.h"
 #include "../common/memory.h"
+#include "dropout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,7 +147,9 @@ extern const char *const gpt2_op_names[GPT2_NUM_OPS];  // "matmul qkv", ...
 // Wall seconds of each op kind, summed over every call (models/gpt2_cpu.c; the
 // GPU's kernels run asynchronously and are not timed here). A block's forward
 // run again by recompute counts as forward. The residual's backward is the
-// identity, done in place by its callers: it stays 0.
+// identity, done in place by its callers: it stays 0, but for --dropout's masks of
+// the residual branches, which count as the residual (the embeddings' as the
+// encoder, the attention probabilities' as the attention).
 typedef struct {
     double forward_s[GPT2_NUM_OPS];
     double backward_s[GPT2_NUM_OPS];
@@ -162,6 +165,10 @@ typedef struct {
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
     float ema_decay;           // --ema: whoever keeps the weights keeps their moving average beside
                                // them (common/resident.h), updated after each step; 0: none
+    float dropout;             // --dropout P (dropout.h): 0, none
+    uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
+    int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
+    int row0;                  // the global batch row of this micro-batch's row 0
     void **params;             // (num_tensors) where each tensor's values are
     void **grads;              // (num_tensors) where each tensor's gradient accumulates
     // What the ops read and write while a unit runs: params[t] and grads[t]
@@ -245,6 +252,11 @@ void gpt2_device_backward(GPT2 *model, int unit);
 // Block `layer`'s activations: its own slices, or with recompute the one shared
 // set (its input and output, residual3, are always its own).
 GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer);
+
+// Site `site` of block `layer`'s dropout (layer 0 for the embeddings) for the
+// batch set, made in *storage; NULL when nothing is dropped (no --dropout, or an
+// evaluation batch), which is what the ops take for "none".
+const Dropout *gpt2_dropout(const GPT2 *model, int layer, DropoutSite site, Dropout *storage);
 
 // Model FLOPs of one forward + backward over B*T tokens: 6 * matmul params *
 // tokens plus the attention products (used for GFLOP/s and MFU).

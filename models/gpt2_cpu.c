@@ -26,15 +26,23 @@ static void block_forward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
+    GPT2Activations *a = &model->acts;
     size_t BTC = (size_t)B * T * C;
+    Dropout sites[3];  // --dropout: the attention probabilities, each residual branch's output (NULL: none)
+    const Dropout *att_drop = gpt2_dropout(model, l, DROPOUT_ATTENTION, &sites[0]);
+    const Dropout *attproj_drop = gpt2_dropout(model, l, DROPOUT_ATTPROJ, &sites[1]);
+    const Dropout *fcproj_drop = gpt2_dropout(model, l, DROPOUT_FCPROJ, &sites[2]);
 
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual,
                                                           P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_QKV,
           matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C));
-    TIMED(forward_s, GPT2_OP_ATTENTION, attention_forward(x.atty, x.att, x.qkv, B, T, C, NH));
+    // scratch: the attention backward's, free during the forward
+    TIMED(forward_s, GPT2_OP_ATTENTION,
+          attention_forward(x.atty, x.att, x.qkv, a->att_scratch, att_drop, B, T, C, NH));
     TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ,
           matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C));
+    if (attproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.attproj, x.attproj, attproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual2, x.residual, x.attproj, (int)BTC));
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2,
                                                           P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C));
@@ -43,25 +51,37 @@ static void block_forward(GPT2 *model, int l) {
     TIMED(forward_s, GPT2_OP_GELU, gelu_forward(x.fch_gelu, x.fch, (int)(4 * BTC)));
     TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ,
           matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C));
+    if (fcproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.fcproj, x.fcproj, fcproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual3, x.residual2, x.fcproj, (int)BTC));
 }
 
 // a->dresidual holds d(residual3) on entry and d(block input) on return: the
-// residual additions pass the gradient through, the layernorms add to it.
+// residual additions pass the gradient through, the layernorms add to it. With
+// --dropout a residual branch gets it through the branch's mask, made in dln
+// while dln is free.
 static void block_backward(GPT2 *model, int l) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
     GPT2Activations *a = &model->acts;
     size_t BTC = (size_t)B * T * C;
+    Dropout sites[3];
+    const Dropout *att_drop = gpt2_dropout(model, l, DROPOUT_ATTENTION, &sites[0]);
+    const Dropout *attproj_drop = gpt2_dropout(model, l, DROPOUT_ATTPROJ, &sites[1]);
+    const Dropout *fcproj_drop = gpt2_dropout(model, l, DROPOUT_FCPROJ, &sites[2]);
 
     memset(a->dfch_gelu, 0, 4 * BTC * sizeof(float));
     memset(a->dfch, 0, 4 * BTC * sizeof(float));
-    memset(a->dln, 0, BTC * sizeof(float));
+    const float *dbranch = a->dresidual;  // d(fcproj)
+    if (fcproj_drop) {
+        TIMED(backward_s, GPT2_OP_RESIDUAL, dropout_apply(a->dln, a->dresidual, fcproj_drop, B, T, C));
+        dbranch = a->dln;
+    }
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
+          matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
                           P(GPT2_FCPROJW, l), B, T, 4 * C, C));
     TIMED(backward_s, GPT2_OP_GELU, gelu_backward(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC)));
+    memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_FC,
           matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C,
                           4 * C));
@@ -71,12 +91,17 @@ static void block_backward(GPT2 *model, int l) {
 
     memset(a->datty, 0, BTC * sizeof(float));
     memset(a->dqkv, 0, 3 * BTC * sizeof(float));
-    memset(a->dln, 0, BTC * sizeof(float));
+    dbranch = a->dresidual;  // d(attproj)
+    if (attproj_drop) {
+        TIMED(backward_s, GPT2_OP_RESIDUAL, dropout_apply(a->dln, a->dresidual, attproj_drop, B, T, C));
+        dbranch = a->dln;
+    }
     TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
-          matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
+          matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
                           P(GPT2_ATTPROJW, l), B, T, C, C));
     TIMED(backward_s, GPT2_OP_ATTENTION,
-          attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, B, T, C, NH));
+          attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, att_drop, B, T, C, NH));
+    memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_QKV,
           matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
                           3 * C));
@@ -128,20 +153,31 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
-    if (unit == 0)
+    Dropout site;
+    const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
+    if (unit == 0) {
         TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0),
                                                           P(GPT2_WPE, 0), model->B, model->T, c->channels));
-    else if (blocks > 0)
+        if (drop)
+            TIMED(forward_s, GPT2_OP_ENCODER,
+                  dropout_apply(model->acts.encoded, model->acts.encoded, drop, model->B, model->T, c->channels));
+    } else if (blocks > 0) {
         for (int l = first; l < first + blocks; l++) block_forward(model, l);
-    else
+    } else {
         head_forward(model);
+    }
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
+    Dropout site;
+    const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
-        TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual,
+        float *dencoded = model->acts.dresidual;  // through the embeddings' mask, in place: nothing reads it after
+        if (drop)
+            TIMED(backward_s, GPT2_OP_ENCODER, dropout_apply(dencoded, dencoded, drop, model->B, model->T, c->channels));
+        TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), dencoded,
                                                             model->inputs, model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {

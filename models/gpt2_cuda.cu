@@ -18,34 +18,50 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
     GPT2BlockActs x = gpt2_block_acts(model, l);
     GPT2Activations *a = &model->acts;
     size_t BTC = (size_t)B * T * C;
+    Dropout sites[3];  // --dropout: the attention probabilities, each residual branch's output (NULL: none)
+    const Dropout *att_drop = gpt2_dropout(model, l, DROPOUT_ATTENTION, &sites[0]);
+    const Dropout *attproj_drop = gpt2_dropout(model, l, DROPOUT_ATTPROJ, &sites[1]);
+    const Dropout *fcproj_drop = gpt2_dropout(model, l, DROPOUT_FCPROJ, &sites[2]);
 
     layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C);
     matmul_forward_cuda(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, operands);
-    // scratch: dfch_gelu (4BTC) is free during the forward pass
-    attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, B, T, C, NH);
+    // scratch: dfch_gelu (4BTC) and att_scratch are free during the forward pass
+    attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, a->att_scratch, att_drop, B, T, C, NH);
     matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C, operands);
+    if (attproj_drop) dropout_apply_cuda(x.attproj, x.attproj, attproj_drop, B, T, C);
     residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, x.attproj,
                                     P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C);
     matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C,
                                   operands);
     matmul_forward_cuda(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C, operands);
+    if (fcproj_drop) dropout_apply_cuda(x.fcproj, x.fcproj, fcproj_drop, B, T, C);
     residual_forward_cuda(x.residual3, x.residual2, x.fcproj, (int)BTC);
 }
 
-// a->dresidual holds d(residual3) on entry and d(block input) on return.
+// a->dresidual holds d(residual3) on entry and d(block input) on return; with
+// --dropout a residual branch gets it through the branch's mask, made in dln.
 static void block_backward(GPT2 *model, int l, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
     GPT2Activations *a = &model->acts;
     size_t BTC = (size_t)B * T * C;
+    Dropout sites[3];
+    const Dropout *att_drop = gpt2_dropout(model, l, DROPOUT_ATTENTION, &sites[0]);
+    const Dropout *attproj_drop = gpt2_dropout(model, l, DROPOUT_ATTPROJ, &sites[1]);
+    const Dropout *fcproj_drop = gpt2_dropout(model, l, DROPOUT_FCPROJ, &sites[2]);
 
     device_zero(a->dfch_gelu, 4 * BTC);
     device_zero(a->dfch, 4 * BTC);
-    device_zero(a->dln, BTC);
-    matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), a->dresidual, x.fch_gelu,
+    const float *dbranch = a->dresidual;  // d(fcproj)
+    if (fcproj_drop) {
+        dropout_apply_cuda(a->dln, a->dresidual, fcproj_drop, B, T, C);
+        dbranch = a->dln;
+    }
+    matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
                          P(GPT2_FCPROJW, l), B, T, 4 * C, C, operands);
     gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC));
+    device_zero(a->dln, BTC);
     matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C, 4 * C,
                          operands);
     layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2, P(GPT2_LN2W, l),
@@ -53,11 +69,17 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
 
     device_zero(a->datty, BTC);
     device_zero(a->dqkv, 3 * BTC);
-    device_zero(a->dln, BTC);
-    matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), a->dresidual, x.atty,
+    dbranch = a->dresidual;  // d(attproj)
+    if (attproj_drop) {
+        dropout_apply_cuda(a->dln, a->dresidual, attproj_drop, B, T, C);
+        dbranch = a->dln;
+    }
+    matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
                          P(GPT2_ATTPROJW, l), B, T, C, C, operands);
     // the MLP's gradient buffers are done with: they serve as the attention's scratch
-    attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch, B, T, C, NH);
+    attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch, att_drop, B, T,
+                            C, NH);
+    device_zero(a->dln, BTC);
     matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
                          3 * C, operands);
     layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual, P(GPT2_LN1W, l),
@@ -125,13 +147,17 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = unit_operands(model, unit, 0);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
-    if (unit == 0)
+    Dropout site;
+    const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
+    if (unit == 0) {
         encoder_forward_cuda(model->acts.encoded, model->inputs, P(GPT2_WTE, 0), P(GPT2_WPE, 0), model->B, model->T,
                              c->channels);
-    else if (blocks > 0)
+        if (drop) dropout_apply_cuda(model->acts.encoded, model->acts.encoded, drop, model->B, model->T, c->channels);
+    } else if (blocks > 0) {
         for (int l = first; l < first + blocks; l++) block_forward(model, l, operands);
-    else
+    } else {
         head_forward(model, operands);
+    }
     if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
 }
 
@@ -140,8 +166,12 @@ extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = unit_operands(model, unit, 1);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
+    Dropout site;
+    const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
-        encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), model->acts.dresidual, model->inputs,
+        float *dencoded = model->acts.dresidual;  // through the embeddings' mask, in place: nothing reads it after
+        if (drop) dropout_apply_cuda(dencoded, dencoded, drop, model->B, model->T, c->channels);
+        encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), dencoded, model->inputs,
                               model->positions_by_token, model->B, model->T, c->channels);
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {

@@ -381,8 +381,42 @@ static void strided_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, 
                                            stride_b, &beta, Cm, ldc, stride_c, batches));
 }
 
-extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, int B, int T, int C,
-                                       int NH) {
+// out = in (B,NH,T,T) with drop's mask of the probabilities: element h*T + t2
+// of row b's position t, as the CPU's drop_probabilities.
+__global__ static void dropout_probabilities_kernel(float *out, const float *in, Dropout drop, size_t n, int NH,
+                                                    int T) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)NH * T * T;
+    if (i >= n) return;
+    int b = (int)(i / per_row), h = (int)(i / ((size_t)T * T) % NH), t = (int)(i / T % T), t2 = (int)(i % T);
+    uint64_t key = dropout_row_key(&drop, b, t);
+    float value = in[i];
+    out[i] = dropout_keep(&drop, key, (uint64_t)h * T + t2) ? value * drop.scale : 0.0f;
+}
+
+static void drop_probabilities(float *out, const float *in, const Dropout *drop, int B, int NH, int T) {
+    size_t n = (size_t)B * NH * T * T;
+    dropout_probabilities_kernel<<<device_blocks(n, 256), 256>>>(out, in, *drop, n, NH, T);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void dropout_apply_kernel(float *out, const float *in, Dropout drop, size_t n, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int b = (int)(i / ((size_t)T * C)), t = (int)(i / C % T), c = (int)(i % C);
+    uint64_t key = dropout_row_key(&drop, b, t);
+    float value = in[i];
+    out[i] = dropout_keep(&drop, key, (uint64_t)c) ? value * drop.scale : 0.0f;
+}
+
+extern "C" void dropout_apply_cuda(float *out, const float *in, const Dropout *drop, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    if (n == 0) return;
+    dropout_apply_kernel<<<device_blocks(n, 256), 256>>>(out, in, *drop, n, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, float *dropped,
+                                       const Dropout *drop, int B, int T, int C, int NH) {
     int hs = C / NH, batches = B * NH;
     size_t n = (size_t)B * T * C;
     float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *y = scratch + 3 * n;
@@ -394,14 +428,17 @@ extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv,
                  tt, batches);
     causal_softmax_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(att, batches * T, T);
     CUDA_CHECK_LAUNCH();
-    // y (T, hs) = att @ v
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, att, T, tt, 0.0f, y, hs, mat, batches);
+    if (drop) drop_probabilities(dropped, att, drop, B, NH, T);
+    // y (T, hs) = att @ v (the dropped probabilities with drop)
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, drop ? dropped : att, T, tt, 0.0f, y, hs, mat,
+                 batches);
     head_major_kernel<<<device_blocks(n, 256), 256>>>(out, y, B, T, NH, hs, 0);
     CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                        float *scratch, float *dscratch, float *datt, int B, int T, int C, int NH) {
+                                        float *scratch, float *dscratch, float *datt, const Dropout *drop, int B,
+                                        int T, int C, int NH) {
     int hs = C / NH, batches = B * NH;
     size_t n = (size_t)B * T * C;
     float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *dy = scratch + 3 * n;
@@ -412,9 +449,13 @@ extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const fl
     CUDA_CHECK_LAUNCH();
     head_major_kernel<<<device_blocks(n, 256), 256>>>(dy, dout, B, T, NH, hs, 1);
     CUDA_CHECK_LAUNCH();
-    // datt (T, T) = dy @ v^T ; dv (T, hs) = att^T @ dy
+    // dv (T, hs) = att^T @ dy, of the probabilities that multiplied v (dropped, in datt for now)
+    if (drop) drop_probabilities(datt, att, drop, B, NH, T);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, mat, drop ? datt : att, T, tt, 0.0f, dv, hs, mat,
+                 batches);
+    // datt (T, T) = dy @ v^T, through the same mask back to the probabilities
     strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, mat, dy, hs, mat, 0.0f, datt, T, tt, batches);
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, mat, att, T, tt, 0.0f, dv, hs, mat, batches);
+    if (drop) drop_probabilities(datt, datt, drop, B, NH, T);
     softmax_backward_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(datt, att, batches * T, T);
     CUDA_CHECK_LAUNCH();
     // dq = scale * dpre @ k ; dk = scale * dpre^T @ q

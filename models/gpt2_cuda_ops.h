@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "../common/dtype.h"
+#include "dropout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,11 +38,16 @@ void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float
 void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC, bf16 *operands);
 // scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.
-void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, int B, int T, int C, int NH);
+// With drop (NULL: none), the probabilities are dropped into `dropped` (B,NH,T,T)
+// to multiply v; att keeps them whole (gpt2_ops.h's attention_forward).
+void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, float *dropped,
+                            const Dropout *drop, int B, int T, int C, int NH);
 // scratch: (4,B,T,C) for q, k, v and dout head-major; dscratch: (3,B,T,C);
 // datt: (B,NH,T,T).
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                             float *dscratch, float *datt, int B, int T, int C, int NH);
+                             float *dscratch, float *datt, const Dropout *drop, int B, int T, int C, int NH);
+// out = in with drop's mask (gpt2_ops.h's dropout_apply): bit for bit the CPU's.
+void dropout_apply_cuda(float *out, const float *in, const Dropout *drop, int B, int T, int C);
 void gelu_forward_cuda(float *out, const float *inp, int N);
 void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N);
 void residual_forward_cuda(float *out, const float *a, const float *b, int N);

@@ -176,7 +176,20 @@ static void causal_softmax_rows(real_t *att, int T) {
 // stride 3C. The (b, h) pairs are independent (each writes its own columns of
 // out and its own att) and run in parallel, one pair per thread at a time;
 // OpenBLAS runs a product called inside a parallel region on that one thread.
-void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C, int NH) {
+// out = in (T,T), row b's head h of the probabilities or of their gradient, with
+// drop's mask (element h*T + t2 of position t); out may be in.
+static void drop_probabilities(real_t *out, const real_t *in, const Dropout *drop, int b, int h, int T) {
+    for (int t = 0; t < T; t++) {
+        uint64_t key = dropout_row_key(drop, b, t);
+        for (int t2 = 0; t2 < T; t2++) {
+            size_t i = (size_t)t * T + t2;
+            out[i] = dropout_keep(drop, key, (uint64_t)h * T + t2) ? in[i] * (real_t)drop->scale : 0;
+        }
+    }
+}
+
+void attention_forward(real_t *out, real_t *att, const real_t *qkv, real_t *scratch, const Dropout *drop, int B,
+                       int T, int C, int NH) {
     int hs = C / NH;
     real_t scale = 1 / sqrt((real_t)hs);
 #pragma omp parallel for collapse(2)
@@ -191,18 +204,35 @@ void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T
             cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
                        0, att_bh, T);
             causal_softmax_rows(att_bh, T);
+            const real_t *used = att_bh;  // what multiplies v: the probabilities, or them dropped
+            if (drop) {
+                real_t *dropped = scratch + ((size_t)b * NH + h) * T * T;
+                drop_probabilities(dropped, att_bh, drop, b, h, T);
+                used = dropped;
+            }
             // out (T,hs) = att (T,T) @ v (T,hs)
-            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1, att_bh, T, v, 3 * C,
+            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1, used, T, v, 3 * C,
                        0, out_bh, C);
         }
     }
+}
+
+void dropout_apply(real_t *out, const real_t *in, const Dropout *drop, int B, int T, int C) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            uint64_t key = dropout_row_key(drop, b, t);
+            size_t at = ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++)
+                out[at + c] = dropout_keep(drop, key, (uint64_t)c) ? in[at + c] * (real_t)drop->scale : 0;
+        }
 }
 
 // Parallel over (b, h) like the forward: each pair adds into its own columns of
 // dqkv and works in its own (T,T) slice of scratch, so no two threads touch the
 // same number and each sum runs in the same order whatever the thread count.
 void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,
-                        real_t *scratch, int B, int T, int C, int NH) {
+                        real_t *scratch, const Dropout *drop, int B, int T, int C, int NH) {
     int hs = C / NH;
     real_t scale = 1 / sqrt((real_t)hs);
 #pragma omp parallel for collapse(2)
@@ -214,11 +244,14 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
             const real_t *att_bh = att + ((size_t)b * NH + h) * T * T;
             const real_t *dout_bh = dout + (size_t)b * T * C + h * hs;
             real_t *datt = scratch + ((size_t)b * NH + h) * T * T;  // (T,T)
-            // datt (T,T) = dout (T,hs) @ v^T ;  dv (T,hs) += att^T @ dout
+            // dv (T,hs) += att^T @ dout, of the probabilities that multiplied v (dropped, in datt for now)
+            if (drop) drop_probabilities(datt, att_bh, drop, b, h, T);
+            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1, drop ? datt : att_bh, T, dout_bh, C,
+                       1, dv, 3 * C);
+            // datt (T,T) = dout (T,hs) @ v^T, through the same mask back to the probabilities
             cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1, dout_bh, C, v, 3 * C,
                        0, datt, T);
-            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1, att_bh, T, dout_bh, C,
-                       1, dv, 3 * C);
+            if (drop) drop_probabilities(datt, datt, drop, b, h, T);
             // softmax backward, row by row and in place: dpre = att * (datt - sum(att * datt))
             for (int t = 0; t < T; t++) {
                 const real_t *a = att_bh + (size_t)t * T;

@@ -12,6 +12,8 @@
 #ifndef SHARDLAB_GPT2_OPS_H
 #define SHARDLAB_GPT2_OPS_H
 
+#include "dropout.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,11 +47,18 @@ void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t 
                      const real_t *inp, const real_t *weight, int B, int T, int C, int OC);
 
 // Causal self-attention on the packed qkv projection. att keeps the softmax
-// probabilities for the backward pass; scratch holds B * NH * T * T values.
-void attention_forward(real_t *out, real_t *att, const real_t *qkv, int B, int T, int C,
-                       int NH);  // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
+// probabilities for the backward pass; scratch holds B * NH * T * T values. With
+// drop (NULL: none) the probabilities are dropped (element h*T + t2 of position
+// t) on their way to multiply v; att keeps them whole, for the softmax's backward.
+void attention_forward(real_t *out, real_t *att, const real_t *qkv, real_t *scratch, const Dropout *drop, int B,
+                       int T, int C, int NH);  // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
 void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, const real_t *att,
-                        real_t *scratch, int B, int T, int C, int NH);
+                        real_t *scratch, const Dropout *drop, int B, int T, int C, int NH);
+
+// out = in with drop's mask (B,T,C; element c of position t): kept values scaled
+// by 1/(1-P), dropped ones 0. out may be in. Forward and backward alike: the
+// gradient of a dropout is the same mask on the incoming gradient.
+void dropout_apply(real_t *out, const real_t *in, const Dropout *drop, int B, int T, int C);
 
 // GELU, tanh approximation.
 void gelu_forward(real_t *out, const real_t *inp, int N);

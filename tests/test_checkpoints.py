@@ -187,6 +187,20 @@ got = losses(plain_log) if r.returncode == 0 else {}
 check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
       "a checkpoint with EMA weights resumes without --ema (they are left unread): losses match")
 
+# ---- --dropout: the masks are a function of the seed, the step and the row: nothing to save ----
+DROP = ["--dropout", "0.1"]
+for strategy, n in (("zero2", 3), ("fsdp", 2)):
+    tag = f"drop_{strategy}{n}"
+    whole, part, ck = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl", f"{tmp}/ck_{tag}"
+    ok = train(strategy, n, "--steps", "12", *DROP, "--log", whole).returncode == 0
+    ok &= train(strategy, n, "--steps", "6", *DROP, "--ckpt-dir", ck, "--log", part).returncode == 0
+    ok &= train(strategy, n, "--steps", "12", *DROP, "--resume", ck, "--log", part).returncode == 0
+    check(ok and losses(part) == losses(whole) and len(losses(part)) == 12,
+          f"{strategy} N={n} --dropout 0.1: 6 + resumed 6 steps equal 12 steps (bitwise)")
+r = train("fsdp", 2, "--steps", "12", *DROP, "--seed", "5", "--resume", f"{tmp}/ck_drop_fsdp2")
+check(r.returncode != 0 and "the checkpoint was trained with --seed 1337, this run gives 5" in r.stderr,
+      f"--dropout resuming with another --seed is refused: {r.stderr.strip()[:160]!r}")
+
 # ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
 BF16 = ["--precision", "bf16"]
 for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):

@@ -163,22 +163,50 @@ START_TEST(test_matmul_bf16_operands) {
 }
 END_TEST
 
-START_TEST(test_attention) {
+// --dropout's masks on a GPU rank: P = 0.3, rows 5.. of the global batch.
+static const Dropout gpu_drop = {.key = 987654321, .row0 = 5, .threshold = (uint32_t)(0.3 * 16777216.0),
+                                 .scale = 1.0f / 0.7f};
+
+// Without and with dropout of the probabilities; with it, the probabilities the
+// CPU and the GPU drop are the same ones (the values agree to rounding).
+static void check_attention(const Dropout *drop) {
     size_t nqkv = B * T * 3 * C, n = B * T * C, natt = B * NH * T * T;
     float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1);
     float *out = calloc(n, 4), *att = calloc(natt, 4), *dqkv = random_host(nqkv, 21, 1);
-    float *scratch = calloc(natt, 4);
+    float *scratch = calloc(natt, 4), *dropped = calloc(natt, 4);
     float *d_qkv = to_device(qkv, nqkv), *d_out = to_device(out, n), *d_att = to_device(att, natt);
     float *d_dqkv = to_device(dqkv, nqkv);
     float *d_scratch = device_alloc(&mem, MEM_ACTIVATIONS, 4 * n), *d_dscratch = device_alloc(&mem, MEM_ACTIVATIONS, 3 * n);
     float *d_datt = device_alloc(&mem, MEM_ACTIVATIONS, natt);
-    attention_forward(out, att, qkv, B, T, C, NH);
-    attention_forward_cuda(d_out, d_att, d_qkv, d_scratch, B, T, C, NH);
+    attention_forward(out, att, qkv, scratch, drop, B, T, C, NH);
+    attention_forward_cuda(d_out, d_att, d_qkv, d_scratch, d_datt, drop, B, T, C, NH);
     assert_close("attention out", d_out, out, n);
     assert_close("attention probabilities", d_att, att, natt);
-    attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH);
-    attention_backward_cuda(d_dqkv, to_device(dout, n), d_qkv, d_att, d_scratch, d_dscratch, d_datt, B, T, C, NH);
+    if (drop) {
+        device_to_host(dropped, d_datt, natt);
+        for (size_t i = 0; i < natt; i++) ck_assert_msg((dropped[i] == 0) == (scratch[i] == 0), "mask %zu", i);
+    }
+    attention_backward(dqkv, dout, qkv, att, scratch, drop, B, T, C, NH);
+    attention_backward_cuda(d_dqkv, to_device(dout, n), d_qkv, d_att, d_scratch, d_dscratch, d_datt, drop, B, T, C,
+                            NH);
     assert_close("attention dqkv", d_dqkv, dqkv, nqkv);
+}
+
+START_TEST(test_attention) {
+    check_attention(NULL);
+    check_attention(&gpu_drop);
+}
+END_TEST
+
+// The residual branches' and the embeddings' masks: bit for bit the CPU's.
+START_TEST(test_dropout_bitwise_the_cpu) {
+    size_t n = B * T * C;
+    float *x = random_host(n, 43, 1), *cpu = calloc(n, 4), *got = calloc(n, 4);
+    float *d_x = to_device(x, n);
+    dropout_apply(cpu, x, &gpu_drop, B, T, C);
+    dropout_apply_cuda(d_x, d_x, &gpu_drop, B, T, C);
+    device_to_host(got, d_x, n);
+    ck_assert_int_eq(memcmp(got, cpu, n * sizeof(float)), 0);
 }
 END_TEST
 
@@ -324,6 +352,7 @@ int main(void) {
     tcase_add_test(tc, test_adamw_and_add);
     tcase_add_test(tc, test_bf16_bitwise_the_cpu);
     tcase_add_test(tc, test_ema_bitwise_the_cpu);
+    tcase_add_test(tc, test_dropout_bitwise_the_cpu);
     tcase_add_test(tc, test_matmul_bf16_operands);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

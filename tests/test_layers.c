@@ -100,21 +100,50 @@ START_TEST(test_matmul_backward) {
 END_TEST
 
 // ---- attention ----
-typedef struct { int B, T, C, NH; double *qkv, *out, *att, *dout; } AttCtx;
+// drop: NULL, or a dropout of the probabilities (the same mask in every call)
+typedef struct { int B, T, C, NH; double *qkv, *out, *att, *dout, *scratch; const Dropout *drop; } AttCtx;
 static double att_loss(void *p) {
     AttCtx *c = p;
-    attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    attention_forward(c->out, c->att, c->qkv, c->scratch, c->drop, c->B, c->T, c->C, c->NH);
     return dot(c->out, c->dout, (size_t)c->B * c->T * c->C);
 }
-START_TEST(test_attention_backward) {
-    AttCtx c = {.B = 2, .T = 4, .C = 6, .NH = 2};
+static void check_attention_backward(const Dropout *drop) {
+    AttCtx c = {.B = 2, .T = 4, .C = 6, .NH = 2, .drop = drop};
     size_t nqkv = (size_t)c.B * c.T * 3 * c.C, nout = (size_t)c.B * c.T * c.C;
     c.qkv = random_array(nqkv, 9, 1.0); c.dout = random_array(nout, 10, 1.0);
     c.out = zeros(nout); c.att = zeros((size_t)c.B * c.NH * c.T * c.T);
+    c.scratch = zeros((size_t)c.B * c.NH * c.T * c.T);
     double *dqkv = zeros(nqkv), *scratch = zeros((size_t)c.B * c.NH * c.T * c.T);
     att_loss(&c);
-    attention_backward(dqkv, c.dout, c.qkv, c.att, scratch, c.B, c.T, c.C, c.NH);
+    attention_backward(dqkv, c.dout, c.qkv, c.att, scratch, drop, c.B, c.T, c.C, c.NH);
     check_gradient("dqkv", c.qkv, nqkv, dqkv, att_loss, &c);
+}
+START_TEST(test_attention_backward) { check_attention_backward(NULL); }
+END_TEST
+
+// Dropout of the probabilities, P = 0.4: the mask drops some and scales the rest
+// by 1/(1-P) in the forward, and the backward goes through the same mask.
+static const Dropout test_drop = {.key = 12345, .row0 = 3, .threshold = (uint32_t)(0.4 * 16777216.0),
+                                  .scale = 1.0f / 0.6f};
+START_TEST(test_attention_backward_with_dropout) { check_attention_backward(&test_drop); }
+END_TEST
+
+START_TEST(test_dropout_apply) {
+    int B = 3, T = 5, C = 40;
+    size_t n = (size_t)B * T * C, dropped = 0;
+    double *x = random_array(n, 11, 1.0), *y = zeros(n);
+    dropout_apply(y, x, &test_drop, B, T, C);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(y[i] == 0 || y[i] == x[i] * (double)test_drop.scale);
+        dropped += y[i] == 0;
+    }
+    ck_assert_msg(dropped > n / 4 && dropped < n * 11 / 20, "%zu of %zu dropped at P = 0.4", dropped, n);
+    // the mask is the row's, not the call's: rows 1..2 cut out as their own batch (row0 + 1) get row 1..2's
+    Dropout later = test_drop;
+    later.row0 = test_drop.row0 + 1;
+    double *part = zeros(n);
+    dropout_apply(part, x + (size_t)T * C, &later, B - 1, T, C);
+    for (size_t i = 0; i < (size_t)(B - 1) * T * C; i++) ck_assert(part[i] == y[(size_t)T * C + i]);
 }
 END_TEST
 
@@ -125,10 +154,10 @@ START_TEST(test_attention_is_causal) {
     c.qkv = random_array(nqkv, 11, 1.0);
     c.out = zeros(nout); c.att = zeros((size_t)c.NH * c.T * c.T);
     double *before = zeros(nout);
-    attention_forward(c.out, c.att, c.qkv, 1, c.T, c.C, c.NH);
+    attention_forward(c.out, c.att, c.qkv, NULL, NULL, 1, c.T, c.C, c.NH);
     memcpy(before, c.out, nout * sizeof(double));
     for (int i = 0; i < 3 * c.C; i++) c.qkv[(size_t)(c.T - 1) * 3 * c.C + i] += 1.0;
-    attention_forward(c.out, c.att, c.qkv, 1, c.T, c.C, c.NH);
+    attention_forward(c.out, c.att, c.qkv, NULL, NULL, 1, c.T, c.C, c.NH);
     for (size_t i = 0; i < (size_t)(c.T - 1) * c.C; i++) ck_assert_double_eq(before[i], c.out[i]);
 }
 END_TEST
@@ -200,6 +229,8 @@ int main(void) {
     tcase_add_test(tc, test_layernorm_backward);
     tcase_add_test(tc, test_matmul_backward);
     tcase_add_test(tc, test_attention_backward);
+    tcase_add_test(tc, test_attention_backward_with_dropout);
+    tcase_add_test(tc, test_dropout_apply);
     tcase_add_test(tc, test_attention_is_causal);
     tcase_add_test(tc, test_gelu_backward);
     tcase_add_test(tc, test_encoder_backward);

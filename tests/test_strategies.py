@@ -712,6 +712,53 @@ def check_ema(tmp, model, common, ref_steps):
         check(r.returncode != 0 and message in r.stderr, f"{' '.join(bad[:1])} without --ema is refused")
 
 
+def check_dropout(tmp, model, common, ref_steps, ref_params):
+    """--dropout P (docs/training.md): its masks follow each token's row in the global batch, so every strategy at
+    N = 1..4 (and with --grad-accum 2 at N = 2, 3) trains train_single's model without accumulation (losses and
+    final parameters within 1e-5). --dropout 0 is bitwise the run without it; --dropout 0.1 changes the losses;
+    --recompute with it is bitwise the run without --recompute; with --lr 0 the validation losses are bitwise those
+    without dropout (evaluation drops nothing) while the training losses are not; a different --seed gives other
+    masks."""
+    def single(tag, *flags):
+        return run_logged(tag, [f"{BUILD}/train_single", *common, *flags], os.path.join(tmp, f"{tag}.jsonl"),
+                          os.path.join(tmp, f"{tag}.bin"))
+    zero = single("dropout0", "--dropout", "0")
+    ref = single("dropout", "--dropout", "0.1")
+    recomputed = single("dropout_recompute", "--dropout", "0.1", "--recompute")
+    seeded = single("dropout_seed", "--dropout", "0.1", "--seed", "7")
+    if None in (zero, ref, recomputed, seeded):
+        return
+    losses = lambda steps: [x["loss"] for x in steps]
+    check(losses(zero[0]) == losses(ref_steps) and list(zero[2]) == list(ref_params),
+          "--dropout 0: bitwise the run without it (losses and model)")
+    check(all(a != b for a, b in zip(losses(ref[0]), losses(ref_steps))), "--dropout 0.1 changes every step's loss")
+    check(losses(recomputed[0]) == losses(ref[0]) and list(recomputed[2]) == list(ref[2]),
+          "--dropout 0.1 --recompute: bitwise the losses and model without --recompute (the same masks again)")
+    still = ["--lr", "0"]
+    frozen, frozen_drop = single("frozen", *still), single("frozen_dropout", *still, "--dropout", "0.3")
+    if frozen and frozen_drop:
+        val = lambda steps: [x["val_loss"] for x in steps if x["val_loss"] is not None]
+        check(val(frozen_drop[0]) == val(frozen[0]) and losses(frozen_drop[0]) != losses(frozen[0]),
+              "--lr 0: the validation losses drop nothing (bitwise), the training losses do")
+    other_seed = run_logged("dropout, seed 7, no dropout", [f"{BUILD}/train_single", *common, "--seed", "7"],
+                            os.path.join(tmp, "seed7.jsonl"), os.path.join(tmp, "seed7.bin"))
+    if other_seed:  # the seed's effect on the masks alone: the same initial model, read from --model
+        check(losses(seeded[0])[0] != losses(ref[0])[0] and losses(other_seed[0])[0] == losses(ref_steps)[0],
+              "another --seed gives other masks (the first loss moves with --dropout only)")
+    runs = [(s, n, 1) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)] + \
+           [(s, n, 2) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (2, 3)]
+    for strategy, n, accum in runs:
+        tag = f"{strategy} N={n} --dropout 0.1 --grad-accum {accum}"
+        result = run_logged(tag, strategy_command(strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *common]),
+                            os.path.join(tmp, "dropout_run.jsonl"), os.path.join(tmp, "dropout_run.bin"))
+        if result is None:
+            continue
+        worst = worst_loss_diff(result[0], ref[0])
+        pdiff = max(abs(a - b) for a, b in zip(result[2], ref[2]))
+        check(len(result[0]) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
+              f"{tag}: train_single --dropout 0.1's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
+
+
 def check_trace_overlap(tmp, model, data):
     """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
     travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
@@ -888,6 +935,7 @@ def main():
     check_hybrid(tmp, common, ref_steps, ref_params)
     check_units(tmp, model, data, common, ref_steps, ref_params)
     check_ema(tmp, model, common, ref_steps)
+    check_dropout(tmp, model, common, ref_steps, ref_params)
     CHECKS.finish()
 
 

@@ -7,7 +7,14 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t splitmix64(uint64_t x) {
+// Callable from GPU kernels too (dropout's masks, models/dropout.h).
+#ifdef __CUDACC__
+#define RANDOM_HD __host__ __device__
+#else
+#define RANDOM_HD
+#endif
+
+static inline RANDOM_HD uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
