@@ -300,7 +300,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
     comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone writes
     if (opts->pause_mid_save_s > 0) usleep((useconds_t)(opts->pause_mid_save_s * 1e6));
     PieceList mine = {0};
-    int parts = opts->ema ? 4 : 3;
+    int parts = opts->ema > 0 ? 4 : 3;
     if (opts->full) save_full(tmp, strategy, layout, comm, parts, &mine);
     else save_sharded(tmp, strategy, layout, comm, &mine);
     size_t *counts = NULL;
@@ -308,7 +308,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
     free(mine.items);
     if (comm->rank == 0) {
         CkptManifest m = {.world_size = comm->world, .step = step, .data_position = data_position, .seed = seed,
-                          .config = layout->config, .has_ema = parts == 4};
+                          .config = layout->config, .ema_decay = opts->ema};
         snprintf(m.strategy, sizeof m.strategy, "%s", strategy->name);
         size_t total = 0;
         for (int r = 0; r < comm->world; r++) total += counts[r] / sizeof(CkptPiece);
@@ -492,7 +492,7 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
     free(buf);
 }
 
-void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int ema,
+void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, float ema,
                      CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
     checkpoint_resolve(path, dir, sizeof dir);
@@ -510,9 +510,12 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
               layout->config.channels, layout->config.vocab_size, layout->config.max_seq_len, resume_with);
     }
     check_pieces(manifest_path, m, layout);
-    if (ema && !m->has_ema)
+    if (ema > 0 && m->ema_decay == 0)
         fatal("%s: the checkpoint has no EMA weights (it was saved without --ema): resume it without --ema",
               manifest_path);
+    if (ema > 0 && ema != m->ema_decay)
+        fatal("%s: the checkpoint's EMA has decay %.9g, this run asks for --ema %.9g: give --ema %.9g to continue it",
+              manifest_path, m->ema_decay, ema, m->ema_decay);
     for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
         char file_path[4200];
         xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);

@@ -28,7 +28,7 @@ typedef struct {
     const char *dir;        // --ckpt-dir
     int full;               // --save-full
     int keep;               // complete checkpoints to keep, the most recently written (0: all)
-    int ema;                // the run keeps --ema weights: every piece carries them too
+    float ema;              // the run's --ema (0: none): every piece carries the EMA weights too
     double pause_mid_save_s;  // tests only: a window to kill a rank while a save is in progress
 } CkptSaveOptions;
 
@@ -39,9 +39,10 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 // gets the checkpoint directory itself (exits if there is none).
 void checkpoint_resolve(const char *path, char *dir, size_t size);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
-// strategy's rows and step counts, and with `ema` (the run's --ema) their EMA:
-// a checkpoint without one is then refused. Returns the manifest (caller frees).
-void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int ema,
+// strategy's rows and step counts, and with `ema` (the run's --ema, 0: none)
+// their EMA: a checkpoint without one, or of another decay, is then refused.
+// Returns the manifest (caller frees).
+void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, float ema,
                      CkptManifest *manifest);
 
 #endif

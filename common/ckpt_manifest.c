@@ -32,6 +32,19 @@ static int next_u64(const char **p, uint64_t *value) {
     return 0;
 }
 
+// A decay in (0, 1), as --ema takes it.
+static int next_decay(const char **p, float *value) {
+    while (**p == ' ') (*p)++;
+    if (**p < '0' || **p > '9') return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(*p, &end);
+    if (errno || !(v > 0 && v < 1)) return 0;
+    *p = end;
+    *value = (float)v;
+    return 1;
+}
+
 static int next_int(const char **p, int *value, int max) {
     uint64_t v;
     if (next_u64(p, &v) != 0 || v > (uint64_t)max) return -1;
@@ -92,7 +105,7 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
         else if (strcmp(word, "step") == 0) ok = next_int(&p, &m->step, 1 << 30) == 0;
         else if (strcmp(word, "data_position") == 0) ok = next_u64(&p, &m->data_position) == 0;
         else if (strcmp(word, "seed") == 0) ok = next_u64(&p, &m->seed) == 0;
-        else if (strcmp(word, "ema") == 0) ok = !m->pieces && next_int(&p, &m->has_ema, 1) == 0;  // before the pieces
+        else if (strcmp(word, "ema") == 0) ok = !m->pieces && m->ema_decay == 0 && next_decay(&p, &m->ema_decay);
         else if (strcmp(word, "config") == 0)
             ok = next_int(&p, &c->max_seq_len, 1 << 24) == 0 && next_int(&p, &c->vocab_size, 1 << 24) == 0 &&
                  next_int(&p, &c->num_layers, 1 << 16) == 0 && next_int(&p, &c->num_heads, 1 << 16) == 0 &&
@@ -125,6 +138,11 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
                 if (ok) q->crc[k] = (uint32_t)crc_value;
             }
             ok = ok && next_int(&p, &q->adam_step, 1 << 30) == 0;
+            if (!ok && q) {  // the commonest cause, named
+                set_error(err, err_len, "malformed 'piece' line %d (each piece lists %d parts: params, m, v%s)",
+                          pieces_seen, ckpt_parts(m), m->ema_decay > 0 ? " and the EMA, as the 'ema' line says" : "");
+                goto done;
+            }
             pieces_seen += ok;
         } else {
             set_error(err, err_len, "unknown field '%s'", word);
@@ -166,7 +184,7 @@ char *ckpt_manifest_text(const CkptManifest *m, size_t *len) {
                                          "\nseed %" PRIu64 "\nconfig %d %d %d %d %d %d\n",
                           m->strategy, m->world_size, m->step, m->data_position, m->seed, c->max_seq_len,
                           c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
-    if (m->has_ema) n += (size_t)snprintf(text + n, cap - n, "ema 1\n");  // before the pieces, which it shapes
+    if (m->ema_decay > 0) n += (size_t)snprintf(text + n, cap - n, "ema %.9g\n", m->ema_decay);  // before the pieces
     n += (size_t)snprintf(text + n, cap - n, "files %d\n", m->num_files);
     for (int f = 0; f < m->num_files; f++)
         n += (size_t)snprintf(text + n, cap - n, "file %d %s %" PRIu64 "\n", f, m->files[f], m->file_sizes[f]);

@@ -4,7 +4,7 @@
 //   shardlab-checkpoint 1
 //   strategy fsdp              world_size 4            step 10
 //   data_position 1920         seed 1337               config maxT V L NH C Vp
-//   ema 1                      (only when the run kept --ema weights)
+//   ema 0.99                   (only when the run kept --ema weights: their decay)
 //   files 2                    file 0 rank_00000.bin <bytes>   ...
 //   pieces 56                  piece <tensor> <first row> <rows>
 //                                    (<file> <offset> <crc32>) x3 for params, m, v (x4: and the EMA)
@@ -39,7 +39,7 @@ typedef struct {
     uint64_t data_position;   // the training loader's position in tokens
     uint64_t seed;
     GPT2Config config;
-    int has_ema;              // 1: every piece has a fourth part, the EMA of its parameters
+    float ema_decay;          // > 0: the run's --ema; every piece has a fourth part, the EMA of its parameters
     int num_files;
     char (*files)[CKPT_MAX_PATH];  // (num_files) names inside the checkpoint directory
     uint64_t *file_sizes;     // (num_files)
@@ -48,7 +48,7 @@ typedef struct {
 } CkptManifest;
 
 // The parts of each piece: 3, or 4 with the EMA.
-static inline int ckpt_parts(const CkptManifest *m) { return m->has_ema ? 4 : 3; }
+static inline int ckpt_parts(const CkptManifest *m) { return m->ema_decay > 0 ? 4 : 3; }
 
 // Parses a manifest's text; on failure returns -1 with a message in err.
 int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err, size_t err_len);

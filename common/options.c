@@ -37,11 +37,11 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "validation loss every K steps on DIR/val.bin (default 0: never)"},
         {"--eval-batches", "K", CLI_INT, &o->eval_batches, 1, 1 << 20, "batches per validation (default 4)"},
         {"--out-model", "FILE", CLI_STRING, &o->out_model, 0, 0, "write the final model as an llm.c checkpoint"},
-        {"--dropout", "RATE", CLI_FLOAT, &o->dropout, 0, 0.99f,
+        {"--dropout", "RATE", CLI_FLOAT, &o->dropout, 0, 0.99,
          "drop this share of the embeddings, attention probabilities and residual branches' outputs while "
          "training, the masks a function of --seed, the step and each token's place in the global batch "
          "(default 0: none)"},
-        {"--ema", "DECAY", CLI_FLOAT, &o->ema, 0, 0.999999f,
+        {"--ema", "DECAY", CLI_FLOAT, &o->ema, 0, 0.999999,
          "keep an exponential moving average of the weights, ema = DECAY ema + (1 - DECAY) w after each step, "
          "sharded as the weights are (default 0: none)"},
         {"--eval-ema", NULL, CLI_SWITCH, &o->eval_ema, 0, 0,
@@ -117,9 +117,9 @@ static const char *shared_problem(const TrainOptions *o) {
     else if (o->timeline_step > o->steps) problem = "--timeline-step is past --steps: give a step the run trains";
     else if (o->timeline_step && !o->log_path && !o->trace_prefix)
         problem = "--timeline-step goes with --log or --trace, where the step's memory timeline is kept";
-    else if (o->eval_ema && !o->ema) problem = "--eval-ema validates the EMA weights: it needs --ema DECAY";
+    else if (o->eval_ema && !o->ema) problem = "--eval-ema validates the EMA weights: it needs --ema DECAY above 0";
     else if (o->eval_ema && !o->eval_every) problem = "--eval-ema goes with --eval-every K, when validation runs";
-    else if (o->out_model_ema && !o->ema) problem = "--out-model-ema writes the EMA weights: it needs --ema DECAY";
+    else if (o->out_model_ema && !o->ema) problem = "--out-model-ema writes the EMA weights: it needs --ema DECAY above 0";
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";

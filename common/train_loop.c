@@ -268,12 +268,52 @@ static void write_log_start(Run *run) {
     check_log_written(run);
 }
 
+// `path` as an absolute path with its directory resolved (the file itself may
+// not exist yet); "" when its directory does not exist.
+static void canonical_path(const char *path, char *out, size_t size) {
+    char dir[4096], resolved[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    xsnprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (!realpath(dir, resolved)) {
+        out[0] = '\0';
+        return;
+    }
+    snprintf(out, size, "%s/%s", strcmp(resolved, "/") ? resolved : "", slash ? slash + 1 : path);
+}
+
+// An output file (--out-model, --out-model-ema) must not be another of the run's
+// files, which writing it would destroy: the other output, the log, the data,
+// the model it starts from, or anything under --ckpt-dir.
+static void check_output_is_its_own(const TrainOptions *o, const char *flag, const char *path) {
+    char mine[4400], other[4400], file[4200];
+    canonical_path(path, mine, sizeof mine);
+    const char *others[][2] = {{"--out-model", o->out_model}, {"--out-model-ema", o->out_model_ema},
+                               {"--log", o->log_path}, {"--model", o->model_path}, {"--data", "train.bin"},
+                               {"--data", "val.bin"}};
+    for (size_t i = 0; i < sizeof others / sizeof others[0] && mine[0]; i++) {
+        if (!others[i][1] || strcmp(others[i][0], flag) == 0) continue;
+        if (strcmp(others[i][0], "--data") == 0) xsnprintf(file, sizeof file, "%s/%s", o->data_dir, others[i][1]);
+        else xsnprintf(file, sizeof file, "%s", others[i][1]);
+        canonical_path(file, other, sizeof other);
+        if (strcmp(mine, other) == 0) fatal("%s %s: that is the file of %s %s: give the output a path of its own",
+                                            flag, path, others[i][0], file);
+    }
+    if (o->ckpt_dir && mine[0]) {
+        canonical_path(o->ckpt_dir, other, sizeof other);
+        size_t n = strlen(other);
+        if (other[0] && strncmp(mine, other, n) == 0 && (mine[n] == '/' || mine[n] == '\0'))
+            fatal("%s %s: it lies in --ckpt-dir %s, whose files the checkpoints own", flag, path, o->ckpt_dir);
+    }
+}
+
 // Every output is known to be writable before the first step.
 static void check_outputs(Run *run) {
     const TrainOptions *o = &run->opts;
     char path[4200];
     if (o->ckpt_dir) check_checkpoint_dir(run);
     if (run->comm.rank != 0) return;
+    if (o->out_model) check_output_is_its_own(o, "--out-model", o->out_model);
+    if (o->out_model_ema) check_output_is_its_own(o, "--out-model-ema", o->out_model_ema);
     if (o->out_model) check_replaceable("--out-model", o->out_model);
     if (o->out_model_ema) check_replaceable("--out-model-ema", o->out_model_ema);
     if (o->trace_prefix) {
@@ -361,7 +401,10 @@ static void setup(Run *run) {
     if (o->resume) {
         CkptManifest m;
         double t0 = timer_now();
-        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema > 0, &m);
+        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema, &m);
+        if (m.ema_decay > 0 && o->ema == 0 && run->comm.rank == 0)
+            fprintf(stderr, "shardlab: note: the checkpoint's EMA weights (--ema %.9g) are left unread: this run "
+                            "keeps none, and its own checkpoints will carry none\n", m.ema_decay);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         if (o->dropout > 0 && m.seed != o->seed)
@@ -532,14 +575,14 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
                "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\", \"precision\": \"%s\", "
-               "\"reduce_dtype\": \"%s\"}, \"strategy_options\": {",
+               "\"reduce_dtype\": \"%s\", \"dropout\": %g, \"ema\": %g}, \"strategy_options\": {",
             run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
             run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode, dtype_name(run->model.param_dtype),
-            dtype_name(run->model.grad_dtype));
+            dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema);
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",
@@ -645,7 +688,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
                                 .lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup, .steps = o->steps};
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
-    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema > 0};
+    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema};
     const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
     if (pause) save.pause_mid_save_s = atof(pause);
     const char *delay = getenv("SHARDLAB_TEST_OPTIM_DELAY_S");  // tests: a known wait in the optimizer phase

@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
-        {"--ema", "DECAY", CLI_FLOAT, &ema, 0, 0.999999f,
+        {"--ema", "DECAY", CLI_FLOAT, &ema, 0, 0.999999,
          "the trainers' --ema: the moving average of the weights each rank keeps (4 bytes per kept parameter)"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "D", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
@@ -434,7 +434,9 @@ int main(int argc, char **argv) {
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
     static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
-    static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", NULL};
+    static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema", NULL};
+    if (time_mode)
+        refuse_flags(&spec, (const char *const[]){"--ema", NULL}, "the EMA's bytes change the memory, not --time");
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
     else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");

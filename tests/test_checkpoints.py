@@ -172,8 +172,8 @@ check(ema_matches(f"{tmp}/ck_ema_fsdp4", "zero1", 3) and ema_matches(f"{tmp}/ck_
 ema_full = f"{tmp}/ema_full"
 ok = train("zero2", 3, "--steps", "10", *EMA, "--ckpt-dir", ema_full, "--save-full").returncode == 0
 check(ok and sorted(os.listdir(f"{ema_full}/step_00000010")) == ["ema.bin", "manifest.txt", "model.bin", "optimizer.bin"]
-      and "ema 1" in open(f"{ema_full}/step_00000010/manifest.txt").read(),
-      "--ema --save-full: ema.bin beside model.bin and optimizer.bin, and the manifest says ema 1")
+      and "\nema 0.899999976\n" in open(f"{ema_full}/step_00000010/manifest.txt").read(),
+      "--ema --save-full: ema.bin beside model.bin and optimizer.bin, and the manifest gives the decay")
 check(ema_matches(ema_full, "fsdp", 2), "--ema's full checkpoint resumes into FSDP@2: the uninterrupted EMA")
 r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{ema_full}/step_00000010/ema.bin", "--steps", "1"],
                    capture_output=True, text=True)
@@ -181,11 +181,15 @@ check(r.returncode == 0, "ema.bin is an llm.c model file (train_single --model r
 r = train("fsdp", 2, "--steps", "20", *EMA, "--resume", f"{tmp}/ck_fsdp2")
 check(r.returncode != 0 and "the checkpoint has no EMA weights (it was saved without --ema)" in r.stderr,
       f"--ema resuming a checkpoint without EMA weights is refused: {r.stderr.strip()[:160]!r}")
+r = train("fsdp", 2, "--steps", "20", "--ema", "0.5", "--resume", f"{tmp}/ck_ema_fsdp4")
+check(r.returncode != 0 and "the checkpoint's EMA has decay 0.899999976, this run asks for --ema 0.5" in r.stderr,
+      f"--ema with another decay than the checkpoint's is refused: {r.stderr.strip()[:160]!r}")
 plain_log = f"{tmp}/ema_dropped.jsonl"
 r = train("zero3", 2, "--steps", "20", "--resume", f"{tmp}/ck_ema_fsdp4", "--log", plain_log)
 got = losses(plain_log) if r.returncode == 0 else {}
-check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
-      "a checkpoint with EMA weights resumes without --ema (they are left unread): losses match")
+check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got)
+      and "the checkpoint's EMA weights (--ema 0.899999976) are left unread" in r.stderr,
+      "a checkpoint with EMA weights resumes without --ema, saying they are left unread: losses match")
 
 # ---- --dropout: the masks are a function of the seed, the step and the row: nothing to save ----
 DROP = ["--dropout", "0.1"]
