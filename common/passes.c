@@ -55,19 +55,20 @@ void finish_pass(GPT2 *model, Strategy *s, Trace *trace) {
 // owner, FSDP's slice holder; padding is zero), then one all-reduce of that
 // double gives every rank the same sum.
 static double grad_norm(GPT2 *model, Strategy *s, Comm *comm) {
-    void *grads;
-    size_t count;
-    double sum = s->local_grads(s->state, &grads, &count) ? device_sum_squares_as(grads, count, model->grad_dtype) : 0;
+    GradSpan spans[MAX_GRAD_SPANS];
+    int n = s->local_grads(s->state, spans);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        if (spans[i].share) sum += device_sum_squares_as(spans[i].grads, spans[i].count, model->grad_dtype);
     return sqrt(comm_all_reduce_double(comm, sum));
 }
 
 // Every rank scales the gradient it keeps, DDP's replicas that are not the
 // share included, so the replicas stay equal.
 static void scale_grads(GPT2 *model, Strategy *s, float factor) {
-    void *grads;
-    size_t count;
-    s->local_grads(s->state, &grads, &count);
-    device_scale_as(grads, count, model->grad_dtype, factor);
+    GradSpan spans[MAX_GRAD_SPANS];
+    int n = s->local_grads(s->state, spans);
+    for (int i = 0; i < n; i++) device_scale_as(spans[i].grads, spans[i].count, model->grad_dtype, factor);
 }
 
 double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config) {

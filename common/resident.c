@@ -177,6 +177,10 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
 }
 
+GradSpan resident_grad_span(const Resident *r, int share) {
+    return (GradSpan){.grads = r->grads, .count = r->flat.total, .share = share};
+}
+
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes) {
     size_t off = r->flat.offset[t];
     return (LocalRows){.row_begin = row_begin, .row_count = row_count, .params = r->spans[t].params, .m = r->m + off,

@@ -84,6 +84,9 @@ size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit
 // then zeroes the gradients for the next step. Every tensor's step count
 // advances, kept or not, so any rank can report it.
 void resident_step(Resident *r, int num_tensors, AdamWConfig config);
+// All the gradients this rank keeps, as one span (local_grads); `share`: whether
+// they are its share of the norm.
+GradSpan resident_grad_span(const Resident *r, int share);
 // Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints.
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes);
 void resident_free(Resident *r, MemAccount *mem);

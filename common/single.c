@@ -40,10 +40,9 @@ static int local_rows(void *state, int t, LocalRows *rows) {
     return 1;
 }
 
-static int local_grads(void *state, void **grads, size_t *count) {
+static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    *grads = s->resident.grads;
-    *count = s->resident.flat.total;
+    spans[0] = resident_grad_span(&s->resident, 1);
     return 1;
 }
 

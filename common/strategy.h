@@ -59,6 +59,7 @@ typedef enum {
     TENSOR_SHARDED = 0,  // only this rank's part of it (perhaps nothing) is here
     TENSOR_GATHERING,    // its gather is in flight (prefetched); not to be read yet
     TENSOR_GATHERED,     // model->params[t] points at the whole tensor
+    TENSOR_REPLICATED,   // kept whole on every rank for good (FSDP's --shard-min-numel): never gathered
 } TensorState;
 
 // The number of units ZeRO-3 and FSDP prefetch for --prefetch D: at most the
@@ -110,6 +111,15 @@ typedef struct {
     void *done_arg;
 } LocalRows;
 
+// A flat span of a rank's averaged gradient (local_grads): every element is
+// scaled by a clip; a span marked `share` counts in the global norm.
+typedef struct {
+    void *grads;   // (count) of model->grad_dtype; zero padding may be part of it
+    size_t count;
+    int share;     // 1: this rank's share of the norm
+} GradSpan;
+#define MAX_GRAD_SPANS 2  // FSDP with --shard-min-numel: its slices, and the tensors it keeps whole
+
 // The checkpoint code calls this once it is done with rows local_rows gave it.
 static inline void local_rows_done(const LocalRows *rows) {
     if (rows->done) rows->done(rows->done_arg);
@@ -132,11 +142,11 @@ typedef struct {
     // may run a collective (ZeRO-1/2 gather the tensor's AdamW moments there),
     // and local_rows_done once they are done with the rows.
     int (*local_rows)(void *state, int t, LocalRows *rows);
-    // The averaged gradient this rank keeps after finish_grads, as one flat span
-    // of *count elements of model->grad_dtype (zero padding may be part of it), for clipping. Returns
-    // 1 if the span is this rank's share of the global norm: across ranks the
-    // shares hold every gradient element of the model once (DDP: rank 0's replica).
-    int (*local_grads)(void *state, void **grads, size_t *count);
+    // The averaged gradient this rank keeps after finish_grads, for clipping: all
+    // of it, as flat spans (GradSpan), in spans[]; returns how many (at most
+    // MAX_GRAD_SPANS). Across ranks the spans marked `share` hold every gradient
+    // element of the model once (DDP: rank 0's replica).
+    int (*local_grads)(void *state, GradSpan *spans);
     // --ema: exchanges the weights this rank keeps with their moving average, so
     // that the next forward passes (evaluation) and gather_full_model see the
     // average; called again, it gives the weights back, bit for bit.

@@ -86,11 +86,10 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // Every replica holds the whole averaged gradient: rank 0's counts, once.
-static int local_grads(void *state, void **grads, size_t *count) {
+static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    *grads = s->resident.grads;
-    *count = s->resident.flat.total;
-    return s->comm->rank == 0;
+    spans[0] = resident_grad_span(&s->resident, s->comm->rank == 0);
+    return 1;
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.

@@ -161,11 +161,12 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 
 // The averaged gradient of this rank's range, less padding: ZeRO-1's other
 // elements hold this rank's own, unreduced partial sums.
-static int local_grads(void *state, void **grads, size_t *count) {
+static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
     size_t P = s->model->layout.num_params, lo = s->resident.lo, hi = lo + s->resident.state_numel;
-    *count = lo < P ? (hi < P ? hi : P) - lo : 0;
-    *grads = *count > 0 ? resident_grad_at(&s->resident, lo) : s->resident.grads;
+    spans[0].count = lo < P ? (hi < P ? hi : P) - lo : 0;
+    spans[0].grads = spans[0].count > 0 ? resident_grad_at(&s->resident, lo) : s->resident.grads;
+    spans[0].share = 1;
     return 1;
 }
 

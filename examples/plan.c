@@ -7,7 +7,8 @@
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode MODE]
-//              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
+//              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
+//              [--shard-min-numel NUMEL] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
 //              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
@@ -47,6 +48,7 @@
 typedef struct {
     DrySetup setup;
     int prefetch, reshard, shard_group;  // ZeRO-3's and FSDP's flags (shard_group: M, or N for none)
+    uint64_t shard_min_numel;            // FSDP's --shard-min-numel
     UnitPolicy units;                    // ZeRO-3's and FSDP's --unit-blocks, --wrap-min-params
 } PlanShape;
 
@@ -59,7 +61,7 @@ static DryResult run_rank(const PlanShape *shape, PlanStrategy strategy, int ran
     DdpOptions ddp = {.zero_stage = strategy == PLAN_ZERO1 ? 1 : strategy == PLAN_ZERO2 ? 2 : 0};
     Zero3Options zero3 = {.prefetch = shape->prefetch};
     FsdpOptions fsdp = {.reshard_after_forward = shape->reshard, .prefetch = shape->prefetch,
-                        .shard_group = shape->shard_group};
+                        .shard_group = shape->shard_group, .shard_min_numel = shape->shard_min_numel};
     DrySetup setup = shape->setup;
     setup.rank = rank;
     setup.machine = machine;
@@ -149,7 +151,7 @@ static void print_zero3(const GPT2Layout *layout, const PlanShape *shape, int ts
 //                                    the state they shard; their parameters are everywhere)
 //   pad STRATEGY RANK AT COUNT       and COUNT zero padding elements after element AT
 //                                    (FSDP: of the tensor ending there; ZeRO-1/2: of the model)
-static void print_layout(const GPT2Layout *layout, int world) {
+static void print_layout(const GPT2Layout *layout, int world, uint64_t shard_min_numel) {
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         printf("tensor\t%s\t%zu\t%zu\n", tensor->name, tensor->offset, tensor->offset + tensor->numel);
@@ -174,7 +176,9 @@ static void print_layout(const GPT2Layout *layout, int world) {
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         size_t k = (size_t)fsdp_slice_rows(tensor, world), rows = (size_t)tensor->rows, cols = (size_t)tensor->cols;
-        for (int r = 0; r < world; r++) {
+        for (int r = 0; r < world && tensor->numel < shard_min_numel; r++)  // kept whole on every rank
+            printf("hold\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset, tensor->offset + tensor->numel);
+        for (int r = 0; r < world && tensor->numel >= shard_min_numel; r++) {
             size_t first = r * k, last = first + k;  // rows [first, last), some past the end
             size_t real_end = last < rows ? last : rows;
             if (first < rows)
@@ -301,7 +305,7 @@ static void print_timeline(const PlanShape *shape, const char *name, int rank, c
     while (k < PLAN_NUM_STRATEGIES && strcmp(name, plan_names[k]) != 0) k++;
     if (k == PLAN_NUM_STRATEGIES) fatal("--timeline: '%s' is not a strategy (give ddp, zero1, zero2, zero3 or fsdp)", name);
     // the flags of the strategies that take them: given for another, they would change nothing
-    static const char *const fsdp_only[] = {"--shard-group", "--reshard-after-forward", NULL};
+    static const char *const fsdp_only[] = {"--shard-group", "--reshard-after-forward", "--shard-min-numel", NULL};
     static const char *const sharded_only[] = {"--prefetch", "--unit-blocks", "--wrap-min-params", NULL};
     if (k != PLAN_FSDP) refuse_flags(spec, fsdp_only, "only FSDP takes it");
     if (k != PLAN_FSDP && k != PLAN_ZERO3) refuse_flags(spec, sharded_only, "only ZeRO-3 and FSDP take it");
@@ -352,6 +356,7 @@ int main(int argc, char **argv) {
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
+    uint64_t shard_min_numel = 0;
     UnitPolicy units = {0, 0};
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
     float tokens_per_s = 0, grad_clip = 0, ema = 0;
@@ -377,6 +382,8 @@ int main(int argc, char **argv) {
         UNIT_POLICY_FLAGS(units),
         {"--shard-group", "M", CLI_INT, &shard_group, 0, 1 << 24,
          "FSDP's --shard-group: hybrid sharding in groups of M ranks (default 0: all N)"},
+        {"--shard-min-numel", "NUMEL", CLI_UINT64, &shard_min_numel, 0, 1e15,
+         "FSDP's --shard-min-numel: tensors of fewer elements kept whole on every rank (default 0: none)"},
         {"--params", "P", CLI_UINT64, &params_only, 1, 1e15,
          "instead of a model: the model states per rank for P parameters (the ZeRO paper's Figure 1)"},
         {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
@@ -412,7 +419,7 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--ema DECAY] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--shard-min-numel NUMEL] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -422,7 +429,7 @@ int main(int argc, char **argv) {
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                             "--grad-clip", "--ema",
+                                             "--grad-clip", "--ema", "--shard-min-numel",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                              "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
@@ -481,14 +488,15 @@ int main(int argc, char **argv) {
                                  .ema = ema,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
-                       .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group, .units = units};
+                       .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group, .units = units,
+                       .shard_min_numel = shard_min_numel};
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
     gpt2_layout_group_blocks(&layout, units.blocks > 0 ? units.blocks : 1, units.min_params);  // ZeRO-3's and FSDP's units
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");
-        print_layout(&layout, world);
+        print_layout(&layout, world, shard_min_numel);
         gpt2_layout_free(&layout);
         return 0;
     }

@@ -322,13 +322,17 @@ set key outside bottom center horizontal
 plot {steps_lines}""", plots, "units_time", 900, 480)
 
 
-def plot_sharding(build, cfg, world, data, plots):
+def plot_sharding(build, cfg, world, logs, data, plots):
     """Which rank keeps which elements of the flat model between steps, per strategy
     (ZeRO-1/2: the range of optimizer state, and for ZeRO-2 gradients, a rank owns;
-    their parameters are everywhere, as DDP's): one row per rank, the model's
+    their parameters are everywhere, as DDP's; FSDP's tensors kept whole by --shard-min-numel
+    are on every rank's row): one row per rank, the model's
     elements in llm.c's order along x, tensor borders as thin lines; FSDP's padding
     rows as grey boxes after each tensor's end."""
     cmd = [f"{build}/plan", "--ranks", str(world), "--layout"] + plan_model_args(cfg)
+    whole = logs["fsdp"][1].get("strategy_options", {}).get("shard_min_numel", 0) if "fsdp" in logs else 0
+    if whole:  # FSDP kept its small tensors whole: on every rank's row
+        cmd += ["--shard-min-numel", str(whole)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
@@ -623,7 +627,7 @@ set grid xtics
 set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
-    plot_sharding(build, cfg, world, data, plots)
+    plot_sharding(build, cfg, world, logs, data, plots)
     if {"zero3", "fsdp"} & set(strategies):
         plot_units(build, cfg, world, logs, strategies, data, plots)
     speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores

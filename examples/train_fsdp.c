@@ -15,6 +15,9 @@ int main(int argc, char **argv) {
         {"--shard-group", "M", CLI_INT, &fsdp.shard_group, 0, 1 << 24,
          "hybrid sharding: shard within groups of M consecutive ranks (M divides N) and all-reduce the sharded "
          "gradients across the N/M groups (default 0: M = N, one group)"},
+        {"--shard-min-numel", "NUMEL", CLI_UINT64, &fsdp.shard_min_numel, 0, 1e15,
+         "keep the tensors of fewer than NUMEL elements whole on every rank, their gradients all-reduced, and "
+         "slice the rest (default 0: slice every tensor)"},
         UNIT_POLICY_FLAGS(units),
     };
     StrategyPlugin plugin = {.name = "fsdp", .init = fsdp_init, .flags = flags,

@@ -24,10 +24,13 @@
 // unit's backward: the same collectives, travelling under compute.
 // --shard-group M (hybrid sharding): all of the above within groups of M ranks,
 // whose reduced slices are then averaged across the groups (common/shard_groups.h).
+// --shard-min-numel NUMEL: the tensors of fewer elements are kept whole on every
+// rank instead, their gradients all-reduced (common/replicas.h).
 #include <stdlib.h>
 
 #include "../common/device.h"
 #include "../common/util/errors.h"
+#include "../common/replicas.h"
 #include "../common/resident.h"
 #include "../common/shard_groups.h"
 #include "../common/unit_buffers.h"
@@ -40,6 +43,7 @@ typedef struct {
     ShardGroups groups;              // --shard-group M < N: the groups, and the replicas across them
     int reshard_after_forward;
     Resident resident;               // this rank's slice of every tensor (fsdp_slice_numel), padding included
+    Replicas replicas;               // --shard-min-numel: the tensors kept whole on every rank instead
     TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
     int prefetch;                    // units ahead whose all-gather starts before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
@@ -113,6 +117,8 @@ static void start_reduce(State *s, int unit) {
     DType dtype = s->model->grad_dtype;
     InFlight *r = &s->reduces[unit];
     size_t pack = resident_unit_numel(&s->resident, layout, unit, NULL), at = 0;
+    replicas_start_reduce(&s->replicas, unit);
+    if (pack == 0) return;
     inflight_open(r, s->mem, pack * s->comm->world, pack, dtype);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
@@ -134,10 +140,12 @@ static void finish_reduce(State *s, int unit) {
     DType dtype = s->model->grad_dtype;
     InFlight *r = &s->reduces[unit];
     size_t at = 0;
+    replicas_finish_reduce(&s->replicas, unit);
     if (!inflight_wait(r, s->comm)) return;
     shard_groups_average(&s->groups, r->recv, r->recv_numel, dtype);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
+        if (s->tensor_state[t] == TENSOR_REPLICATED) continue;  // its gradient is its own, for good
         device_add_as(resident_grads(&s->resident, t), dtype_at(r->recv, at, dtype), s->resident.flat.count[t], dtype);
         at += s->resident.flat.count[t];
         free_full_grads(s->model, s->mem, t, s->comm->world);
@@ -181,6 +189,7 @@ static void finish_grads(void *state) { finish_reduce(state, 0); }
 static void step(void *state, AdamWConfig config) {
     State *s = state;
     resident_step(&s->resident, s->model->layout.num_tensors, config);
+    replicas_step(&s->replicas, config);
 }
 
 // Unit by unit: fetch, let rank 0 copy what is at home in the unit (without the
@@ -198,6 +207,7 @@ static void gather_full_model(void *state, float *flat) {
 // (r: its rank in its shard group; the first group writes them).
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
+    if (replicas_rows(&s->replicas, t, rows)) return 1;
     int first, count = fsdp_real_rows(&s->model->layout.tensors[t], s->comm->world, s->comm->rank, &first);
     if (count == 0) return 0;
     *rows = resident_rows(&s->resident, t, first, count, shard_groups_first(&s->groups));
@@ -205,12 +215,12 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // This rank's slices, padding rows (zero) included; the first group's are the
-// share of the norm (every group holds the same).
-static int local_grads(void *state, void **grads, size_t *count) {
+// share of the norm (every group holds the same). Then the whole tensors.
+static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    *grads = s->resident.grads;
-    *count = s->resident.flat.total;
-    return shard_groups_first(&s->groups);
+    spans[0] = resident_grad_span(&s->resident, shard_groups_first(&s->groups));
+    spans[1] = replicas_grad_span(&s->replicas);
+    return 2;
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.
@@ -218,6 +228,7 @@ static void swap_ema(void *state) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // kept since a forward: stale
     resident_swap_ema(&s->resident);
+    replicas_swap_ema(&s->replicas);
 }
 
 static void destroy(void *state) {
@@ -225,6 +236,7 @@ static void destroy(void *state) {
     // without resharding, a forward-only pass (evaluation) leaves its units gathered
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);
     resident_free(&s->resident, s->mem);
+    replicas_free(&s->replicas);
     shard_groups_free(&s->groups);
     free(s->tensor_state);
     free(s->gathers);
@@ -245,15 +257,17 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->prefetch = strategy_prefetch(ctx, "fsdp", options->prefetch);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
+    s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
+    replicas_init(&s->replicas, ctx, options->shard_min_numel, s->tensor_state);  // but the small ones
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
-    for (int t = 0; t < layout->num_tensors; t++) count[t] = fsdp_slice_numel(&layout->tensors[t], s->comm->world);
+    for (int t = 0; t < layout->num_tensors; t++)
+        count[t] = replicas_slice_numel(&s->replicas, t, fsdp_slice_numel(&layout->tensors[t], s->comm->world));
     resident_init(&s->resident, model, count, s->mem);
     free(count);
-    s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
         // each rank makes its own rows; rows past the end (padding) stay zero
         int first, rows = fsdp_real_rows(&layout->tensors[t], s->comm->world, s->comm->rank, &first);
-        if (rows > 0) resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
+        if (rows > 0 && s->resident.flat.count[t] > 0) resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
     }
     return STRATEGY_TABLE("fsdp", s);
 }

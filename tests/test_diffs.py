@@ -11,10 +11,12 @@ import sys
 
 from testlib import Checks
 
-# (file a, file b, the pair's name in docs/strategies.md, the most changed lines allowed)
+# (file a, file b, the pair's name in docs/strategies.md, the most changed lines allowed). FSDP's
+# budget holds its hybrid groups and its whole small tensors (--shard-group, --shard-min-numel), one
+# call each into common/, beside the slicing itself.
 PAIRS = [("ddp/ddp.c", "ddp/zero12.c", "DDP–ZeRO-1/2", 230),
          ("ddp/ddp.c", "zero3/zero3.c", "DDP–ZeRO-3", 200),
-         ("ddp/ddp.c", "fsdp/fsdp.c", "DDP–FSDP", 250),
+         ("ddp/ddp.c", "fsdp/fsdp.c", "DDP–FSDP", 265),
          ("zero3/zero3.c", "fsdp/fsdp.c", "ZeRO-3–FSDP", 200)]
 # lines every function has, that say nothing about which function diff matched
 TRIVIAL = {"", "}", "{", "State *s = state;"}

@@ -105,7 +105,7 @@ for n in (1, 2, 3, 4):
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
 
 ONLY = {"--prefetch": ("zero3", "fsdp"), "--unit-blocks": ("zero3", "fsdp"), "--wrap-min-params": ("zero3", "fsdp"),
-        "--shard-group": ("fsdp",)}  # the strategies that take these flags
+        "--shard-group": ("fsdp",), "--shard-min-numel": ("fsdp",)}  # the strategies that take these flags
 
 
 def check_variant(variant, n, strategies, batch=24):
@@ -158,6 +158,23 @@ for variant in (["--unit-blocks", "2"], ["--unit-blocks", "2", "--prefetch", "0"
 # FSDP's hybrid sharding: FSDP's memory within a group of M
 for n, M in ((4, 2), (4, 1)):
     check_variant(["--shard-group", str(M)], n, ("fsdp",))
+# FSDP's small tensors kept whole (d2: every vector below 1000 elements), alone, with groups and with prefetch 2
+for n, variant in ((3, []), (4, ["--shard-group", "2"]), (2, ["--prefetch", "2", "--grad-accum", "2"])):
+    check_variant(["--shard-min-numel", "1000", *variant], n, ("fsdp",))
+# and the sharding picture shows them on every rank, whole, where the others are sliced
+out = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "3", "--layout", "--shard-min-numel",
+                      "1000"], capture_output=True, text=True, check=True).stdout
+spans = {}
+for f in (line.split("\t") for line in out.splitlines()):
+    if f[0] == "tensor":
+        spans[(int(f[2]), int(f[3]))] = f[1]
+held = {}
+for f in (line.split("\t") for line in out.splitlines()):
+    if f[0] == "hold" and f[1] == "fsdp":
+        held.setdefault((int(f[3]), int(f[4])), set()).add(int(f[2]))
+whole = [name for span, name in spans.items() if held.get(span) == {0, 1, 2}]
+check(sorted(whole) == sorted(name for (b, e), name in spans.items() if e - b < 1000) and "wte" not in whole,
+      f"plan --layout --shard-min-numel 1000: FSDP's whole tensors on every rank ({len(whole)}), the rest sliced")
 
 # --precision bf16: every strategy, both gradient dtypes, and with prefetch and
 # accumulation: bf16 working copies, fp32 masters, and the fp32 copies of each unit
@@ -343,6 +360,39 @@ for row in table:
     want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
     got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
     check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+# docs/fsdp.md's table of small tensors kept whole, and its d4 run's bytes, are the planner's
+rows = re.findall(r"^\| (every tensor sliced|`--shard-min-numel 10000`) \| (\d+)(?: \((\d+) all-reduces\))? \| ([\d,]+) B \| "
+                  r"(\d+) / (\d+) / (\d+) \|$", fsdp_md, re.M)
+check(len(rows) == 2, f"docs/fsdp.md's table of whole small tensors has two rows ({len(rows)} found)")
+for name, calls, all_reduces, params, *rates in rows:
+    whole = ["--shard-min-numel", "10000" if "10000" in name else "0"]
+    d12 = ["--config", "d12", "--seq", "1024"]
+    traffic = [line.split("\t") for line in subprocess.run(
+        [f"{BUILD}/plan", *d12, "--ranks", "8", "--batch", "128", "--traffic", *whole], capture_output=True, text=True,
+        check=True).stdout.splitlines() if line.startswith("fsdp\t0\t")]
+    got_calls = sum(int(f[3]) for f in traffic)
+    got_reduces = sum(int(f[3]) for f in traffic if f[2] == "all_reduce")
+    got_params = [r[3][0] for r in plan_rows([*d12, "--ranks", "1024", "--batch", "16384", *whole]) if r[0] == "fsdp"][0]
+    times = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "1024", "--batch", "16384", "--time", "--tokens-per-s",
+                            "146656", "--tsv", *whole], capture_output=True, text=True, check=True).stdout
+    got_rates = {int(f[1]): str(int(float(f[7]) / int(f[1]))) for f in (line.split("\t") for line in times.splitlines())
+                 if f[0] == "fsdp"}
+    check((int(calls), int(all_reduces or 0), int(params.replace(",", "")), rates) ==
+          (got_calls, got_reduces, got_params, [got_rates[8], got_rates[64], got_rates[1024]]),
+          f"docs/fsdp.md whole small tensors, {name}: the planner's numbers")
+d4_run = ["--config", "d4", "--vocab", "256", "--ranks", "4", "--batch", "8", "--seq", "64"]
+sliced = [r[3][0] for r in plan_rows(d4_run) if r[0] == "fsdp"][0]
+kept = [r[3][0] for r in plan_rows([*d4_run, "--shard-min-numel", "1000"]) if r[0] == "fsdp"][0]
+def sent(flags):
+    out = subprocess.run([f"{BUILD}/plan", *d4_run, "--traffic", *flags], capture_output=True, text=True, check=True).stdout
+    return {f[2]: (int(f[3]), int(f[5])) for f in (line.split("\t") for line in out.splitlines())
+            if f[0] == "fsdp" and f[1] == "0"}
+a, b = sent([]), sent(["--shard-min-numel", "1000"])
+quote = (f"keeps {kept - sliced:,} more bytes of parameters per rank ({kept:,} against {sliced:,}), makes "
+         f"{b['all_reduce'][0]} all-reduces of {b['all_reduce'][1]:,} bytes in all, and its reduce-scatters and "
+         f"all-gathers send {a['reduce_scatter'][1] - b['reduce_scatter'][1]:,} and "
+         f"{a['all_gather'][1] - b['all_gather'][1]:,} bytes less")
+check(quote in " ".join(fsdp_md.split()), f"docs/fsdp.md's d4 run with --shard-min-numel 1000 says '{quote}'")
 answer = open(os.path.join(src, "docs", "answers.md")).read().split("**16.**", 1)[-1]
 d4 = ["--config", "d4", "--vocab", "256", "--ranks", "2", "--batch", "8", "--seq", "64"]
 numbers = {}

@@ -759,6 +759,74 @@ def check_dropout(tmp, model, common, ref_steps, ref_params):
               f"{tag}: train_single --dropout 0.1's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
 
 
+def check_replicas(tmp, common, ref_steps, ref_params):
+    """FSDP with --shard-min-numel NUMEL (docs/fsdp.md): tensors of fewer elements kept whole on every rank. NUMEL = 40
+    keeps the C = 38 vectors whole, 200 every vector (qkvb, fcb too), 10^9 every tensor (DDP's bytes); at N = 1..4:
+    train_single's losses and model (1e-5); params, grads and optim are 4, 4 and 8 bytes per element kept (whole
+    tensors whole, the rest sliced as pad(t)/N); each unit with whole tensors at home adds one all-reduce of
+    their gradients, and the reduce-scatters and all-gathers carry the sliced tensors alone. NUMEL = 0 is bitwise
+    plain FSDP (losses, model and bytes moved). With --shard-group 2 at N = 4 and --grad-clip, train_single's
+    gradient norms (each whole tensor counted once)."""
+    def whole_of(numel_min):
+        return {i for i in range(len(T)) if numel[i] < numel_min}
+
+    def formulas(tag, summary, n, whole):
+        for rank in summary["ranks"]:
+            kept = sum(numel[i] for i in whole) + sum(pad(i, n) // n for i in range(len(T)) if i not in whole)
+            for cat, size in (("params", 4), ("grads", 4), ("optim", 8)):
+                got = rank["mem"][cat]
+                check(got["current"] == size * kept, f"{tag} rank {rank['rank']}: {cat} {got['current']} == {size * kept}")
+            calls = []
+            for u, U in enumerate(UNITS):
+                home = [i for i in range(len(T)) if T[i][3] == u and i in whole]
+                if home:
+                    calls.append(("all_reduce", sum(numel[i] for i in home)))
+                sliced = sum(pad(i, n) for i in U if i not in whole)
+                if sliced:
+                    calls += [("all_gather", sliced), ("all_gather", sliced), ("reduce_scatter", sliced)]
+            want = {}
+            for op, count in calls:
+                sent, recv = ring(op, count, rank["rank"], n)
+                c = want.setdefault(op, [0, 0, 0, 0])
+                c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
+            got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+                   for op, c in rank["comm_last_step"].items() if c["calls"]}
+            check(got == want, f"{tag} rank {rank['rank']}: collectives {got} == {want}")
+
+    for numel_min in (40, 200, 10 ** 9):
+        whole = whole_of(numel_min)
+        for n in (1, 2, 3, 4):
+            tag = f"fsdp N={n} --shard-min-numel {numel_min}"
+            result = run_logged(tag, strategy_command("fsdp", n, ["--shard-min-numel", str(numel_min), *common]),
+                                os.path.join(tmp, "replicas.jsonl"), os.path.join(tmp, "replicas.bin"))
+            if result is None:
+                continue
+            steps, summary, params = result
+            worst = worst_loss_diff(steps, ref_steps)
+            pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+            check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
+                  f"{tag}: train_single's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
+            formulas(tag, summary, n, whole)
+    runs = {}
+    for flags in ([], ["--shard-min-numel", "0"]):
+        runs[len(flags)] = run_logged(f"fsdp N=3 {' '.join(flags)}", strategy_command("fsdp", 3, [*flags, *common]),
+                                      os.path.join(tmp, f"replicas{len(flags)}.jsonl"),
+                                      os.path.join(tmp, f"replicas{len(flags)}.bin"))
+    if runs[0] and runs[2]:
+        moved = lambda s: [{op: [c[k] for k in ("calls", "elements", "bytes_sent", "bytes_recv")]
+                            for op, c in r["comm_last_step"].items()} for r in s["ranks"]]
+        check([x["loss"] for x in runs[0][0]] == [x["loss"] for x in runs[2][0]] and list(runs[0][2]) == list(runs[2][2])
+              and moved(runs[0][1]) == moved(runs[2][1]), "--shard-min-numel 0: bitwise plain FSDP (losses, model, bytes)")
+    norms = {}
+    for name, command in (("single", [f"{BUILD}/train_single"]),
+                          ("hybrid", strategy_command("fsdp", 4, ["--shard-group", "2", "--shard-min-numel", "200"]))):
+        log = os.path.join(tmp, f"replicas_clip_{name}.jsonl")
+        check(run([*command, *common, "--grad-clip", "0.5", "--log", log]) == 0, f"{name} --grad-clip runs")
+        norms[name] = [x["grad_norm"] for x in read_log(log)[0]]
+    worst = max(abs(a - b) / b for a, b in zip(norms["hybrid"], norms["single"]))
+    check(worst <= 1e-5, f"fsdp N=4 --shard-group 2 --shard-min-numel 200 --grad-clip: train_single's norms ({worst:.1e})")
+
+
 def check_trace_overlap(tmp, model, data):
     """--trace puts each collective on its own lane from start to completion: with --prefetch 1 some of them
     travel while the rank computes (a collective interval overlaps a compute interval); with --prefetch 0
@@ -936,6 +1004,7 @@ def main():
     check_units(tmp, model, data, common, ref_steps, ref_params)
     check_ema(tmp, model, common, ref_steps)
     check_dropout(tmp, model, common, ref_steps, ref_params)
+    check_replicas(tmp, common, ref_steps, ref_params)
     CHECKS.finish()
 
 

@@ -166,10 +166,9 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 }
 
 // The owned tensors' gradients (nothing on a rank that owns none).
-static int local_grads(void *state, void **grads, size_t *count) {
+static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    *grads = s->resident.grads;
-    *count = s->resident.flat.total;
+    spans[0] = resident_grad_span(&s->resident, 1);
     return 1;
 }
 
