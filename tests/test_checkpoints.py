@@ -205,6 +205,21 @@ r = train("fsdp", 2, "--steps", "12", *DROP, "--seed", "5", "--resume", f"{tmp}/
 check(r.returncode != 0 and "the checkpoint was trained with --seed 1337, this run gives 5" in r.stderr,
       f"--dropout resuming with another --seed is refused: {r.stderr.strip()[:160]!r}")
 
+# ---- FSDP's whole small tensors (--shard-min-numel): every rank keeps them, rank 0 writes them ----
+WHOLE = ["--shard-min-numel", "1000"]
+whole_log, part_log, ck = f"{tmp}/whole_whole.jsonl", f"{tmp}/whole_part.jsonl", f"{tmp}/ck_whole"
+ok = train("fsdp", 3, "--steps", "12", *WHOLE, "--log", whole_log).returncode == 0
+ok &= train("fsdp", 3, "--steps", "6", *WHOLE, "--ckpt-dir", ck, "--log", part_log).returncode == 0
+ok &= train("fsdp", 3, "--steps", "12", *WHOLE, "--resume", ck, "--log", part_log).returncode == 0
+check(ok and losses(part_log) == losses(whole_log) and len(losses(part_log)) == 12,
+      "fsdp N=3 --shard-min-numel 1000: 6 + resumed 6 steps equal 12 steps (bitwise)")
+check(resume_matches(ck, "zero2", 2, 7), "fsdp N=3 with whole small tensors -> ZeRO-2@2: losses match")
+whole_in = f"{tmp}/whole_resumed.jsonl"
+r = train("fsdp", 4, "--steps", "20", *WHOLE, "--shard-group", "2", "--resume", f"{tmp}/ck_zero13", "--log", whole_in)
+got = losses(whole_in) if r.returncode == 0 else {}
+check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
+      "ZeRO-1@3 -> FSDP@4 in groups of 2 with whole small tensors: losses match")
+
 # ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
 BF16 = ["--precision", "bf16"]
 for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):

@@ -714,7 +714,8 @@ def check_ema(tmp, model, common, ref_steps):
 
 def check_dropout(tmp, model, common, ref_steps, ref_params):
     """--dropout P (docs/training.md): its masks follow each token's row in the global batch, so every strategy at
-    N = 1..4 (and with --grad-accum 2 at N = 2, 3) trains train_single's model without accumulation (losses and
+    N = 1..4 (and with --grad-accum 2 at N = 2, 3; and hybrid FSDP, N = 4 in groups of 2) trains train_single's
+    model without accumulation (losses and
     final parameters within 1e-5). --dropout 0 is bitwise the run without it; --dropout 0.1 changes the losses;
     --recompute with it is bitwise the run without --recompute; with --lr 0 the validation losses are bitwise those
     without dropout (evaluation drops nothing) while the training losses are not; a different --seed gives other
@@ -745,11 +746,13 @@ def check_dropout(tmp, model, common, ref_steps, ref_params):
     if other_seed:  # the seed's effect on the masks alone: the same initial model, read from --model
         check(losses(seeded[0])[0] != losses(ref[0])[0] and losses(other_seed[0])[0] == losses(ref_steps)[0],
               "another --seed gives other masks (the first loss moves with --dropout only)")
-    runs = [(s, n, 1) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)] + \
-           [(s, n, 2) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (2, 3)]
-    for strategy, n, accum in runs:
-        tag = f"{strategy} N={n} --dropout 0.1 --grad-accum {accum}"
-        result = run_logged(tag, strategy_command(strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *common]),
+    runs = [(s, n, 1, []) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (1, 2, 3, 4)] + \
+           [(s, n, 2, []) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp") for n in (2, 3)] + \
+           [("fsdp", 4, 1, ["--shard-group", "2"])]
+    for strategy, n, accum, extra in runs:
+        tag = f"{strategy} N={n} --dropout 0.1 --grad-accum {accum} {' '.join(extra)}"
+        result = run_logged(tag, strategy_command(strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *extra,
+                                                                *common]),
                             os.path.join(tmp, "dropout_run.jsonl"), os.path.join(tmp, "dropout_run.bin"))
         if result is None:
             continue
