@@ -89,6 +89,14 @@ CASES = {
     "--accum-mode": ({}, {"--accum-mode": "no-sync"}),
     "--precision": ({"--reduce-dtype": "fp32"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
     "--reduce-dtype": ({"--precision": "bf16"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
+    "--dropout": ({}, {"--dropout": "0.1"}),
+    "--ema": ({}, {"--ema": "0.9"}),
+    "--eval-ema": ({"--ema": "0.9", "--eval-every": "1"}, {"--ema": "0.9", "--eval-every": "1", "--eval-ema": True}),
+    "--out-model-ema": ({"--ema": "0.9", "--out-model-ema": f"{tmp}/ema_a.bin"},
+                        {"--ema": "0.9", "--out-model-ema": f"{tmp}/ema_b.bin"}),
+    "--shard-min-numel": ({}, {"--shard-min-numel": "1000"}),
+    "--unit-blocks": ({}, {"--unit-blocks": "2"}),
+    "--wrap-min-params": ({}, {"--wrap-min-params": "1000"}),
 }
 
 

@@ -54,16 +54,16 @@ ref = losses(ref_log)
 # order, cuBLAS repeats itself on one GPU), so a resumed run must match bit for bit.
 
 # ---- exact resume: 10 steps, save, resume for 10 more == 20 steps ----
+def resume_is_exact(tag, strategy, n, steps, *flags):
+    """`steps` steps, against steps/2 saved into {tmp}/ck_TAG and resumed for the rest: the same losses, bitwise."""
+    whole, part, ck = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl", f"{tmp}/ck_{tag}"
+    ok = train(strategy, n, "--steps", str(steps), *flags, "--log", whole).returncode == 0
+    ok &= train(strategy, n, "--steps", str(steps // 2), *flags, "--ckpt-dir", ck, "--log", part).returncode == 0
+    ok &= train(strategy, n, "--steps", str(steps), *flags, "--resume", ck, "--log", part).returncode == 0
+    return ok and losses(part) == losses(whole) and len(losses(part)) == steps
+
 for strategy, n in RUNS:
-    tag = f"{strategy}{n}"
-    whole, part = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl"
-    ck = f"{tmp}/ck_{tag}"
-    ok = train(strategy, n, "--steps", "20", "--log", whole).returncode == 0
-    ok &= train(strategy, n, "--steps", "10", "--ckpt-dir", ck, "--log", part).returncode == 0
-    r = train(strategy, n, "--steps", "20", "--resume", ck, "--log", part)
-    ok &= r.returncode == 0
-    check(ok and losses(part) == losses(whole) and len(losses(part)) == 20,
-          f"{strategy} N={n}: 10 + resumed 10 steps equal 20 steps (bitwise)")
+    check(resume_is_exact(f"{strategy}{n}", strategy, n, 20), f"{strategy} N={n}: 10 + resumed 10 steps equal 20 steps (bitwise)")
 
 # ---- resuming a checkpoint at or past --steps ----
 done_log = f"{tmp}/done.jsonl"
@@ -194,12 +194,7 @@ check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * 
 # ---- --dropout: the masks are a function of the seed, the step and the row: nothing to save ----
 DROP = ["--dropout", "0.1"]
 for strategy, n in (("zero2", 3), ("fsdp", 2)):
-    tag = f"drop_{strategy}{n}"
-    whole, part, ck = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl", f"{tmp}/ck_{tag}"
-    ok = train(strategy, n, "--steps", "12", *DROP, "--log", whole).returncode == 0
-    ok &= train(strategy, n, "--steps", "6", *DROP, "--ckpt-dir", ck, "--log", part).returncode == 0
-    ok &= train(strategy, n, "--steps", "12", *DROP, "--resume", ck, "--log", part).returncode == 0
-    check(ok and losses(part) == losses(whole) and len(losses(part)) == 12,
+    check(resume_is_exact(f"drop_{strategy}{n}", strategy, n, 12, *DROP),
           f"{strategy} N={n} --dropout 0.1: 6 + resumed 6 steps equal 12 steps (bitwise)")
 r = train("fsdp", 2, "--steps", "12", *DROP, "--seed", "5", "--resume", f"{tmp}/ck_drop_fsdp2")
 check(r.returncode != 0 and "the checkpoint was trained with --seed 1337, this run gives 5" in r.stderr,
@@ -207,13 +202,9 @@ check(r.returncode != 0 and "the checkpoint was trained with --seed 1337, this r
 
 # ---- FSDP's whole small tensors (--shard-min-numel): every rank keeps them, rank 0 writes them ----
 WHOLE = ["--shard-min-numel", "1000"]
-whole_log, part_log, ck = f"{tmp}/whole_whole.jsonl", f"{tmp}/whole_part.jsonl", f"{tmp}/ck_whole"
-ok = train("fsdp", 3, "--steps", "12", *WHOLE, "--log", whole_log).returncode == 0
-ok &= train("fsdp", 3, "--steps", "6", *WHOLE, "--ckpt-dir", ck, "--log", part_log).returncode == 0
-ok &= train("fsdp", 3, "--steps", "12", *WHOLE, "--resume", ck, "--log", part_log).returncode == 0
-check(ok and losses(part_log) == losses(whole_log) and len(losses(part_log)) == 12,
+check(resume_is_exact("whole", "fsdp", 3, 12, *WHOLE),
       "fsdp N=3 --shard-min-numel 1000: 6 + resumed 6 steps equal 12 steps (bitwise)")
-check(resume_matches(ck, "zero2", 2, 7), "fsdp N=3 with whole small tensors -> ZeRO-2@2: losses match")
+check(resume_matches(f"{tmp}/ck_whole", "zero2", 2, 7), "fsdp N=3 with whole small tensors -> ZeRO-2@2: losses match")
 whole_in = f"{tmp}/whole_resumed.jsonl"
 r = train("fsdp", 4, "--steps", "20", *WHOLE, "--shard-group", "2", "--resume", f"{tmp}/ck_zero13", "--log", whole_in)
 got = losses(whole_in) if r.returncode == 0 else {}
@@ -223,12 +214,7 @@ check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * 
 # ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
 BF16 = ["--precision", "bf16"]
 for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):
-    tag = f"bf16_{strategy}{n}"
-    whole, part, ck = f"{tmp}/{tag}_whole.jsonl", f"{tmp}/{tag}_part.jsonl", f"{tmp}/ck_{tag}"
-    ok = train(strategy, n, "--steps", "12", *BF16, "--log", whole).returncode == 0
-    ok &= train(strategy, n, "--steps", "6", *BF16, "--ckpt-dir", ck, "--log", part).returncode == 0
-    ok &= train(strategy, n, "--steps", "12", *BF16, "--resume", ck, "--log", part).returncode == 0
-    check(ok and losses(part) == losses(whole) and len(losses(part)) == 12,
+    check(resume_is_exact(f"bf16_{strategy}{n}", strategy, n, 12, *BF16),
           f"{strategy} N={n} --precision bf16: 6 + resumed 6 steps equal 12 steps (bitwise)")
 # resharding with fp32 gradients: the losses of the uninterrupted single-rank bf16 run (docs/precision.md: 1e-4)
 BF16_FP32 = [*BF16, "--reduce-dtype", "fp32"]

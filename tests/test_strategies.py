@@ -344,6 +344,15 @@ def worst_loss_diff(steps, ref_steps):
     return max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
 
 
+def check_matches_single(tag, result, ref_steps, ref_params):
+    """A run's losses and final parameters against train_single's (1e-5)."""
+    steps, _, params = result
+    worst = worst_loss_diff(steps, ref_steps)
+    pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
+    check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
+          f"{tag}: train_single's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
+
+
 def across_groups(n, S, rank, accum, mode, size=4):
     """[calls, elements, sent, recv] of hybrid FSDP's all-reduces across the N/S groups in a step (docs/fsdp.md):
     one per unit of its slices, per micro-batch in sync-each."""
@@ -587,12 +596,8 @@ def check_units(tmp, model, data, common, ref_steps, ref_params):
                                             os.path.join(tmp, "units.jsonl"), os.path.join(tmp, "units.bin"))
                         if result is None:
                             continue
-                        steps, summary, params = result
-                        worst = worst_loss_diff(steps, ref_steps)
-                        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-                        check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
-                              f"{tag}: train_single's losses and model (worst loss diff {worst:.2e}, params {pdiff:.2e})")
-                        check_rank_formulas(tag, summary, strategy, n, True, prefetch=prefetch)
+                        check_matches_single(tag, result, ref_steps, ref_params)
+                        check_rank_formulas(tag, result[1], strategy, n, True, prefetch=prefetch)
     finally:
         UNITS = block_units([1] * L)
     deep = os.path.join(tmp, "model_l3.bin")
@@ -754,12 +759,8 @@ def check_dropout(tmp, model, common, ref_steps, ref_params):
         result = run_logged(tag, strategy_command(strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *extra,
                                                                 *common]),
                             os.path.join(tmp, "dropout_run.jsonl"), os.path.join(tmp, "dropout_run.bin"))
-        if result is None:
-            continue
-        worst = worst_loss_diff(result[0], ref[0])
-        pdiff = max(abs(a - b) for a, b in zip(result[2], ref[2]))
-        check(len(result[0]) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
-              f"{tag}: train_single --dropout 0.1's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
+        if result is not None:
+            check_matches_single(tag, result, ref[0], ref[2])
 
 
 def check_replicas(tmp, common, ref_steps, ref_params):
@@ -804,12 +805,8 @@ def check_replicas(tmp, common, ref_steps, ref_params):
                                 os.path.join(tmp, "replicas.jsonl"), os.path.join(tmp, "replicas.bin"))
             if result is None:
                 continue
-            steps, summary, params = result
-            worst = worst_loss_diff(steps, ref_steps)
-            pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-            check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
-                  f"{tag}: train_single's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
-            formulas(tag, summary, n, whole)
+            check_matches_single(tag, result, ref_steps, ref_params)
+            formulas(tag, result[1], n, whole)
     runs = {}
     for flags in ([], ["--shard-min-numel", "0"]):
         runs[len(flags)] = run_logged(f"fsdp N=3 {' '.join(flags)}", strategy_command("fsdp", 3, [*flags, *common]),
