@@ -71,7 +71,7 @@ int prefetch_window(const GPT2Layout *layout, int prefetch);
 int strategy_prefetch(const StrategyContext *ctx, const char *name, int prefetch);
 
 // How ZeRO-3 and FSDP group the model's blocks into units, and so how much one
-// gather covers (gpt2_layout_group_blocks): PyTorch FSDP's auto-wrap. Fewer,
+// gather covers (gpt2_layout_group_blocks), as PyTorch FSDP's auto-wrap decides. Fewer,
 // larger units mean fewer collectives (less latency), more held at once.
 typedef struct {
     int blocks;           // --unit-blocks J: J consecutive blocks a unit (0: not given; one block a unit)

@@ -99,7 +99,7 @@ static double comm_seconds(const CommStats *s) {
 // Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each.
 // Micro-batch `micro` of this rank's rows; `step` is the training step it is
 // for (0: evaluation). Dropout's masks follow each token's row in the global
-// batch: this rank's rows start at rank * B/N, the micro-batch's at micro * b.
+// batch: this rank's rows start at rank * B/N, its micro-batch `micro` micro * B/(N K) after.
 static void set_micro_batch(Run *run, const DataLoader *loader, int micro, int step) {
     size_t tokens = (size_t)run->model.B * run->model.T;
     gpt2_set_batch(&run->model, loader->inputs + micro * tokens, loader->targets + micro * tokens);

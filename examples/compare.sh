@@ -95,13 +95,15 @@ if (( RANKS > cores && cores > 1 )); then
     while (( BATCH % speed_ranks != 0 )); do speed_ranks=$((speed_ranks - 1)); done
     if (( speed_ranks > 1 )); then
         mkdir -p "$RUN/speed"
+        speed_common=()  # without validation, so without ARGS's --eval-ema either
+        for flag in "${common[@]}"; do [ "$flag" = --eval-ema ] || speed_common+=("$flag"); done
         for strategy in "${strategies[@]}"; do
             echo "== $strategy on $speed_ranks ranks, one per core (speed)"
             case "$strategy" in
                 zero1|zero2) trainer=("$BUILD/train_ddp" --zero-stage "${strategy#zero}") ;;
                 *) trainer=("$BUILD/train_$strategy") ;;
             esac
-            $MPIRUN -np "$speed_ranks" "${trainer[@]}" "${common[@]}" --steps $(( STEPS < 10 ? STEPS : 10 )) \
+            $MPIRUN -np "$speed_ranks" "${trainer[@]}" "${speed_common[@]}" --steps $(( STEPS < 10 ? STEPS : 10 )) \
                 --eval-every 0 --quiet --log "$RUN/speed/$strategy.jsonl"
         done
     fi

@@ -1,4 +1,4 @@
-// dropout.h: dropout's masks (--dropout P), the same on every rank and device.
+// dropout.h: dropout's masks (--dropout RATE), the same on every rank and device.
 //
 // Under data parallelism the equivalence holds only if an element's mask depends
 // on which token of the GLOBAL batch it belongs to, never on which rank runs it
@@ -10,9 +10,9 @@
 // in the backward, and in a --recompute of the forward.
 //
 //   key(site) = mix(seed, step, layer, site)            gpt2_dropout (gpt2.c)
-//   row key   = mix(key, row0 + b, t)                    b: the row in this micro-batch
-//   keep      = mix(row key + element) >> 40  >=  P * 2^24   (a 24-bit uniform draw)
-//   kept values are scaled by 1 / (1 - P), dropped ones are 0
+//   row key   = mix(key, row0 + b, t)                    b: the row in the micro-batch
+//   keep      = mix(row key + element) >> 40  >=  RATE * 2^24 (a 24-bit uniform draw)
+//   kept values are scaled by 1 / (1 - RATE), dropped ones are 0
 #ifndef SHARDLAB_DROPOUT_H
 #define SHARDLAB_DROPOUT_H
 
@@ -27,8 +27,8 @@ typedef enum { DROPOUT_EMBEDDING, DROPOUT_ATTENTION, DROPOUT_ATTPROJ, DROPOUT_FC
 typedef struct {
     uint64_t key;        // the site's, in this step and layer
     int row0;            // the global batch row of the micro-batch's row 0
-    uint32_t threshold;  // P * 2^24: a draw below it drops the element
-    float scale;         // 1 / (1 - P)
+    uint32_t threshold;  // RATE * 2^24: a draw below it drops the element
+    float scale;         // 1 / (1 - RATE)
 } Dropout;
 
 // The key of position t of the micro-batch's row b.

@@ -208,8 +208,9 @@ void gpt2_layout_init(GPT2Layout *layout, GPT2Config config);
 // Groups the blocks into units of consecutive blocks (the embedding and the head
 // stay units of their own): J = unit_blocks blocks each, the last unit the rest;
 // or, with min_params > 0, as many blocks as it takes for a unit to hold at least
-// min_params parameters (PyTorch's size-based auto-wrap; the last unit holds the
-// rest). unit_blocks 1 and min_params 0: a unit per block, as gpt2_layout_init.
+// min_params parameters (after PyTorch's size-based auto-wrap, which wraps modules
+// by the size of their subtree; the last unit holds the rest). unit_blocks 1 and
+// min_params 0: a unit per block, as gpt2_layout_init.
 void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_params);
 void gpt2_layout_free(GPT2Layout *layout);
 // Tensor id of kind `kind` in block `layer` (layer ignored for wte, wpe, lnf).

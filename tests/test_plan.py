@@ -360,6 +360,22 @@ for row in table:
     want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
     got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
     check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+# docs/zero3.md's units of several blocks are the planner's
+zero3_md = " ".join(open(os.path.join(src, "docs", "zero3.md")).read().split())
+for J, peak, rate in (("1", "29.601", "42945"), ("12", "30.199", "38306")):
+    d12 = ["--config", "d12", "--seq", "1024", "--unit-blocks", J]
+    traffic = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "8", "--batch", "128", "--traffic"], capture_output=True,
+                             text=True, check=True).stdout
+    calls = sum(int(f[3]) for f in (line.split("\t") for line in traffic.splitlines()) if f[0] == "zero3" and f[1] == "0")
+    got_peak = max(r[3][-2] for r in plan_rows([*d12, "--ranks", "64", "--batch", "1024"]) if r[0] == "zero3")
+    times = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "1024", "--batch", "16384", "--time", "--tokens-per-s",
+                            "146656", "--tsv"], capture_output=True, text=True, check=True).stdout
+    got_rate = [int(float(f[7]) / 64) for f in (line.split("\t") for line in times.splitlines())
+                if f[0] == "zero3" and f[1] == "64"][0]
+    check(calls == 447 and f"{got_peak / 1e9:.3f}" == peak and str(got_rate) == rate and f"(447 per step" in zero3_md
+          and f"{peak} GB at J = {J}" in zero3_md and f"{rate}" in zero3_md,
+          f"docs/zero3.md, J = {J}: 447 collectives, peak {peak} GB, {rate} tokens/s are the planner's "
+          f"({calls}, {got_peak / 1e9:.3f}, {got_rate})")
 # docs/fsdp.md's table of small tensors kept whole, and its d4 run's bytes, are the planner's
 rows = re.findall(r"^\| (every tensor sliced|`--shard-min-numel 10000`) \| (\d+)(?: \((\d+) all-reduces\))? \| ([\d,]+) B \| "
                   r"(\d+) / (\d+) / (\d+) \|$", fsdp_md, re.M)
