@@ -27,7 +27,12 @@ CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "
 FLAGS = {"--prefetch": ("count", ("zero3", "fsdp")), "--reshard-after-forward": (("0", "1"), ("fsdp",)),
          "--shard-group": ("group", ("fsdp",)), "--grad-accum": ("positive", None),
          "--accum-mode": (("sync-each", "no-sync"), None), "--precision": (("fp32", "bf16"), None),
-         "--reduce-dtype": (("fp32", "bf16"), None), "--recompute": (None, None)}
+         "--reduce-dtype": (("fp32", "bf16"), None), "--recompute": (None, None),
+         "--dropout": ("fraction", None), "--ema": ("fraction", None),
+         "--unit-blocks": ("positive", ("zero3", "fsdp")), "--wrap-min-params": ("positive", ("zero3", "fsdp")),
+         "--shard-min-numel": ("count", ("fsdp",))}
+# What the planner is not told: dropout moves no bytes and holds none; the EMA's bytes are memory, not traffic.
+NOT_PLANNED = {"--dropout": ("--tsv", "--traffic"), "--ema": ("--traffic",)}
 # What a wrong final model most often means, per strategy.
 HINTS = {
     "ddp": "are the buckets all-reduced as an average (COMM_AVG), and every one waited for before the step?",
@@ -78,6 +83,24 @@ def flag_value(flags, name, default):
     return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
 
 
+def is_fraction(text):
+    try:
+        return 0 <= float(text) < 1
+    except ValueError:
+        return False
+
+
+def plan_flags(flags, mode):
+    """The flags build/plan takes in `mode` (--tsv, --traffic): those it plans, with their values."""
+    out, i = [], 0
+    while i < len(flags):
+        width = 1 if FLAGS[flags[i]][0] is None else 2
+        if mode not in NOT_PLANNED.get(flags[i], ()):
+            out += flags[i:i + width]
+        i += width
+    return out
+
+
 def split_args(text, strategy, n):
     """--args checked before anything runs: (the strategy's flags, train_single's), strategy-only flags to the
     strategy alone. A flag the check does not pass on, a strategy that does not take it, or a bad value stops."""
@@ -97,11 +120,14 @@ def split_args(text, strategy, n):
         pair = [flag]
         if values is not None:
             value = flags[i + 1] if i + 1 < len(flags) else None
-            good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
-                values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0))
+            if values == "fraction":
+                good = value is not None and is_fraction(value)
+            else:
+                good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
+                    values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0))
             if not good:
                 want = "|".join(values) if isinstance(values, tuple) else \
-                    {"count": "a whole number >= 0", "positive": "a whole number >= 1",
+                    {"count": "a whole number >= 0", "positive": "a whole number >= 1", "fraction": "a number in [0, 1)",
                      "group": f"a number of ranks that divides --ranks {n}"}[values]
                 fail(f"--args: {flag} {value if value is not None else '(no value)'}: give {want}")
             pair.append(value)
@@ -257,8 +283,9 @@ def main():
         f"the model has {len(got)} values, train_single's {len(want)}"
     checks.add("model", where is None, f"after {STEPS} steps every parameter within {param_tol:g} of train_single's"
                if where is None else f"after {STEPS} steps {where}: {HINTS[strategy]}")
-    plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch), *mine]
-    plan = subprocess.run([f"{o['reference']}/plan", *plan_args, "--tsv"], capture_output=True, text=True)
+    plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch)]
+    plan = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--tsv"), "--tsv"], capture_output=True,
+                          text=True)
     if plan.returncode != 0:
         fail(f"{o['reference']}/plan: {plan.stderr.strip()}")
     planned = {}
@@ -277,8 +304,8 @@ def main():
                "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "") +
                ": a buffer allocated where the reference allocates none, or kept longer (build/plan ... --timeline "
                f"{strategy} shows the reference's step event by event)")
-    traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, "--grad-clip", "1e9", "--traffic"],
-                             capture_output=True, text=True)
+    traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--traffic"), "--grad-clip", "1e9",
+                              "--traffic"], capture_output=True, text=True)
     if traffic.returncode != 0:
         fail(f"{o['reference']}/plan --traffic: {traffic.stderr.strip()}")
     expected = {}

@@ -571,6 +571,14 @@ if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BU
        --build "$BUILD" --work "$tmp/check_zero3" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out"
 then ok "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"
 else bad "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"; cat "$tmp/out"; fi
+# the newer flags: dropout and the EMA (train_single takes them too), units and whole small tensors
+if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_new" \
+       --args "--dropout 0.1 --ema 0.9 --unit-blocks 2 --shard-min-numel 1000" >"$tmp/out" 2>&1 &&
+   grep -q "check: 7 of 7 checks pass" "$tmp/out"
+then ok "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"
+else bad "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"; cat "$tmp/out"; fi
+fails "check.py: a dropout rate outside [0, 1)" "--args: --dropout 1.5: give a number in \[0, 1\)" \
+    python3 labs/check.py --strategy fsdp --ranks 2 --args "--dropout 1.5"
 sed 's/r->send_numel, dtype, COMM_AVG)/r->send_numel, dtype, COMM_SUM)/' fsdp/fsdp.c > "$tmp/fsdp_sum.c"
 if ! MPIRUN="$MPIRUN" python3 labs/lab.py grade fsdp --file "$tmp/fsdp_sum.c" --build "$BUILD" >"$tmp/out" 2>&1 &&
    grep -q "FAIL  gradient: .* (2 times): 2 times is a sum where an average belongs" "$tmp/out" &&
