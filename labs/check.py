@@ -242,8 +242,9 @@ def main():
     print(f"check: {strategy} at N = {n} {' '.join(extra)} against train_single: d2, batch {batch} x 16, "
           f"{STEPS} steps (logs in {work})", flush=True)
     ref_log, ref_model = f"{work}/single.jsonl", f"{work}/single.bin"
-    r = run([f"{build}/train_single", *common, *single_flags, "--log", ref_log, "--out-model", ref_model],
-            f"{work}/single.txt")
+    # under the same launcher as the strategy, so that a run at N = 1 has the same threads, and the same sums
+    r = run([*mpirun, "-np", "1", f"{build}/train_single", *common, *single_flags, "--log", ref_log, "--out-model",
+             ref_model], f"{work}/single.txt")
     if r.returncode != 0:
         fail(f"train_single failed (the reference; see {work}/single.txt): {r.stderr.strip()[-300:]}")
     trainer = [f"{build}/train_{strategy}"] if strategy not in ("zero1", "zero2") else \
