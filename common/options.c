@@ -119,7 +119,8 @@ static const char *shared_problem(const TrainOptions *o) {
         problem = "--timeline-step goes with --log or --trace, where the step's memory timeline is kept";
     else if (o->eval_ema && !o->ema) problem = "--eval-ema validates the EMA weights: it needs --ema DECAY above 0";
     else if (o->eval_ema && !o->eval_every) problem = "--eval-ema goes with --eval-every K, when validation runs";
-    else if (o->out_model_ema && !o->ema) problem = "--out-model-ema writes the EMA weights: it needs --ema DECAY above 0";
+    else if (o->out_model_ema && !o->ema)
+        problem = "--out-model-ema writes the EMA weights: it needs --ema DECAY above 0";
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";

@@ -43,7 +43,9 @@ void replicas_start_reduce(Replicas *r, int unit) {
 
 void replicas_finish_reduce(Replicas *r, int unit) { comm_wait(r->comm, &r->reduces[unit]); }
 
-void replicas_step(Replicas *r, AdamWConfig config) { resident_step(&r->resident, r->model->layout.num_tensors, config); }
+void replicas_step(Replicas *r, AdamWConfig config) {
+    resident_step(&r->resident, r->model->layout.num_tensors, config);
+}
 
 int replicas_rows(Replicas *r, int t, LocalRows *rows) {
     if (r->resident.flat.count[t] == 0) return 0;

@@ -120,7 +120,8 @@ LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm,
     r->staged_tensor = t;
     r->staged_numel = numel;
     r->staged_at = span->count > 0 ? (size_t)(span->m - r->m) + r->lo - tensor->offset : 0;
-    for (int k = 0; k < parts && span->count > 0; k++) device_copy(r->staged + k * numel + r->staged_at, part[k], span->count);
+    for (int k = 0; k < parts && span->count > 0; k++)
+        device_copy(r->staged + k * numel + r->staged_at, part[k], span->count);
     comm_reduce(comm, r->staged, comm->rank == 0 ? r->staged : NULL, count, DTYPE_FP32, 0, COMM_SUM);
     LocalRows rows = {.row_begin = 0, .row_count = tensor->rows, .m = r->staged, .v = r->staged + numel,
                       .adam_step = &r->spans[t].step, .writes = comm->rank == 0, .done = unstage_rows, .done_arg = r};

@@ -39,8 +39,8 @@ int strategy_prefetch(const StrategyContext *ctx, const char *name, int prefetch
     const GPT2Layout *layout = &ctx->model->layout;
     int window = prefetch_window(layout, prefetch);
     if (window < prefetch)
-        strategy_note(ctx, "%s: --prefetch %d reaches past the model's %d unit(s) of blocks: prefetching %d unit(s) ahead\n",
-                      name, prefetch, layout->num_units - 2, window);
+        strategy_note(ctx, "%s: --prefetch %d reaches past the model's %d unit(s) of blocks: prefetching %d unit(s) "
+                      "ahead\n", name, prefetch, layout->num_units - 2, window);
     return window;
 }
 

@@ -79,7 +79,11 @@ typedef struct {
 } UnitPolicy;
 
 // The two flags that set a UnitPolicy `policy`, as entries of a CliOption table.
-#define UNIT_POLICY_FLAGS(policy)                                                                                      {"--unit-blocks", "J", CLI_INT, &(policy).blocks, 1, 1 << 24,                                                       "group J consecutive blocks into one unit: one gather and one reduce for all of them (default 1)"},               {"--wrap-min-params", "PARAMS", CLI_UINT64, &(policy).min_params, 1, 1e15,                                               "instead of --unit-blocks: consecutive blocks join a unit until it holds at least PARAMS parameters"}
+#define UNIT_POLICY_FLAGS(policy)                                                                     \
+    {"--unit-blocks", "J", CLI_INT, &(policy).blocks, 1, 1 << 24,                                     \
+     "group J consecutive blocks into one unit: one gather and one reduce for all of them (default 1)"}, \
+    {"--wrap-min-params", "PARAMS", CLI_UINT64, &(policy).min_params, 1, 1e15,                         \
+     "instead of --unit-blocks: consecutive blocks join a unit until it holds at least PARAMS parameters"}
 
 // NULL, or what is wrong with a policy once parsed.
 const char *unit_policy_problem(const UnitPolicy *policy);

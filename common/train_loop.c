@@ -408,8 +408,8 @@ static void setup(Run *run) {
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         if (o->dropout > 0 && m.seed != o->seed)
-            fatal("--resume: the checkpoint was trained with --seed %llu, this run gives %llu: --dropout's masks follow "
-                  "the seed, so the run would not continue the same training (give --seed %llu)",
+            fatal("--resume: the checkpoint was trained with --seed %llu, this run gives %llu: --dropout's masks "
+                  "follow the seed, so the run would not continue the same training (give --seed %llu)",
                   (unsigned long long)m.seed, (unsigned long long)o->seed, (unsigned long long)m.seed);
         if (m.data_position > run->train.num_tokens) {
             char dir[4096];

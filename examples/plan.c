@@ -419,7 +419,10 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--ema DECAY] "
-                                "[--accum-mode sync-each|no-sync] [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] [--shard-min-numel NUMEL] [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
+                                "[--accum-mode sync-each|no-sync] [--prefetch D] "
+                                "[--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] "
+                                "[--shard-min-numel NUMEL] "
+                                "[--tsv | --layout | --traffic | --timeline STRATEGY [--rank R]]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
                              "without training",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
@@ -433,7 +436,8 @@ int main(int argc, char **argv) {
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                              "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
-    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute", "--grad-clip", "--ema",
+    static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
+                                               "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                                "--wrap-min-params", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
@@ -492,7 +496,7 @@ int main(int argc, char **argv) {
                        .shard_min_numel = shard_min_numel};
     GPT2Layout layout;
     gpt2_layout_init(&layout, config);
-    gpt2_layout_group_blocks(&layout, units.blocks > 0 ? units.blocks : 1, units.min_params);  // ZeRO-3's and FSDP's units
+    gpt2_layout_group_blocks(&layout, units.blocks > 0 ? units.blocks : 1, units.min_params);  // ZeRO-3's, FSDP's
     if (show_layout) {  // a line per rank and tensor: a picture's worth, not millions
         if (world > 4096) fatal("--layout draws up to 4096 ranks, not %d (use --tsv for the numbers)", world);
         if (shard_group != world) fatal("--layout draws full sharding: give it without --shard-group");

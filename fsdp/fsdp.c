@@ -267,7 +267,8 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     for (int t = 0; t < layout->num_tensors; t++) {
         // each rank makes its own rows; rows past the end (padding) stay zero
         int first, rows = fsdp_real_rows(&layout->tensors[t], s->comm->world, s->comm->rank, &first);
-        if (rows > 0 && s->resident.flat.count[t] > 0) resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
+        if (rows > 0 && s->resident.flat.count[t] > 0)  // not a tensor kept whole
+            resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
     }
     return STRATEGY_TABLE("fsdp", s);
 }

@@ -176,7 +176,8 @@ void gpt2_device_backward(GPT2 *model, int unit) {
     if (unit == 0) {
         float *dencoded = model->acts.dresidual;  // through the embeddings' mask, in place: nothing reads it after
         if (drop)
-            TIMED(backward_s, GPT2_OP_ENCODER, dropout_apply(dencoded, dencoded, drop, model->B, model->T, c->channels));
+            TIMED(backward_s, GPT2_OP_ENCODER,
+                  dropout_apply(dencoded, dencoded, drop, model->B, model->T, c->channels));
         TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), dencoded,
                                                             model->inputs, model->B, model->T, c->channels));
     } else if (blocks > 0) {
