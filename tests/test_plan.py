@@ -360,6 +360,16 @@ for row in table:
     want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
     got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
     check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+# docs/answers.md's answer 18 quotes the planner's ema bytes for d4 at N = 2
+answer = " ".join(open(os.path.join(src, "docs", "answers.md")).read().split("**18.**", 1)[-1].split())
+ema = {}
+for strategy, first, last, numbers in plan_rows(["--config", "d4", "--vocab", "256", "--ranks", "2", "--ema", "0.99"]):
+    for r in range(first, last + 1):
+        ema[(strategy, r)] = numbers[CATS.index("ema")]
+quotes = [f"everything: {ema[('ddp', 0)]:,} bytes (4P)", f"range R = P/2: {ema[('zero1', 0)]:,}",
+          f"also {ema[('fsdp', 0)]:,}", f"{ema[('zero3', 0)]:,} and {ema[('zero3', 1)]:,} bytes"]
+check(ema[("zero1", 0)] == ema[("zero2", 0)] and all(q in answer for q in quotes),
+      f"docs/answers.md answer 18 quotes the planner's ema bytes ({quotes})")
 # docs/zero3.md's units of several blocks are the planner's
 zero3_md = " ".join(open(os.path.join(src, "docs", "zero3.md")).read().split())
 for J, peak, rate in (("1", "29.601", "42945"), ("12", "30.199", "38306")):
