@@ -281,28 +281,51 @@ static void canonical_path(const char *path, char *out, size_t size) {
     snprintf(out, size, "%s/%s", strcmp(resolved, "/") ? resolved : "", slash ? slash + 1 : path);
 }
 
-// An output file (--out-model, --out-model-ema) must not be another of the run's
-// files, which writing it would destroy: the other output, the log, the data,
-// the model it starts from, or anything under --ckpt-dir.
-static void check_output_is_its_own(const TrainOptions *o, const char *flag, const char *path) {
-    char mine[4400], other[4400], file[4200];
-    canonical_path(path, mine, sizeof mine);
-    const char *others[][2] = {{"--out-model", o->out_model}, {"--out-model-ema", o->out_model_ema},
-                               {"--log", o->log_path}, {"--model", o->model_path}, {"--data", "train.bin"},
-                               {"--data", "val.bin"}};
-    for (size_t i = 0; i < sizeof others / sizeof others[0] && mine[0]; i++) {
-        if (!others[i][1] || strcmp(others[i][0], flag) == 0) continue;
-        if (strcmp(others[i][0], "--data") == 0) xsnprintf(file, sizeof file, "%s/%s", o->data_dir, others[i][1]);
-        else xsnprintf(file, sizeof file, "%s", others[i][1]);
-        canonical_path(file, other, sizeof other);
-        if (strcmp(mine, other) == 0) fatal("%s %s: that is the file of %s %s: give the output a path of its own",
-                                            flag, path, others[i][0], file);
+// The run's files, by flag: the outputs first (the first `outputs` of them), then
+// the inputs. NULL paths are absent.
+typedef struct {
+    const char *flag;
+    char path[4200];
+} RunFile;
+
+static int run_files(const TrainOptions *o, RunFile *files, int *outputs) {
+    const char *given[][3] = {  // flag, path, suffix
+        {"--out-model", o->out_model, ""}, {"--out-model-ema", o->out_model_ema, ""}, {"--log", o->log_path, ""},
+        {"--trace", o->trace_prefix, ".json"}, {"--trace", o->trace_prefix, ".tsv"},
+        {"--model", o->model_path, ""}, {"--data", o->data_dir, "/train.bin"}, {"--data", o->data_dir, "/val.bin"}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        if (i == 5) *outputs = n;
+        if (!given[i][1]) continue;
+        files[n].flag = given[i][0];
+        xsnprintf(files[n++].path, sizeof files->path, "%s%s", given[i][1], given[i][2]);
     }
-    if (o->ckpt_dir && mine[0]) {
-        canonical_path(o->ckpt_dir, other, sizeof other);
-        size_t n = strlen(other);
-        if (other[0] && strncmp(mine, other, n) == 0 && (mine[n] == '/' || mine[n] == '\0'))
-            fatal("%s %s: it lies in --ckpt-dir %s, whose files the checkpoints own", flag, path, o->ckpt_dir);
+    return n;
+}
+
+// No output (--out-model, --out-model-ema, --log, --trace) may be another of the
+// run's files, which writing it would destroy: another output, the data, the
+// model it starts from, or what the checkpoints keep in --ckpt-dir (latest and
+// the step_N directories; a save replaces and prunes them).
+static void check_outputs_are_their_own(const TrainOptions *o) {
+    RunFile files[8];
+    int outputs = 0, n = run_files(o, files, &outputs);
+    char mine[4400], other[4400], dir[4400];
+    if (o->ckpt_dir) canonical_path(o->ckpt_dir, dir, sizeof dir);
+    for (int i = 0; i < outputs; i++) {
+        canonical_path(files[i].path, mine, sizeof mine);
+        for (int j = 0; j < n && mine[0]; j++) {
+            if (strcmp(files[j].flag, files[i].flag) == 0) continue;
+            canonical_path(files[j].path, other, sizeof other);
+            if (strcmp(mine, other) == 0)
+                fatal("%s %s: that is the file of %s %s: give the output a path of its own", files[i].flag,
+                      files[i].path, files[j].flag, files[j].path);
+        }
+        size_t len = o->ckpt_dir ? strlen(dir) : 0;
+        const char *inside = len && mine[0] && strncmp(mine, dir, len) == 0 && mine[len] == '/' ? mine + len + 1 : "";
+        if (strncmp(inside, "latest", 6) == 0 || strncmp(inside, "step_", 5) == 0)
+            fatal("%s %s: it is one of the checkpoints' own files in --ckpt-dir %s (latest, step_N)", files[i].flag,
+                  files[i].path, o->ckpt_dir);
     }
 }
 
@@ -312,8 +335,7 @@ static void check_outputs(Run *run) {
     char path[4200];
     if (o->ckpt_dir) check_checkpoint_dir(run);
     if (run->comm.rank != 0) return;
-    if (o->out_model) check_output_is_its_own(o, "--out-model", o->out_model);
-    if (o->out_model_ema) check_output_is_its_own(o, "--out-model-ema", o->out_model_ema);
+    check_outputs_are_their_own(o);
     if (o->out_model) check_replaceable("--out-model", o->out_model);
     if (o->out_model_ema) check_replaceable("--out-model-ema", o->out_model_ema);
     if (o->trace_prefix) {

@@ -185,13 +185,19 @@ fails "trainer: --out-model in a missing directory" "--out-model /nonexistent/x.
 fails "trainer: --out-model is a directory" "--out-model $tmp: not a regular file \(a directory\)" "${train[@]}" --out-model "$tmp"
 # an output never overwrites another of the run's files
 cp "$tmp/byte/train.bin" "$tmp/train_before.bin"
+cp "$tmp/byte/val.bin" "$tmp/val_before.bin"
 fails "trainer: --out-model-ema is --out-model" "--out-model $tmp/same.bin: that is the file of --out-model-ema" \
     "${train[@]}" --ema 0.5 --out-model "$tmp/same.bin" --out-model-ema "$tmp/same.bin"
 fails "trainer: --out-model is a data file" "--out-model $tmp/byte/../byte/train.bin: that is the file of --data" \
     "${train[@]}" --out-model "$tmp/byte/../byte/train.bin"
-fails "trainer: --out-model-ema under --ckpt-dir" "--out-model-ema $tmp/ckout/latest: it lies in --ckpt-dir" \
+fails "trainer: --out-model-ema under --ckpt-dir" "--out-model-ema $tmp/ckout/latest: it is one of the checkpoints' own" \
     "${train[@]}" --ema 0.5 --ckpt-dir "$tmp/ckout" --out-model-ema "$tmp/ckout/latest"
-if cmp -s "$tmp/byte/train.bin" "$tmp/train_before.bin"; then ok "the refused outputs left the data as it was"
+fails "trainer: --log is a data file" "--log $tmp/byte/val.bin: that is the file of --data $tmp/byte/val.bin" \
+    "${train[@]}" --log "$tmp/byte/val.bin"
+fails "trainer: --trace's JSON is --out-model" "--out-model $tmp/tr.json: that is the file of --trace $tmp/tr.json" \
+    "${train[@]}" --out-model "$tmp/tr.json" --trace "$tmp/tr"
+if cmp -s "$tmp/byte/train.bin" "$tmp/train_before.bin" && cmp -s "$tmp/byte/val.bin" "$tmp/val_before.bin"; then
+    ok "the refused outputs left the data as it was"
 else bad "the refused outputs left the data as it was"; fi
 fails "trainer: --ema past its edge" "--ema: 0.9999991 is outside \[0, 0.999999\]" "${train[@]}" --ema 0.9999991
 if "${train[@]}" --ema 0.999999 >/dev/null 2>&1; then ok "trainer: --ema 0.999999, the maximum its message names, is taken"
