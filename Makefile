@@ -34,7 +34,8 @@ CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
 DRY_ONLY  = common/device_dry.c models/gpt2_dry.c common/dry_run.c
 CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c \
             models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c ddp/zero12.c zero3/zero3.c fsdp/fsdp.c
-CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu
+CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu \
+            models/attention_cuda.cu
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
 DRY_OBJS  = $(CORE_OBJS) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/common/comm_nccl_stub.o

@@ -18,7 +18,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     Comm comm;
     comm_init_simulated(&comm, d->rank, d->world, &clock);
     GPT2 model;
-    gpt2_init(&model, d->config, d->rows, d->seq, d->recompute, &mem);
+    gpt2_init(&model, d->config, d->rows, d->seq, d->recompute, d->attention, &mem);
     model.grad_accum = d->micro_batches;
     model.param_dtype = d->params;
     model.grad_dtype = d->grads;

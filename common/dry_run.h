@@ -23,6 +23,7 @@ typedef struct {
     int rows, seq;       // one micro-batch of one rank: B/N/K rows of T tokens
     int micro_batches;   // K (--grad-accum)
     int recompute;
+    AttentionKeeps attention;  // --fused-attention: LOGSUMEXP, the GPU's fused attention
     float grad_clip;      // --grad-clip (0: none): the norm's all-reduce joins the step
     DType params, grads;  // --precision, --reduce-dtype
     float ema;            // --ema DECAY (0: none): the EMA's bytes join the account

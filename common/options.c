@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../models/gpt2.h"
 #include "util/cli.h"
 #include "util/errors.h"
 
@@ -80,10 +81,15 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "the gradients, as produced, reduced and kept (default: the --precision)"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
+    // a device without the fused attention (the CPU) has no such flag
+    const CliOption fused = {"--fused-attention", NULL, CLI_SWITCH, &o->fused_attention, 0, 0,
+                             "fuse the attention into one pass over the keys, keeping a log-sum-exp per row instead "
+                             "of the (T, T) probabilities (docs/gpu.md)"};
     int n = (int)(sizeof options / sizeof options[0]);
-    CHECK(n + plugin->num_flags <= OPTIONS_MAX_FLAGS, "options.c: raise OPTIONS_MAX_FLAGS to %d",
-          n + plugin->num_flags);
+    CHECK(n + 1 + plugin->num_flags <= OPTIONS_MAX_FLAGS, "options.c: raise OPTIONS_MAX_FLAGS to %d",
+          n + 1 + plugin->num_flags);
     memcpy(flags, options, sizeof options);
+    if (gpt2_device_fuses_attention()) flags[n++] = fused;
     if (plugin->num_flags > 0)  // a trainer without flags of its own has no table (memcpy wants one anyway)
         memcpy(flags + n, plugin->flags, (size_t)plugin->num_flags * sizeof *flags);
     return n + plugin->num_flags;

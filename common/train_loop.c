@@ -394,7 +394,8 @@ static void setup(Run *run) {
                   run->have_val ? &run->val : NULL);
     check_outputs(run);
 
-    gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute, &run->mem);
+    gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute,
+              o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES, &run->mem);
     run->model.grad_accum = o->grad_accum;
     run->model.ema_decay = o->ema;
     run->model.dropout = o->dropout;
@@ -596,6 +597,7 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
+               "\"fused_attention\": %d, "
                "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\", \"precision\": \"%s\", "
                "\"reduce_dtype\": \"%s\", \"dropout\": %g, \"ema\": %g}, \"strategy_options\": {",
             run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
@@ -603,8 +605,8 @@ static void write_summary(Run *run, double tokens_per_s) {
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
-            run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode, dtype_name(run->model.param_dtype),
-            dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema);
+            run->opts.fused_attention, run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode,
+            dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema);
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",

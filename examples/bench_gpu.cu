@@ -1,9 +1,14 @@
 // bench_gpu: the GPU path's speed on this GPU, measured against this GPU.
 //   1. the peak matrix-multiply rate cuBLAS reaches here (8192^3), in bf16
 //      (fp32 accumulate) and in fp32 with TF32 tensor cores;
-//   2. one rank training GPT-2 (fp32 parameters, TF32 products): tokens/s and
-//      MFU = model FLOPs per second / each measured peak.
-//   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10]
+//   2. one rank training GPT-2 (--precision fp32: TF32 products; bf16: bf16
+//      operands, an fp32 master and AdamW state, as train_single keeps them):
+//      tokens/s, MFU = model FLOPs per second / each measured peak and / the
+//      datasheet's dense bf16 peak (--peak-tflops), the peak memory;
+//   3. one more step with each op timed (models/gpt2.h's op_times): where the
+//      step's time goes.
+//   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10] [--precision fp32|bf16]
+//                        [--fused-attention] [--peak-tflops X]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -14,6 +19,9 @@
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/device_cuda.h"
+extern "C" {
+#include "../common/resident.h"  // a C header without a C++ guard
+}
 #include "../models/gpt2.h"
 
 // Values in [-1, 1) from a hash of the index: tensor cores run faster on zeros,
@@ -58,19 +66,31 @@ static double time_gemms(cudaDataType_t type, cublasComputeType_t compute, int n
 }
 
 int main(int argc, char **argv) {
-    const char *config_name = "d12";
-    int B = 16, T = 1024, steps = 10;
+    const char *config_name = "d12", *precision = "fp32";
+    int B = 16, T = 1024, steps = 10, fused_attention = 0;
+    float datasheet_tflops = 989.4f;  // H100 SXM and H200: dense bf16 with fp32 accumulation
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d12)"},
         {"--batch", "B", CLI_INT, &B, 1, 1 << 20, "sequences per step (default 16)"},
         {"--seq", "T", CLI_INT, &T, 1, 1 << 20, "sequence length (default 1024)"},
         {"--steps", "S", CLI_INT, &steps, 1, 1 << 20, "timed steps (default 10)"},
+        {"--precision", "fp32|bf16", CLI_STRING, &precision, 0, 0,
+         "what the model keeps and multiplies (default fp32)"},
+        {"--fused-attention", NULL, CLI_SWITCH, &fused_attention, 0, 0,
+         "the trainers' --fused-attention: one pass over the keys, no (T, T) probabilities"},
+        {"--peak-tflops", "X", CLI_FLOAT, &datasheet_tflops, 1, 1e6,
+         "the GPU's datasheet dense bf16 TFLOP/s for MFU (default 989.4, H100 SXM and H200)"},
     };
     // positional: nvcc's C++17 has no designated initializers
-    CliSpec spec = {"[--config dN] [--batch B] [--seq T] [--steps S]",
+    CliSpec spec = {"[--config dN] [--batch B] [--seq T] [--steps S] [--precision fp32|bf16] [--fused-attention] "
+                    "[--peak-tflops X]",
                     "peak cuBLAS rates on this GPU, and one rank training GPT-2 against them (MFU)",
                     options, (int)(sizeof options / sizeof options[0]), NULL, 0, NULL};
     cli_parse_or_exit(&spec, argc, argv);
+    DType dtype;
+    if (strcmp(precision, "fp32") == 0) dtype = DTYPE_FP32;
+    else if (strcmp(precision, "bf16") == 0) dtype = DTYPE_BF16;
+    else fatal("--precision: '%s' is neither fp32 nor bf16", precision);
     device_init(0);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -82,19 +102,22 @@ int main(int argc, char **argv) {
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, B, T, 0, &mem);
+    gpt2_init(&model, config, B, T, 0, fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
+              &mem);
+    model.param_dtype = model.grad_dtype = dtype;
     const GPT2Layout *layout = &model.layout;
-    size_t P = layout->num_params;
-    float *params = device_alloc(&mem, MEM_PARAMS, P), *grads = device_alloc(&mem, MEM_GRADS, P);
-    AdamWSpan span = adamw_span(params, grads, DTYPE_FP32, device_alloc(&mem, MEM_OPTIM, P),
-                                device_alloc(&mem, MEM_OPTIM, P), NULL, P);
-    float *host = (float *)xmalloc(P * sizeof(float));
-    for (int t = 0; t < layout->num_tensors; t++)
-        gpt2_init_rows(layout, t, 1, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
-    device_from_host(params, host, P);
-    free(host);
-    gpt2_point_into_flat(layout, params, model.params);
-    gpt2_point_into_flat(layout, grads, model.grads);
+    // every tensor whole, kept as train_single keeps it (common/single.c)
+    Resident resident;
+    size_t *count = (size_t *)xcalloc((size_t)layout->num_tensors, sizeof(size_t));
+    for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
+    resident_init(&resident, &model, count, &mem);
+    free(count);
+    ParamSource source = {NULL, 1, 0};
+    for (int t = 0; t < layout->num_tensors; t++) {
+        resident_load_rows(&resident, layout, &source, t, 0, layout->tensors[t].rows);
+        model.params[t] = resident_params(&resident, t);
+        model.grads[t] = resident_grads(&resident, t);
+    }
     int *tokens = (int *)xmalloc((size_t)B * (T + 1) * sizeof(int));
     for (int i = 0; i < B * (T + 1); i++) tokens[i] = (i * 7919) % config.vocab_size;
     int *targets = (int *)xmalloc((size_t)B * T * sizeof(int));
@@ -102,27 +125,40 @@ int main(int argc, char **argv) {
         for (int t = 0; t < T; t++) targets[b * T + t] = tokens[b * (T + 1) + t + 1];
     gpt2_set_batch(&model, tokens, targets);
 
-    cudaEvent_t start, stop;
+    cudaEvent_t start, stop, adamw_start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventCreate(&adamw_start));
     AdamWConfig adamw = adamw_config(1e-4f, 0.0f);
+    GPT2OpTimes ops;
+    GPT2StepTimes profile = {0, 0, 0};
     float ms_total = 0;
-    for (int step = 0; step <= steps; step++) {  // step 0 warms up
+    for (int step = 0; step <= steps + 1; step++) {  // step 0 warms up; the last is timed op by op
+        int profiled = step == steps + 1;
+        memset(&ops, 0, sizeof ops);
+        model.op_times = profiled ? &ops : NULL;
         CUDA_CHECK(cudaEventRecord(start, 0));
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
         for (int u = layout->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
-        device_adamw(&span, adamw);
-        device_zero(grads, P);
+        CUDA_CHECK(cudaEventRecord(adamw_start, 0));
+        resident_step(&resident, layout->num_tensors, adamw);  // AdamW, then the gradients zeroed
         CUDA_CHECK(cudaEventRecord(stop, 0));
         CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms;
+        float ms, adamw_ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (step > 0) ms_total += ms;
+        CUDA_CHECK(cudaEventElapsedTime(&adamw_ms, adamw_start, stop));
+        if (step > 0 && !profiled) ms_total += ms;
+        if (profiled) profile = {adamw_ms / 1e3, 0, ms / 1e3};
     }
-    double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T);
-    printf("%s B=%d T=%d, fp32 parameters, tf32 products: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model, "
-           "MFU %.1f%% of the bf16 peak, %.1f%% of the tf32 peak; reserved peak %.2f GB (accounted %.2f GB)\n",
-           config_name, B, T, 1e3 * step_s, B * T / step_s, flops / step_s / 1e12, 100 * flops / step_s / 1e12 / bf16_peak,
-           100 * flops / step_s / 1e12 / tf32_peak, device_reserved(&mem).peak / 1e9, mem.total_peak / 1e9);
+    double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T), rate = flops / step_s / 1e12;
+    printf("%s B=%d T=%d, --precision %s%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model; MFU %.1f%% of the "
+           "datasheet's dense bf16 %.1f, %.1f%% of cuBLAS's bf16, %.1f%% of cuBLAS's tf32; peak %.2f GB "
+           "(reserved %.2f GB)\n",
+           config_name, B, T, precision, fused_attention ? " --fused-attention" : "", 1e3 * step_s, B * T / step_s,
+           rate, 100 * rate / datasheet_tflops,
+           datasheet_tflops, 100 * rate / bf16_peak, 100 * rate / tf32_peak, mem.total_peak / 1e9,
+           device_reserved(&mem).peak / 1e9);
+    printf("one more step, each op timed on its own (AdamW with the zeroing of the gradients):\n");
+    gpt2_print_op_times(&ops, &profile);
     return 0;
 }

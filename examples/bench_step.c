@@ -54,39 +54,6 @@ static void sgemm_free(Sgemm *g) {
     free(g->c);
 }
 
-// One step's time outside the model's ops, in the order the step runs them.
-typedef struct {
-    double adamw_s;       // adamw_update over every parameter
-    double zero_grads_s;  // the memset of the gradients for the next step
-    double step_s;        // the whole step, ops and everything between them
-} StepTimes;
-
-static void print_row(const char *name, double forward_s, double backward_s, double total_s, double step_s) {
-    char forward[16] = "-", backward[16] = "-";
-    if (forward_s >= 0) snprintf(forward, sizeof forward, "%.3f", 1e3 * forward_s);
-    if (backward_s >= 0) snprintf(backward, sizeof backward, "%.3f", 1e3 * backward_s);
-    printf("  %-16s %12s %12s %12.3f %9.1f%%\n", name, forward, backward, 1e3 * total_s,
-           100.0 * total_s / step_s);
-}
-
-// The per-op table of one step. "other" is what no row timed: the zeroing of
-// the backward's scratch, the loss's mean, the calls between the ops.
-static void print_op_table(const GPT2OpTimes *ops, const StepTimes *step) {
-    printf("  %-16s %12s %12s %12s %10s\n", "op", "forward ms", "backward ms", "total ms", "of step");
-    double forward_s = 0, backward_s = 0;
-    for (int op = 0; op < GPT2_NUM_OPS; op++) {
-        print_row(gpt2_op_names[op], ops->forward_s[op], ops->backward_s[op],
-                  ops->forward_s[op] + ops->backward_s[op], step->step_s);
-        forward_s += ops->forward_s[op];
-        backward_s += ops->backward_s[op];
-    }
-    print_row("adamw", -1, -1, step->adamw_s, step->step_s);
-    print_row("zero grads", -1, -1, step->zero_grads_s, step->step_s);
-    double timed_s = forward_s + backward_s + step->adamw_s + step->zero_grads_s;
-    print_row("other", -1, -1, step->step_s - timed_s, step->step_s);
-    print_row("step", forward_s, backward_s, step->step_s, step->step_s);
-}
-
 int main(int argc, char **argv) {
     const char *config_name = "d4";
     int B = 4, T = 64, steps = 5;
@@ -105,7 +72,7 @@ int main(int argc, char **argv) {
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, B, T, 0, &mem);
+    gpt2_init(&model, config, B, T, 0, ATTENTION_KEEPS_PROBABILITIES, &mem);
     const GPT2Layout *layout = &model.layout;
     size_t P = layout->num_params;
     float *params = mem_alloc_floats(&mem, MEM_PARAMS, P), *grads = mem_alloc_floats(&mem, MEM_GRADS, P);
@@ -119,7 +86,7 @@ int main(int argc, char **argv) {
     gpt2_set_batch(&model, tokens, tokens + 1);
 
     GPT2OpTimes ops, best_ops = {0};
-    StepTimes best = {.step_s = 1e30};
+    GPT2StepTimes best = {.step_s = 1e30};
     model.op_times = &ops;
     Sgemm sgemm = sgemm_init(1024);
     double sgemm_best = 0;  // GFLOP/s
@@ -134,7 +101,7 @@ int main(int argc, char **argv) {
         memset(grads, 0, P * sizeof(float));
         double end = timer_now();
         if (step > 0 && end - start < best.step_s) {
-            best = (StepTimes){.adamw_s = zero_start - adamw_start, .zero_grads_s = end - zero_start,
+            best = (GPT2StepTimes){.adamw_s = zero_start - adamw_start, .zero_grads_s = end - zero_start,
                                .step_s = end - start};
             best_ops = ops;
         }
@@ -146,7 +113,7 @@ int main(int argc, char **argv) {
            "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s); step/sgemm = %.0f%%\n",
            config_name, B, T, P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
            openblas_get_num_threads(), openblas_get_corename(), 100.0 * step_gflops / sgemm_best);
-    print_op_table(&best_ops, &best);
+    gpt2_print_op_times(&best_ops, &best);
     sgemm_free(&sgemm);
     free(tokens);
     mem_free_floats(&mem, MEM_PARAMS, params, P);

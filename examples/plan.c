@@ -6,7 +6,7 @@
 // no memory stands behind it and nothing is computed or moved, so its numbers,
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--accum-mode MODE]
+//              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] [--accum-mode MODE]
 //              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
 //              [--shard-min-numel NUMEL] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
 //              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
@@ -353,6 +353,7 @@ static void print_traffic(const PlanShape *shape) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
+    int fused_attention = 0;
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
@@ -372,6 +373,8 @@ int main(int argc, char **argv) {
         {"--seq", "T", CLI_INT, &T, 1, 1 << 24, "sequence length (default 64)"},
         {"--reshard-after-forward", "0|1", CLI_INT, &reshard, 0, 1, "FSDP's setting (default 1)"},
         {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
+        {"--fused-attention", NULL, CLI_SWITCH, &fused_attention, 0, 0,
+         "the GPU trainers' --fused-attention: a log-sum-exp per attention row, not its (T, T) probabilities"},
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
@@ -418,7 +421,8 @@ int main(int argc, char **argv) {
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
-                                "[--reshard-after-forward 0|1] [--recompute] [--grad-accum K] [--ema DECAY] "
+                                "[--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] "
+                                "[--ema DECAY] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch D] "
                                 "[--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] "
                                 "[--shard-min-numel NUMEL] "
@@ -432,12 +436,12 @@ int main(int argc, char **argv) {
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                             "--grad-clip", "--ema", "--shard-min-numel",
+                                             "--fused-attention", "--grad-clip", "--ema", "--shard-min-numel",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                              "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
     static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                               "--grad-clip", "--ema",
+                                               "--fused-attention", "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                                "--wrap-min-params", "--precision",
                                                "--reduce-dtype", "--time", "--tsv", NULL};
@@ -445,9 +449,11 @@ int main(int argc, char **argv) {
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
     static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
-    static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema", NULL};
+    static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema",
+                                                "--fused-attention", NULL};
     if (time_mode)
-        refuse_flags(&spec, (const char *const[]){"--ema", NULL}, "the EMA's bytes change the memory, not --time");
+        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", NULL},
+                     "it changes the memory, not --time");
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
     else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
@@ -488,7 +494,10 @@ int main(int argc, char **argv) {
               MAX_SIMULATED_RANKS);
     PlanShape shape = {.setup = {.accum_mode = strcmp(accum_mode, "sync-each") == 0 ? ACCUM_SYNC_EACH : ACCUM_NO_SYNC,
                                  .config = config, .rows = B / world / micro_batches, .seq = T,
-                                 .micro_batches = micro_batches, .recompute = recompute, .grad_clip = grad_clip,
+                                 .micro_batches = micro_batches, .recompute = recompute,
+                                 .attention = fused_attention ? ATTENTION_KEEPS_LOGSUMEXP
+                                                              : ATTENTION_KEEPS_PROBABILITIES,
+                                 .grad_clip = grad_clip,
                                  .ema = ema,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
@@ -529,10 +538,11 @@ int main(int argc, char **argv) {
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
-               "rows per rank, %s)%s; ZeRO-3 and FSDP: %d unit(s) of blocks, prefetching %d\n",
+               "rows per rank, %s)%s%s; ZeRO-3 and FSDP: %d unit(s) of blocks, prefetching %d\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, shape.setup.rows, accum_mode,
-               recompute ? ", activations recomputed in backward" : "", layout.num_units - 2,
+               recompute ? ", activations recomputed in backward" : "",
+               fused_attention ? ", the fused attention (a GPU's)" : "", layout.num_units - 2,
                prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);

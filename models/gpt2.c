@@ -236,63 +236,61 @@ void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begi
 // With recompute, the blocks' inputs (encoded and every residual3) are kept, and
 // one set of the other per-layer activations serves the block that runs.
 static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Config *c, int B,
-                                 int T, int recompute) {
+                                 int T, int recompute, AttentionKeeps attention) {
     size_t L = recompute ? 1 : (size_t)c->num_layers, C = c->channels, NH = c->num_heads;
     size_t Vp = c->padded_vocab_size, all_layers = c->num_layers;
     size_t BT = (size_t)B * T;
-    // the attention backward holds one layer's (B,NH,T,T) gradient whole: the
-    // GPU's kernels need it all at once, the CPU's (batch, head) pairs run in parallel
-    size_t attention_scratch = (size_t)B * NH * T * T;
+    // An attention that keeps its probabilities holds one layer's (B,NH,T,T)
+    // gradient whole in backward (the GPU's products take it at once, the CPU's
+    // (batch, head) pairs run in parallel); the fused one keeps a log-sum-exp per
+    // row and, in backward, each row's dot of d(atty) and atty.
+    int probabilities = attention == ATTENTION_KEEPS_PROBABILITIES;
+    size_t att = probabilities ? (size_t)B * NH * T * T : 0, att_rows = probabilities ? 0 : (size_t)B * NH * T;
     struct { float **ptr; size_t count; } parts[] = {
         {&a->encoded, BT * C},        {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
         {&a->ln1_rstd, L * BT},       {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},
-        {&a->att, L * B * NH * T * T}, {&a->attproj, L * BT * C},    {&a->residual2, L * BT * C},
-        {&a->ln2, L * BT * C},        {&a->ln2_mean, L * BT},        {&a->ln2_rstd, L * BT},
+        {&a->att, L * att},           {&a->att_lse, L * att_rows},   {&a->attproj, L * BT * C},
+        {&a->residual2, L * BT * C},  {&a->ln2, L * BT * C},         {&a->ln2_mean, L * BT},
+        {&a->ln2_rstd, L * BT},
         {&a->fch, L * BT * 4 * C},    {&a->fch_gelu, L * BT * 4 * C}, {&a->fcproj, L * BT * C},
         {&a->residual3, all_layers * BT * C}, {&a->lnf, BT * C},     {&a->lnf_mean, BT},
         {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, BT * Vp},
         {&a->losses, BT},             {&a->dresidual, BT * C},       {&a->dln, BT * C},
         {&a->dqkv, BT * 3 * C},       {&a->datty, BT * C},           {&a->dfch_gelu, BT * 4 * C},
-        {&a->dfch, BT * 4 * C},       {&a->att_scratch, attention_scratch},
+        {&a->dfch, BT * 4 * C},       {&a->att_scratch, att},        {&a->att_delta, att_rows},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (memory) *parts[i].ptr = memory + total;
+        if (memory) *parts[i].ptr = parts[i].count ? memory + total : NULL;  // NULL: not this device's
         total += parts[i].count;
     }
     return total;
 }
 
-size_t gpt2_num_activations(const GPT2Config *config, int B, int T, int recompute) {
-    GPT2Activations unused;
-    return layout_activations(&unused, NULL, config, B, T, recompute);
-}
-
-size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T, int recompute) {
-    return gpt2_num_activations(config, B, T, recompute) * sizeof(float) +
-           GPT2_BATCH_ARRAYS * (size_t)B * T * sizeof(int);
-}
-
-void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemAccount *acct) {
+void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, AttentionKeeps attention,
+               MemAccount *acct) {
     memset(model, 0, sizeof *model);
     gpt2_config_validate(&config, "model");
     if (B <= 0 || T <= 0) fatal("batch rows (%d) and sequence length (%d) must be positive", B, T);
     if (T > config.max_seq_len)
         fatal("sequence length %d exceeds the model's maximum %d", T, config.max_seq_len);
+    CHECK(attention == ATTENTION_KEEPS_PROBABILITIES || gpt2_device_fuses_attention(),
+          "the fused attention runs on a GPU");
     gpt2_layout_init(&model->layout, config);
     model->B = B;
     model->grad_accum = 1;
     model->T = T;
     model->recompute = recompute;
+    model->attention = attention;
     model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
     model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
     model->unit_params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->unit_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->mem = acct;
-    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute);
+    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute, attention);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
     model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, GPT2_BATCH_ARRAYS * (size_t)B * T);
-    layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute);
+    layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute, attention);
 }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {
@@ -337,12 +335,13 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
 GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer) {
     const GPT2Activations *a = &model->acts;
     size_t BT = (size_t)model->B * model->T, BTC = BT * model->layout.config.channels;
-    size_t att = BT * model->layout.config.num_heads * model->T;
+    size_t heads = BT * model->layout.config.num_heads;  // rows of attention scores
     size_t l = model->recompute ? 0 : (size_t)layer;  // recompute: one set, shared by every block
     return (GPT2BlockActs){
         .residual = layer == 0 ? a->encoded : a->residual3 + (layer - 1) * BTC,
         .ln1 = a->ln1 + l * BTC, .ln1_mean = a->ln1_mean + l * BT, .ln1_rstd = a->ln1_rstd + l * BT,
-        .qkv = a->qkv + l * 3 * BTC, .atty = a->atty + l * BTC, .att = a->att + l * att,
+        .qkv = a->qkv + l * 3 * BTC, .atty = a->atty + l * BTC,
+        .att = a->att ? a->att + l * heads * model->T : NULL, .att_lse = a->att_lse ? a->att_lse + l * heads : NULL,
         .attproj = a->attproj + l * BTC, .residual2 = a->residual2 + l * BTC,
         .ln2 = a->ln2 + l * BTC, .ln2_mean = a->ln2_mean + l * BT, .ln2_rstd = a->ln2_rstd + l * BT,
         .fch = a->fch + l * 4 * BTC, .fch_gelu = a->fch_gelu + l * 4 * BTC,
@@ -357,6 +356,29 @@ const Dropout *gpt2_dropout(const GPT2 *model, int layer, DropoutSite site, Drop
     *storage = (Dropout){.key = key, .row0 = model->row0, .threshold = (uint32_t)(model->dropout * 16777216.0),
                          .scale = 1.0f / (1.0f - model->dropout)};
     return storage;
+}
+
+static void print_op_row(const char *name, double forward_s, double backward_s, double total_s, double step_s) {
+    char forward[16] = "-", backward[16] = "-";
+    if (forward_s >= 0) snprintf(forward, sizeof forward, "%.3f", 1e3 * forward_s);
+    if (backward_s >= 0) snprintf(backward, sizeof backward, "%.3f", 1e3 * backward_s);
+    printf("  %-16s %12s %12s %12.3f %9.1f%%\n", name, forward, backward, 1e3 * total_s, 100.0 * total_s / step_s);
+}
+
+void gpt2_print_op_times(const GPT2OpTimes *ops, const GPT2StepTimes *step) {
+    printf("  %-16s %12s %12s %12s %10s\n", "op", "forward ms", "backward ms", "total ms", "of step");
+    double forward_s = 0, backward_s = 0;
+    for (int op = 0; op < GPT2_NUM_OPS; op++) {
+        print_op_row(gpt2_op_names[op], ops->forward_s[op], ops->backward_s[op],
+                     ops->forward_s[op] + ops->backward_s[op], step->step_s);
+        forward_s += ops->forward_s[op];
+        backward_s += ops->backward_s[op];
+    }
+    print_op_row("adamw", -1, -1, step->adamw_s, step->step_s);
+    print_op_row("zero grads", -1, -1, step->zero_grads_s, step->step_s);
+    double timed_s = forward_s + backward_s + step->adamw_s + step->zero_grads_s;
+    print_op_row("other", -1, -1, step->step_s - timed_s, step->step_s);
+    print_op_row("step", forward_s, backward_s, step->step_s, step->step_s);
 }
 
 double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {

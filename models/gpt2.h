@@ -77,10 +77,17 @@ typedef struct {
     int *unit_tensor_ids;                              // (num_tensors + 1): every tensor once, wte twice
 } GPT2Layout;
 
+// What the attention keeps for its backward: its probabilities, (B,NH,T,T) per
+// layer; or, fused into one pass over the keys (a GPU's --fused-attention,
+// attention_cuda.cu), each row's log-sum-exp of scores, (B,NH,T) per layer.
+typedef enum { ATTENTION_KEEPS_PROBABILITIES, ATTENTION_KEEPS_LOGSUMEXP } AttentionKeeps;
+
 // Forward activations of one rank's (B, T) batch, plus the backward scratch that
 // every block reuses. All of it lives in one buffer counted as MEM_ACTIVATIONS.
 // With recompute (gpt2_init), the per-layer arrays other than residual3 hold
-// one layer (L = 1 below), shared by the blocks.
+// one layer (L = 1 below), shared by the blocks. Of att/att_scratch and
+// att_lse/att_delta, the model's attention (AttentionKeeps) has one pair; the
+// other is NULL.
 typedef struct {
     float *encoded;     // (B,T,C)
     float *ln1;         // (L,B,T,C)
@@ -88,7 +95,8 @@ typedef struct {
     float *ln1_rstd;    // (L,B,T)
     float *qkv;         // (L,B,T,3C)
     float *atty;        // (L,B,T,C)
-    float *att;         // (L,B,NH,T,T)
+    float *att;         // (L,B,NH,T,T) the attention probabilities
+    float *att_lse;     // (L,B,NH,T) each attention row's log-sum-exp of scores
     float *attproj;     // (L,B,T,C)
     float *residual2;   // (L,B,T,C)
     float *ln2;         // (L,B,T,C)
@@ -112,6 +120,7 @@ typedef struct {
     float *dfch_gelu;   // (B,T,4C)
     float *dfch;        // (B,T,4C)
     float *att_scratch; // (B,NH,T,T) attention backward: d(att) of each (batch, head)
+    float *att_delta;   // (B,NH,T) fused attention backward: each row's dot of d(atty) and atty
 } GPT2Activations;
 
 // Block l's slices of the per-layer activations, and its input.
@@ -121,6 +130,7 @@ typedef struct {
     float *qkv;         // (B,T,3C)
     float *atty;        // (B,T,C)
     float *att;         // (B,NH,T,T)
+    float *att_lse;     // (B,NH,T)
     float *attproj;     // (B,T,C)
     float *residual2;   // (B,T,C)
     float *ln2, *ln2_mean, *ln2_rstd;   // (B,T,C) (B,T) (B,T)
@@ -144,21 +154,36 @@ typedef enum {
 
 extern const char *const gpt2_op_names[GPT2_NUM_OPS];  // "matmul qkv", ...
 
-// Wall seconds of each op kind, summed over every call (models/gpt2_cpu.c; the
-// GPU's kernels run asynchronously and are not timed here). A block's forward
-// run again by recompute counts as forward. The residual's backward is the
+// Seconds of each op kind, summed over every call: wall time on the CPU
+// (models/gpt2_cpu.c), the time between CUDA events around each call on a GPU
+// (models/gpt2_cuda.cu, which then waits for every op: no two overlap). A block's
+// forward run again by recompute counts as forward. The residual's backward is the
 // identity, done in place by its callers: it stays 0, but for --dropout's masks of
 // the residual branches, which count as the residual (the embeddings' as the
-// encoder, the attention probabilities' as the attention).
+// encoder, the attention probabilities' as the attention). On a GPU a fused pair
+// counts once: residual + layernorm as the layernorm, bias + GELU as the matmul.
 typedef struct {
     double forward_s[GPT2_NUM_OPS];
     double backward_s[GPT2_NUM_OPS];
 } GPT2OpTimes;
 
+// One step's time outside the model's ops, in the order the step runs them.
+typedef struct {
+    double adamw_s;       // AdamW over every parameter
+    double zero_grads_s;  // the zeroing of the gradients for the next step
+    double step_s;        // the whole step, ops and everything between them
+} GPT2StepTimes;
+
+// Prints a step's table (bench_step, bench_gpu): forward and backward ms per op
+// kind and its share of the step; "other" is what no row timed (the zeroing of
+// the backward's scratch, the loss's mean, the calls between the ops).
+void gpt2_print_op_times(const GPT2OpTimes *ops, const GPT2StepTimes *step);
+
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // rows of one micro-batch (B/N/K of the global batch) and sequence length
     int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
+    AttentionKeeps attention;  // probabilities, or (--fused-attention) a log-sum-exp per row
     int grad_accum;            // micro-batches per optimizer step (--grad-accum): each backward adds
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
@@ -187,7 +212,7 @@ typedef struct {
     const int *targets;        // (B,T) next-token ids (points into batch), or NULL
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over the micro-batch's B*T tokens
-    GPT2OpTimes *op_times;     // NULL (off), or where the CPU ops add their wall time
+    GPT2OpTimes *op_times;     // NULL (off), or where the ops add their time (bench_step, bench_gpu)
     struct SimClock *clock;    // NULL, or the virtual clock the dry device's units advance (step_time.h)
 } GPT2;
 
@@ -223,15 +248,13 @@ void gpt2_point_into_flat(const GPT2Layout *layout, float *flat, void **table);
 void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begin, int row_count,
                     float *out);
 
-// Floats of activations (and backward scratch) for a (B, T) batch; with
-// recompute, the per-layer activations other than the blocks' outputs (residual3)
-// are held for one layer, not L.
-size_t gpt2_num_activations(const GPT2Config *config, int B, int T, int recompute);
-// Bytes of the activations category for a (B, T) batch: the floats above plus the batch arrays.
-size_t gpt2_activation_bytes(const GPT2Config *config, int B, int T, int recompute);
 // Allocates activations for a (B, T) batch; the pointer tables start as NULL.
-// recompute: each block's backward first runs its forward again (--recompute).
-void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, MemAccount *acct);
+// recompute: each block's backward first runs its forward again (--recompute),
+// so the per-layer activations other than the blocks' outputs (residual3) are
+// held for one layer, not L. attention: what the attention keeps (LOGSUMEXP only
+// where gpt2_device_fuses_attention).
+void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, AttentionKeeps attention,
+               MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);
 
 // order: (n) the positions 0..n-1 sorted by their token id (< V), positions of
@@ -244,6 +267,9 @@ void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V);
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);
+// 1 if this build's device has the fused attention (a GPU's; the dry device's,
+// so that the planner can count its activations), 0 on the CPU.
+int gpt2_device_fuses_attention(void);
 // The ops of one unit on this build's device (gpt2_cpu.c, gpt2_cuda.cu), on
 // unit_params and unit_grads; gpt2_forward_unit and gpt2_backward_unit set
 // those up around them.

@@ -149,6 +149,8 @@ static void head_backward(GPT2 *model) {
                              P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C));
 }
 
+int gpt2_device_fuses_attention(void) { return 0; }  // the CPU's attention keeps its probabilities
+
 void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];

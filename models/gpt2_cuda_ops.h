@@ -46,6 +46,19 @@ void attention_forward_cuda(float *out, float *att, const float *qkv, float *scr
 // datt: (B,NH,T,T).
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                              float *dscratch, float *datt, const Dropout *drop, int B, int T, int C, int NH);
+// The fused attention (attention_cuda.cu): causal, flash-style, no (T,T) matrix
+// in memory. Its products run with the operands `math` says, accumulating in fp32.
+typedef enum { ATTENTION_FP32, ATTENTION_TF32, ATTENTION_BF16 } AttentionMath;
+// out (B,T,C) and lse (B,NH,T), each row's log-sum-exp of scores, from qkv
+// (B,T,3C); with drop (NULL: none), the probabilities that multiply v are dropped
+// with the CPU's masks (gpt2_ops.h's attention_forward). Heads of at most 64 channels.
+void attention_fused_forward_cuda(float *out, float *lse, const float *qkv, const Dropout *drop, int B, int T, int C,
+                                  int NH, AttentionMath math);
+// dqkv (B,T,3C) += the gradient through the attention, given its dout, qkv, out
+// and lse; delta (B,NH,T) is scratch.
+void attention_fused_backward_cuda(float *dqkv, float *delta, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, const Dropout *drop, int B, int T, int C, int NH,
+                                   AttentionMath math);
 // out = in with drop's mask (gpt2_ops.h's dropout_apply): bit for bit the CPU's.
 void dropout_apply_cuda(float *out, const float *in, const Dropout *drop, int B, int T, int C);
 void gelu_forward_cuda(float *out, const float *inp, int N);

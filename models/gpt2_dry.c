@@ -5,6 +5,9 @@
 #include "../common/step_time.h"
 #include "gpt2.h"
 
+// The planner counts the activations of either attention (plan --fused-attention).
+int gpt2_device_fuses_attention(void) { return 1; }
+
 void gpt2_device_forward(GPT2 *model, int unit) {
     if (model->clock) sim_compute(model->clock, unit_forward_flops(model, unit));
 }

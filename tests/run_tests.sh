@@ -223,6 +223,12 @@ fails "trainer: outputs checked, then no checkpoint to resume" "no checkpoint he
 if [ ! -e "$tmp/m.bin" ] && [ ! -e "$tmp/tr.json" ] && [ ! -e "$tmp/tr.tsv" ] && [ -z "$(ls -A "$tmp/ck")" ]; then
     ok "the output checks leave no files behind"; else bad "the output checks leave no files behind: $(ls -A "$tmp" "$tmp/ck")"; fi
 fails "trainer: FSDP's flag on another trainer" "unknown flag '--reshard-after-forward'" "${train[@]}" --reshard-after-forward 0
+fails "trainer: the fused attention is the GPU build's" "unknown flag '--fused-attention'" "${train[@]}" \
+    --fused-attention
+if [ -x "$BUILD/cuda/train_single" ]; then  # its usage needs no GPU
+    if "$BUILD/cuda/train_single" --help | grep -q -- "--fused-attention"; then
+        ok "the CUDA trainers take --fused-attention"; else bad "the CUDA trainers take --fused-attention"; fi
+fi
 for trainer in train_single train_zero3 train_fsdp; do
     fails "$trainer: the ddp trainer's --zero-stage is unknown" "unknown flag '--zero-stage'" \
         "$BUILD/$trainer" --config d2 --vocab 256 --data "$tmp/byte" --steps 1 --quiet --zero-stage 1

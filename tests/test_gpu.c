@@ -1,8 +1,11 @@
 // Every CUDA layer against the CPU layer on the same inputs (CUDA build only,
 // needs a GPU). fp32 with TF32 switched off: each output tensor must agree to
-// a relative error of 1e-3 (largest difference over largest reference value).
+// a relative error of 1e-3 (largest difference over largest reference value);
+// the fused attention, whose products may round to TF32 or bf16 on purpose, to
+// the tolerance its arithmetic allows (attention_tolerance).
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,9 +170,35 @@ END_TEST
 static const Dropout gpu_drop = {.key = 987654321, .row0 = 5, .threshold = (uint32_t)(0.3 * 16777216.0),
                                  .scale = 1.0f / 0.7f};
 
-// Without and with dropout of the probabilities; with it, the probabilities the
-// CPU and the GPU drop are the same ones (the values agree to rounding).
-static void check_attention(const Dropout *drop) {
+// max |gpu - cpu| / max |cpu|, failing on any value that is not finite (an
+// unwritten output stays NaN: the outputs start poisoned).
+static double relative_error(const float *device, const float *cpu, size_t n) {
+    float *got = malloc(n * sizeof(float));
+    device_to_host(got, device, n);
+    double max_diff = 0, max_ref = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(got[i]), "element %zu is %f", i, got[i]);
+        max_diff = fmax(max_diff, fabs((double)got[i] - cpu[i]));
+        max_ref = fmax(max_ref, fabs((double)cpu[i]));
+    }
+    free(got);
+    return max_diff / max_ref;
+}
+
+// The fused attention's tolerance per arithmetic. Rounding an operand to p
+// mantissa bits costs up to u = 2^-(p+1) of it, so a product of two rounded
+// operands up to 2u; the backward chains three products (dp = dout.v, ds, then
+// dq, dk) and exp turns an absolute error of a score into a relative one of its
+// probability: 8u bounds them. TF32 keeps 10 bits (u = 2^-11), bf16 7 (u = 2^-8);
+// plain fp32 only reorders sums, for which the other layers' 1e-3 holds.
+static double attention_tolerance(AttentionMath math) {
+    return math == ATTENTION_BF16 ? 8 * 0x1p-8 : math == ATTENTION_TF32 ? 8 * 0x1p-11 : 1e-3;
+}
+
+// The attention that keeps its probabilities, without and with dropout of them;
+// with it, the probabilities the CPU and the GPU drop are the same ones (the
+// values agree to rounding).
+static void check_materialized_attention(const Dropout *drop) {
     size_t nqkv = B * T * 3 * C, n = B * T * C, natt = B * NH * T * T;
     float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1);
     float *out = calloc(n, 4), *att = calloc(natt, 4), *dqkv = random_host(nqkv, 21, 1);
@@ -192,9 +221,54 @@ static void check_attention(const Dropout *drop) {
     assert_close("attention dqkv", d_dqkv, dqkv, nqkv);
 }
 
+// The fused attention against the CPU's, forward and backward, with and without
+// dropout: a mask that differed from the CPU's would be off by whole probabilities.
+static void check_fused_attention(int b, int t, int c, int nh, const Dropout *drop, AttentionMath math) {
+    size_t nqkv = (size_t)b * t * 3 * c, n = (size_t)b * t * c, natt = (size_t)b * nh * t * t;
+    float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1);
+    float *dqkv = random_host(nqkv, 21, 0.1f);  // the backward adds to it: small, so the sums dominate
+    float *out = calloc(n, 4), *att = calloc(natt, 4), *scratch = calloc(natt, 4), *poison = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) poison[i] = NAN;
+    float *d_qkv = to_device(qkv, nqkv), *d_out = to_device(poison, n), *d_dqkv = to_device(dqkv, nqkv);
+    float *d_lse = device_alloc(&mem, MEM_ACTIVATIONS, (size_t)b * nh * t);
+    float *d_delta = device_alloc(&mem, MEM_ACTIVATIONS, (size_t)b * nh * t);
+    attention_forward(out, att, qkv, scratch, drop, b, t, c, nh);
+    attention_fused_forward_cuda(d_out, d_lse, d_qkv, drop, b, t, c, nh, math);
+    double tol = attention_tolerance(math), out_error = relative_error(d_out, out, n);
+    attention_backward(dqkv, dout, qkv, att, scratch, drop, b, t, c, nh);
+    float *d_dout = to_device(dout, n);
+    attention_fused_backward_cuda(d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, drop, b, t, c, nh, math);
+    double dqkv_error = relative_error(d_dqkv, dqkv, nqkv);
+    printf("attention B=%d T=%d C=%d NH=%d %s %s: out %.2e, dqkv %.2e (tolerance %.2e)\n", b, t, c, nh,
+           math == ATTENTION_BF16 ? "bf16" : math == ATTENTION_TF32 ? "tf32" : "fp32", drop ? "dropout" : "",
+           out_error, dqkv_error, tol);
+    ck_assert_msg(out_error <= tol, "attention out: relative error %.3e", out_error);
+    ck_assert_msg(dqkv_error <= tol, "attention dqkv: relative error %.3e", dqkv_error);
+    device_free(&mem, MEM_ACTIVATIONS, d_dout, n);
+    device_free(&mem, MEM_ACTIVATIONS, d_delta, (size_t)b * nh * t);
+    device_free(&mem, MEM_ACTIVATIONS, d_lse, (size_t)b * nh * t);
+    device_free(&mem, MEM_ACTIVATIONS, d_dqkv, nqkv);
+    device_free(&mem, MEM_ACTIVATIONS, d_out, n);
+    device_free(&mem, MEM_ACTIVATIONS, d_qkv, nqkv);
+    free(qkv), free(dout), free(dqkv), free(out), free(att), free(scratch), free(poison);
+}
+
 START_TEST(test_attention) {
-    check_attention(NULL);
-    check_attention(&gpu_drop);
+    check_materialized_attention(NULL);
+    check_materialized_attention(&gpu_drop);
+}
+END_TEST
+
+// The fused attention on the layers' shapes (head size 16), GPT-2's head size
+// 64 over three query tiles, the last one partial, odd head sizes, and a single
+// token, in each arithmetic.
+START_TEST(test_fused_attention) {
+    const int shapes[][4] = {{B, T, C, NH}, {2, 150, 128, 2}, {1, 65, 36, 2}, {3, 1, 18, 1}, {1, 64, 64, 1}};
+    for (int math = ATTENTION_FP32; math <= ATTENTION_BF16; math++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int dropping = 0; dropping <= 1; dropping++)
+                check_fused_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                                      dropping ? &gpu_drop : NULL, (AttentionMath)math);
 }
 END_TEST
 
@@ -347,6 +421,7 @@ int main(void) {
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_fused_attention);
     tcase_add_test(tc, test_gelu_and_residual);
     tcase_add_test(tc, test_softmax_crossentropy);
     tcase_add_test(tc, test_adamw_and_add);

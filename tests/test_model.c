@@ -23,7 +23,7 @@ static void tiny_init(Tiny *t) {
     memset(t, 0, sizeof *t);
     GPT2Config c = {.max_seq_len = 7, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 2,
                     .num_heads = 2, .channels = 6};
-    gpt2_init(&t->model, c, 2, 5, 0, &t->mem);
+    gpt2_init(&t->model, c, 2, 5, 0, ATTENTION_KEEPS_PROBABILITIES, &t->mem);
     const GPT2Layout *l = &t->model.layout;
     t->params = mem_alloc_floats(&t->mem, MEM_PARAMS, l->num_params);
     t->grads = mem_alloc_floats(&t->mem, MEM_GRADS, l->num_params);

@@ -7,7 +7,7 @@ device, every buffer through the same cache, and the runs train two steps, so a 
 without resharding at N = 2, 3: every number exact. So is every number of ZeRO-2, ZeRO-3 and FSDP
 with --prefetch 0 and 2, --grad-accum 2 and 4 in both --accum-mode values (N = 2, 3), and of every
 strategy with --precision bf16 (both --reduce-dtype values; N = 1, 3) and with --ema, and of FSDP with
---shard-group.
+--shard-group. --fused-attention (the GPU's) changes the activations by exactly its formula.
 Every one of these runs' memory timeline (the last step's allocations and frees, per rank)
 equals build/plan --timeline's event for event, with the blocks grouped into units too (--unit-blocks,
 --wrap-min-params). The --prefetch 1 peaks of docs/fsdp.md's and
@@ -443,6 +443,31 @@ flat = " ".join(answer.split())
 for quote in quotes:
     check(" ".join(quote.split()) in flat, f"docs/answers.md answer 16 says '{quote}' (the planner's)")
 check(same_bytes, "answer 16: the bytes do not change with J")
+
+# --fused-attention (the GPU trainers'): an attention row keeps its log-sum-exp, and
+# its backward a dot, instead of the (T, T) probabilities and their gradient; only
+# the activations change, by exactly (L' + 1) b NH (T^2 - T) floats, L' = L (1
+# with --recompute); with --time, --traffic and --layout the flag changes nothing
+# those show, and is refused.
+head = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "2"], capture_output=True,
+                      text=True, check=True).stdout
+L, NH = (int(re.search(rf"\b{k}=(\d+)", head).group(1)) for k in ("L", "NH"))
+ACT = CATS.index("activations")
+for extra, layers in (([], L), (["--recompute"], 1)):
+    shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", *extra]
+    plain, fused = plan_rows(shape), plan_rows([*shape, "--fused-attention"])
+    b, T = 3, 40
+    saved = 4 * (layers + 1) * b * NH * (T * T - T)
+    check(len(plain) == len(fused) and all(p[3][ACT] - f[3][ACT] == saved for p, f in zip(plain, fused)),
+          f"plan {' '.join(extra)} --fused-attention: activations fall by (L'+1) b NH (T^2 - T) floats = {saved} B")
+    check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == f[3][:ACT] + f[3][ACT + 1:len(CATS)]
+              for p, f in zip(plain, fused)), f"plan {' '.join(extra)} --fused-attention: the other categories equal")
+for mode in (["--time"], ["--traffic"], ["--layout"]):
+    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--fused-attention", *mode],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--fused-attention" in r.stderr,
+          f"plan {mode[0]} --fused-attention is refused, naming the flag: {r.stderr.strip()[:120]}")
+
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once and ZeRO-3's ranks that own nothing are run once, so
