@@ -273,27 +273,57 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 
 #define GELU_SCALE 0.7978845608028654  // sqrt(2 / pi)
 
+// exp for the element-wise loops. libm's expf and tanhf are calls the compiler
+// cannot vectorise, and they were most of GELU's and the softmax's time; this one
+// is straight-line arithmetic that it turns into vector instructions. x = n ln 2
+// + r with |r| <= ln2 / 2 (ln 2 in two parts, so r is exact), e^r by its Taylor
+// series to r^7 (a relative error under 6e-9, below float's 6e-8), times 2^n made
+// in the exponent bits. Below -87 (e^x under float's smallest normal) it gives 0;
+// above 88, e^88. Every element takes the same instructions, in a vector lane or
+// in the loop's scalar remainder, so a result does not depend on the threads. The
+// double build (finite differences in tests/test_layers.c) keeps libm's exp.
+static inline real_t exp_elementwise(real_t x) {
+#ifdef SHARDLAB_REAL_DOUBLE
+    return exp(x);
+#else
+    // written with selects and a rounding constant, not fminf/fmaxf/floorf, which
+    // the compiler only vectorises when told to bend IEEE rules
+    float clamped = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
+    float n = (clamped * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
+    float r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 = 0.693145752 + 1.42860677e-6
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+              r * (1.0f / 5040)))))));
+    int bits = ((int)n + 127) << 23;  // 2^n
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x < -87.0f ? 0.0f : p * scale;
+#endif
+}
+
+// GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+// written as x s with s = 1 / (1 + e^(-2u)) = (1 + tanh u) / 2: one exp, no
+// tanh, and no cancellation where tanh u is near -1.
 void gelu_forward(real_t *out, const real_t *inp, int N) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (int i = 0; i < N; i++) {
         real_t x = inp[i];
-        real_t cube = (real_t)0.044715 * x * x * x;
-        out[i] = (real_t)0.5 * x * (1 + tanh((real_t)GELU_SCALE * (x + cube)));
+        real_t u = (real_t)GELU_SCALE * (x + (real_t)0.044715 * x * x * x);
+        out[i] = x / (1 + exp_elementwise(-2 * u));
     }
 }
 
+// d/dx [x s] = s + x s'(u) du/dx with s' = 2 s (1 - s) and 1 - s = e^(-2u) s:
+// again one exp, and no 1 - s that cancels where s is near 1.
 void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (int i = 0; i < N; i++) {
         real_t x = inp[i];
-        real_t cube = (real_t)0.044715 * x * x * x;
-        real_t tanh_arg = (real_t)GELU_SCALE * (x + cube);
-        real_t tanh_out = tanh(tanh_arg);
-        real_t cosh_out = cosh(tanh_arg);
-        real_t sech_sq = 1 / (cosh_out * cosh_out);
-        real_t grad = (real_t)0.5 * (1 + tanh_out) +
-                      x * (real_t)0.5 * sech_sq * (real_t)GELU_SCALE * (1 + (real_t)3 * (real_t)0.044715 * x * x);
-        dinp[i] += grad * dout[i];
+        real_t u = (real_t)GELU_SCALE * (x + (real_t)0.044715 * x * x * x);
+        real_t e = exp_elementwise(-2 * u), s = 1 / (1 + e);
+        real_t one_minus_s = e * s;  // at most 1: e alone overflows a product where x is very negative
+        real_t du = (real_t)GELU_SCALE * (1 + (real_t)3 * (real_t)0.044715 * x * x);
+        dinp[i] += (s + 2 * x * one_minus_s * s * du) * dout[i];
     }
 }
 
@@ -309,16 +339,18 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
         const real_t *logit = logits + (size_t)row * Vp;
         real_t *p = probs + (size_t)row * Vp;
         real_t maxval = logit[0];
-        for (int i = 1; i < V; i++)
-            if (logit[i] > maxval) maxval = logit[i];
-        real_t sum = 0;
+#pragma omp simd reduction(max : maxval)
+        for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;
+        real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < V; i++) {
-            p[i] = exp(logit[i] - maxval);
+            p[i] = exp_elementwise(logit[i] - maxval);
             sum += p[i];
         }
+#pragma omp simd
         for (int i = 0; i < V; i++) p[i] /= sum;
         for (int i = V; i < Vp; i++) p[i] = 0;
-        losses[row] = -log(p[targets[row]]);
+        losses[row] = log(sum) - (logit[targets[row]] - maxval);  // -log(p[target]), exp and log undone
     }
 }
 
