@@ -1,6 +1,8 @@
 // Whole-model checks on a tiny GPT-2: gradients against finite differences of
 // the loss, unit by unit execution, the tied embedding, results that do not
-// depend on the thread count, and the per-op timing table.
+// depend on the thread count (nor, in the vectorised element-wise loops, on
+// whether an element falls in a vector or in the loop's scalar remainder), and
+// the per-op timing table.
 #include <cblas.h>
 #include <check.h>
 #include <math.h>
@@ -10,6 +12,7 @@
 
 #include "../common/util/timer.h"
 #include "../models/gpt2.h"
+#include "../models/gpt2_ops.h"
 #include "check_main.h"
 
 typedef struct {
@@ -167,6 +170,31 @@ END_TEST
 // With model->op_times set, every op kind reports time in each pass it runs
 // in (the residual's backward is no call: 0), the times fit inside the passes
 // that contain them, and the numbers the model computes do not change.
+// GELU's loops run in vector lanes with a scalar remainder, and the threads cut
+// the elements anywhere: each element must come out the same bits either way,
+// computed among 1003 others or alone. The inputs span GELU's range and beyond,
+// where its exp saturates (x = -60: e^(-2u) past float's largest).
+START_TEST(test_gelu_lanes_match_the_remainder) {
+    enum { N = 1003 };
+    float x[N], out[N], dout[N], dx[N], one_out, one_dx;
+    for (int i = 0; i < N; i++) {
+        x[i] = -60.0f + 120.0f * (float)i / N;
+        dout[i] = 1.0f - (float)(i % 7) / 3;
+        dx[i] = 0.25f;
+    }
+    gelu_forward(out, x, N);
+    gelu_backward(dx, x, dout, N);
+    for (int i = 0; i < N; i++) {
+        one_dx = 0.25f;
+        gelu_forward(&one_out, &x[i], 1);
+        gelu_backward(&one_dx, &x[i], &dout[i], 1);
+        ck_assert_msg(memcmp(&one_out, &out[i], sizeof one_out) == 0 && memcmp(&one_dx, &dx[i], sizeof one_dx) == 0,
+                      "x = %g: %a %a alone, %a %a in the array", x[i], one_out, one_dx, out[i], dx[i]);
+        ck_assert_msg(isfinite(out[i]) && isfinite(dx[i]), "x = %g: %g %g", x[i], out[i], dx[i]);
+    }
+}
+END_TEST
+
 START_TEST(test_op_times) {
     Tiny t;
     tiny_init(&t);
@@ -242,6 +270,7 @@ int main(void) {
     tcase_add_test(tc, test_gradients_match_finite_differences);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
+    tcase_add_test(tc, test_gelu_lanes_match_the_remainder);
     tcase_add_test(tc, test_op_times);
     tcase_add_exit_test(tc, test_token_out_of_vocab_is_rejected, 1);
     tcase_add_test(tc, test_positions_by_token);
