@@ -5,8 +5,8 @@
 #      step's time per op;
 #   2. llm.c's CUDA trainer (train_gpt2cu, built from its own repository outside
 #      this tree; LLMC=path/to/train_gpt2cu) on the same token file, the reference;
-#   3. each strategy's trainer at one rank (NCCL) in bf16, with tokens/s and the
-#      device's peak memory from the summary;
+#   3. each strategy's trainer at one rank (NCCL) in bf16, with either attention,
+#      with tokens/s and the device's reserved peak from the summary;
 #   4. PyTorch on the same model and batch (examples/bench_torch.py: eager with
 #      the attention written out, SDPA's fused attention eager and compiled),
 #      when torch with CUDA is installed.
@@ -62,9 +62,10 @@ else:
 PY
 fi
 for strategy in ${STRATEGIES-single ddp zero3 fsdp}; do
-    $MPIRUN -np 1 "$cuda/train_$strategy" --config d12 --data "$tmp/data" --batch "$BATCH" --seq 1024 --steps 8 \
-        --precision bf16 --quiet --log "$tmp/log.jsonl" || { echo "train_$strategy failed"; continue; }
-    python3 - "$tmp/log.jsonl" "$strategy" "$BATCH" <<'PY'
+    for attention in "" --fused-attention; do
+        $MPIRUN -np 1 "$cuda/train_$strategy" --config d12 --data "$tmp/data" --batch "$BATCH" --seq 1024 --steps 8 \
+            --precision bf16 $attention --quiet --log "$tmp/log.jsonl" || { echo "train_$strategy failed"; continue; }
+        python3 - "$tmp/log.jsonl" "$strategy" "$BATCH" "$attention" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 summary = lines[-1]
@@ -72,8 +73,9 @@ steps = [l for l in lines if "step" in l][2:]  # the first steps warm up
 batch = int(sys.argv[3])
 tps = len(steps) * batch * 1024 / sum(s["step_ms"] / 1e3 for s in steps)
 peak = max(r["reserved_peak_bytes"] for r in summary["ranks"]) / 1e9
-print(f"train_{sys.argv[2]:6s} 1 rank bf16 B={batch}: {tps:8.0f} tokens/s, reserved peak {peak:.2f} GB")
+print(f"train_{sys.argv[2]:6s} 1 rank bf16 {sys.argv[4]} B={batch}: {tps:8.0f} tokens/s, reserved peak {peak:.2f} GB")
 PY
+    done
 done
 if [ "${TORCH_RUNS:-}" = none ]; then
     echo "(TORCH_RUNS=none: PyTorch skipped)"
