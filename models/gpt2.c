@@ -261,7 +261,7 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (memory) *parts[i].ptr = parts[i].count ? memory + total : NULL;  // NULL: not this device's
+        if (memory) *parts[i].ptr = parts[i].count ? memory + total : NULL;  // NULL: the other attention's
         total += parts[i].count;
     }
     return total;
