@@ -5,8 +5,11 @@
 // runs on a stream of its own (comm_nccl.cu) and is ordered with events.
 //
 // One process drives one GPU, so the cuBLAS handle and the selected device are
-// per-process state kept here, created once by device_init.
+// per-process state kept here, created once by device_init. Copies name no
+// direction (cudaMemcpyDefault): a buffer of a host category (memory.h) is pinned
+// host memory, and the same calls move it.
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_check.h"
 #include "device.h"
@@ -45,10 +48,17 @@ cublasHandle_t device_cublas(void) {
 }
 
 // Zeroed device memory from the stream-ordered pool, counted under `category`.
+// A host category's buffer is pinned host memory (--offload-optimizer): the
+// copies to and from it run at the link's full rate, and the CPU updates it.
 static void *alloc_zeroed(MemAccount *acct, MemCategory category, size_t bytes) {
     void *ptr = NULL;
-    CUDA_CHECK(cudaMallocAsync(&ptr, bytes ? bytes : 1, 0));
-    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes ? bytes : 1, 0));
+    if (mem_on_host(category)) {
+        CUDA_CHECK(cudaMallocHost(&ptr, bytes ? bytes : 1));
+        memset(ptr, 0, bytes);
+    } else {
+        CUDA_CHECK(cudaMallocAsync(&ptr, bytes ? bytes : 1, 0));
+        CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes ? bytes : 1, 0));
+    }
     mem_account_add(acct, category, bytes);
     return ptr;
 }
@@ -56,7 +66,12 @@ static void *alloc_zeroed(MemAccount *acct, MemCategory category, size_t bytes) 
 static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
     if (!ptr) return;
     mem_account_sub(acct, category, bytes);
-    CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
+    if (mem_on_host(category)) {
+        CUDA_CHECK(cudaStreamSynchronize(0));  // no copy queued before may still read it
+        CUDA_CHECK(cudaFreeHost(ptr));
+    } else {
+        CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
+    }
 }
 
 extern "C" float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
@@ -76,11 +91,11 @@ extern "C" void device_free_ints(MemAccount *acct, MemCategory category, int *pt
 }
 
 extern "C" void device_ints_from_host(int *dst, const int *host, size_t count) {
-    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(int), cudaMemcpyDefault));
 }
 
 extern "C" void device_copy(float *dst, const float *src, size_t count) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDefault, 0));
 }
 
 extern "C" void device_zero(float *ptr, size_t count) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, count * sizeof(float), 0)); }
@@ -128,7 +143,7 @@ static double sum_squares(const T *x, size_t count) {
     CUDA_CHECK(cudaMallocAsync((void **)&partial, sizeof host, 0));
     sum_squares_kernel<T><<<SUM_SQUARES_BLOCKS, SUM_SQUARES_THREADS>>>(partial, x, count);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemcpy(host, partial, sizeof host, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host, partial, sizeof host, cudaMemcpyDefault));
     CUDA_CHECK(cudaFreeAsync(partial, 0));
     double sum = 0;
     for (int b = 0; b < SUM_SQUARES_BLOCKS; b++) sum += host[b];
@@ -149,11 +164,11 @@ extern "C" void device_scale(float *x, size_t count, float factor) {
 }
 
 extern "C" void device_to_host(float *host, const float *src, size_t count) {
-    CUDA_CHECK(cudaMemcpy(host, src, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host, src, count * sizeof(float), cudaMemcpyDefault));
 }
 
 extern "C" void device_from_host(float *dst, const float *host, size_t count) {
-    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(float), cudaMemcpyDefault));
 }
 
 // AdamW, fused: one pass reads g, m, v, p and writes m, v, p (common/optim.c is
@@ -250,7 +265,7 @@ extern "C" void device_free_as(MemAccount *acct, MemCategory category, void *ptr
 }
 
 extern "C" void device_copy_as(void *dst, const void *src, size_t count, DType dtype) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDefault, 0));
 }
 
 extern "C" void device_zero_as(void *ptr, size_t count, DType dtype) {
@@ -292,11 +307,11 @@ extern "C" void device_scale_as(void *x, size_t count, DType dtype, float factor
 }
 
 extern "C" void device_to_host_as(void *host, const void *src, size_t count, DType dtype) {
-    CUDA_CHECK(cudaMemcpy(host, src, count * dtype_size(dtype), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host, src, count * dtype_size(dtype), cudaMemcpyDefault));
 }
 
 extern "C" void device_from_host_as(void *dst, const void *host, size_t count, DType dtype) {
-    CUDA_CHECK(cudaMemcpy(dst, host, count * dtype_size(dtype), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst, host, count * dtype_size(dtype), cudaMemcpyDefault));
 }
 
 extern "C" void device_to_host_widened(float *host, const void *src, size_t count, DType dtype) {

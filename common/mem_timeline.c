@@ -38,7 +38,8 @@ long mem_timeline_peak(const MemTimeline *t, size_t *total, size_t held[MEM_NUM_
     memcpy(now, t->start, sizeof now);
     long at = -1;
     *total = 0;
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) *total += now[k];
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+        if (!mem_on_host((MemCategory)k)) *total += now[k];
     memcpy(held, now, sizeof now);
     for (size_t i = 0; i < t->count; i++) {
         const MemEvent *e = &t->events[i];

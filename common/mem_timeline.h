@@ -18,7 +18,7 @@ typedef struct {
     int unit;             // the unit the phase belongs to (-1: none)
     MemCategory category;
     long long bytes;      // > 0: allocated, < 0: freed
-    size_t total;         // the account's bytes in use after it
+    size_t total;         // the account's device bytes in use after it (host categories apart)
 } MemEvent;
 
 struct MemTimeline {
@@ -35,7 +35,7 @@ void mem_timeline_free(MemTimeline *timeline);
 // Called by the account for each change while attached.
 void mem_timeline_add(MemTimeline *timeline, const MemAccount *acct, MemCategory category, long long bytes);
 
-// The first moment the total reached its highest: the index of that event (or
+// The first moment the device's total reached its highest: the index of that event (or
 // -1 if no event), the total, and each category's bytes then (in `held`).
 long mem_timeline_peak(const MemTimeline *timeline, size_t *total, size_t held[MEM_NUM_CATEGORIES]);
 

@@ -12,7 +12,10 @@
 
 const char *const mem_category_names[MEM_NUM_CATEGORIES] = {
     "params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema",
+    "host_optim", "host_staging",
 };
+
+int mem_on_host(MemCategory category) { return category == MEM_HOST_OPTIM || category == MEM_HOST_STAGING; }
 
 const char *const mem_phase_names[MEM_NUM_PHASES] = {
     "setup", "gather fwd", "forward", "release fwd", "gather bwd", "backward", "reduce", "finish grads", "optimizer",
@@ -26,8 +29,13 @@ void mem_set_phase(MemAccount *acct, MemPhase phase, int unit) {
 void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes) {
     acct->current[category] += bytes;
     if (acct->current[category] > acct->peak[category]) acct->peak[category] = acct->current[category];
-    acct->total_current += bytes;
-    if (acct->total_current > acct->total_peak) acct->total_peak = acct->total_current;
+    if (mem_on_host(category)) {
+        acct->host_current += bytes;
+        if (acct->host_current > acct->host_peak) acct->host_peak = acct->host_current;
+    } else {
+        acct->total_current += bytes;
+        if (acct->total_current > acct->total_peak) acct->total_peak = acct->total_current;
+    }
     if (acct->timeline) mem_timeline_add(acct->timeline, acct, category, (long long)bytes);
 }
 
@@ -35,13 +43,21 @@ void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes) {
     CHECK(acct->current[category] >= bytes, "freeing %zu bytes of %s, only %zu accounted", bytes,
           mem_category_names[category], acct->current[category]);
     acct->current[category] -= bytes;
-    acct->total_current -= bytes;
+    if (mem_on_host(category)) acct->host_current -= bytes;
+    else acct->total_current -= bytes;
     if (acct->timeline) mem_timeline_add(acct->timeline, acct, category, -(long long)bytes);
+}
+
+// The device's cache, or the host's for a host category (a dry account's is dry too).
+static Cache *cache_of(MemAccount *acct, MemCategory category) {
+    if (!mem_on_host(category)) return &acct->cache;
+    acct->host_cache.dry = acct->cache.dry;
+    return &acct->host_cache;
 }
 
 static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count, size_t size) {
     if (count > SIZE_MAX / size) fatal("out of memory: %zu elements of %zu bytes overflow a size", count, size);
-    void *ptr = cache_alloc(&acct->cache, count * size);
+    void *ptr = cache_alloc(cache_of(acct, category), count * size);
     mem_account_add(acct, category, count * size);
     return ptr;
 }
@@ -49,7 +65,7 @@ static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count,
 static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
     if (!ptr) return;
     mem_account_sub(acct, category, bytes);
-    cache_free(&acct->cache, ptr, bytes);
+    cache_free(cache_of(acct, category), ptr, bytes);
 }
 
 float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count) {

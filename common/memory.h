@@ -23,8 +23,15 @@ typedef enum {
     MEM_ACTIVATIONS,      // forward activations and backward scratch
     MEM_COMM_BUFFERS,     // staging buffers used only by collectives
     MEM_EMA,              // --ema: the moving average of the parameters this rank keeps (fp32)
+    // host memory (--offload-optimizer), counted apart from the device's totals:
+    MEM_HOST_OPTIM,       // the fp32 master and the AdamW moments, updated by the CPU
+    MEM_HOST_STAGING,     // the gradient share on its way down, a bf16 run's parameters on their way up
     MEM_NUM_CATEGORIES
 } MemCategory;
+
+// 1 for the categories held in host memory (MEM_HOST_*): they count toward
+// host_current and host_peak, never toward the device's total_current and total_peak.
+int mem_on_host(MemCategory category);
 
 // Where in a training step an allocation or free happens (set by the passes,
 // common/passes.c; named as the trace's spans are).
@@ -49,8 +56,10 @@ typedef struct {
     size_t current[MEM_NUM_CATEGORIES];
     size_t peak[MEM_NUM_CATEGORIES];
     size_t total_current;
-    size_t total_peak;  // peak of the sum over categories (not the sum of peaks)
+    size_t total_peak;  // peak of the sum over the device's categories (not the sum of peaks)
+    size_t host_current, host_peak;  // the same over the host's categories
     Cache cache;        // where mem_alloc_floats' memory comes from; empty again once all is freed
+    Cache host_cache;   // the same for the host's categories (dry when `cache` is)
     MemPhase phase;     // where the step is now, and in which unit (-1: none)
     int unit;
     MemTimeline *timeline;    // NULL, or where every change is recorded (mem_timeline.h)

@@ -49,6 +49,9 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "with --ema and --eval-every: validate the EMA weights too (val_loss_ema in the log)"},
         {"--out-model-ema", "FILE", CLI_STRING, &o->out_model_ema, 0, 0,
          "with --ema: write the final EMA weights as an llm.c checkpoint"},
+        {"--offload-optimizer", NULL, CLI_SWITCH, &o->offload_optimizer, 0, 0,
+         "keep the fp32 master and AdamW moments in host memory and run AdamW on the CPU: gradients go down, "
+         "parameters come back (docs/offload.md)"},
         {"--trace", "PREFIX", CLI_STRING, &o->trace_prefix, 0, 0, "write a step timeline to PREFIX.json and PREFIX.tsv"},
         {"--timeline-step", "K", CLI_INT, &o->timeline_step, 1, 1 << 30,
          "keep step K's memory timeline (summary and --trace; default: the last step trained)"},
@@ -127,6 +130,9 @@ static const char *shared_problem(const TrainOptions *o) {
     else if (o->eval_ema && !o->eval_every) problem = "--eval-ema goes with --eval-every K, when validation runs";
     else if (o->out_model_ema && !o->ema)
         problem = "--out-model-ema writes the EMA weights: it needs --ema DECAY above 0";
+    else if (o->offload_optimizer && o->ema)
+        problem = "--offload-optimizer with --ema: the moving average is kept beside the weights on the device, "
+                  "and offload takes the master weights to the host; give one of them";
     else if (dtype_parse(o->precision, &(DType){0}) != 0) problem = "--precision: give fp32 or bf16";
     else if (o->reduce_dtype && dtype_parse(o->reduce_dtype, &(DType){0}) != 0)
         problem = "--reduce-dtype: give fp32 or bf16";

@@ -28,6 +28,7 @@ typedef struct {
     float dropout;            // --dropout RATE: nanoGPT's dropout while training (0: off)
     int eval_ema;             // --eval-ema: validate the EMA weights too (val_loss_ema)
     const char *out_model_ema; // --out-model-ema FILE.bin: the final EMA weights, llm.c format
+    int offload_optimizer;    // --offload-optimizer: master and AdamW moments in host memory, AdamW on the CPU
     const char *trace_prefix; // --trace PREFIX: PREFIX.json (Perfetto) and PREFIX.tsv
     int timeline_step;        // --timeline-step K: the step whose memory timeline is kept (0: the last trained)
     int quiet;                // --quiet: no progress lines

@@ -23,34 +23,60 @@ size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit
     return numel;
 }
 
-// Every array, in one order (the planner replays it: examples/plan.c).
+// The optimizer state's category: on the device, or offloaded to the host.
+static MemCategory optim_category(const Resident *r) { return r->offload ? MEM_HOST_OPTIM : MEM_OPTIM; }
+
+// Every array, in one order.
 static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t grads, size_t state, MemAccount *mem) {
     r->param_dtype = model->param_dtype;
     r->grad_dtype = model->grad_dtype;
+    r->offload = model->offload_optimizer;
     r->params_numel = params, r->grads_numel = grads, r->state_numel = state;
     r->params = device_alloc_as(mem, MEM_PARAMS, params, r->param_dtype);
     r->grads = device_alloc_as(mem, MEM_GRADS, grads, r->grad_dtype);
-    // the master copy is optimizer state, as in the ZeRO paper's 2 + 2 + 12 bytes
-    r->master = r->param_dtype == DTYPE_BF16 ? device_alloc(mem, MEM_OPTIM, state) : NULL;
-    r->m = device_alloc(mem, MEM_OPTIM, state);
-    r->v = device_alloc(mem, MEM_OPTIM, state);
+    // the master copy is optimizer state, as in the ZeRO paper's 2 + 2 + 12 bytes;
+    // offloaded, the CPU needs one in an fp32 run too (the params stay on the device)
+    int master = r->param_dtype == DTYPE_BF16 || r->offload;
+    r->master = master ? device_alloc(mem, optim_category(r), state) : NULL;
+    r->m = device_alloc(mem, optim_category(r), state);
+    r->v = device_alloc(mem, optim_category(r), state);
+    if (r->offload) {
+        r->host_grads = device_alloc_as(mem, MEM_HOST_STAGING, state, r->grad_dtype);
+        if (r->param_dtype == DTYPE_BF16) r->host_working = device_alloc_as(mem, MEM_HOST_STAGING, state, DTYPE_BF16);
+        r->device_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
+        r->device_params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
+    }
     r->ema_decay = model->ema_decay;
     r->ema = r->ema_decay > 0 ? device_alloc(mem, MEM_EMA, state) : NULL;
     r->spans = xcalloc((size_t)model->layout.num_tensors, sizeof(AdamWSpan));
     r->staged_tensor = -1;
+    r->rows_tensor = -1;
+}
+
+// Tensor t's AdamW span of `count` elements: its part of the state starts at
+// `at`, its gradients and parameters on the device are `grads` and `params`.
+// On the device AdamW updates the kept values in place (the master in a bf16 run,
+// rounded into `params`); offloaded, the span is the host's master, moments and
+// staging, and the device's buffers are where step() copies from and to.
+static void init_span(Resident *r, int t, size_t at, void *grads, void *params, size_t count) {
+    if (r->offload) {
+        r->spans[t] = adamw_span(r->master + at, dtype_at(r->host_grads, at, r->grad_dtype), r->grad_dtype,
+                                 r->m + at, r->v + at, r->host_working ? r->host_working + at : NULL, count);
+        r->device_grads[t] = grads;
+        r->device_params[t] = params;
+        return;
+    }
+    float *values = r->master ? r->master + at : params;
+    bf16 *working = r->master ? params : NULL;
+    r->spans[t] = adamw_span(values, grads, r->grad_dtype, r->m + at, r->v + at, working, count);
 }
 
 void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem) {
     const GPT2Layout *layout = &model->layout;
     flat_layout_init(&r->flat, layout, count);
     alloc_arrays(r, model, r->flat.total, r->flat.total, r->flat.total, mem);
-    for (int t = 0; t < layout->num_tensors; t++) {
-        size_t off = r->flat.offset[t];
-        float *values = r->master ? r->master + off : resident_params(r, t);
-        bf16 *working = r->master ? resident_params(r, t) : NULL;
-        r->spans[t] = adamw_span(values, resident_grads(r, t), r->grad_dtype, r->m + off, r->v + off, working,
-                                 r->flat.count[t]);
-    }
+    for (int t = 0; t < layout->num_tensors; t++)
+        init_span(r, t, r->flat.offset[t], resident_grads(r, t), resident_params(r, t), r->flat.count[t]);
 }
 
 void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem) {
@@ -66,10 +92,7 @@ void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, in
         if (count == 0) continue;
         // AdamW's view of the part: the replica's own elements, or in a bf16 run
         // the master's, rounded into the replica after each update
-        size_t at = begin - r->lo;
-        float *values = r->master ? r->master + at : dtype_at(r->params, begin, DTYPE_FP32);
-        bf16 *working = r->master ? dtype_at(r->params, begin, DTYPE_BF16) : NULL;
-        r->spans[t] = adamw_span(values, resident_grad_at(r, begin), r->grad_dtype, r->m + at, r->v + at, working, count);
+        init_span(r, t, begin - r->lo, resident_grad_at(r, begin), dtype_at(r->params, begin, r->param_dtype), count);
     }
 }
 
@@ -92,7 +115,7 @@ static int staged_parts(const Resident *r, const AdamWSpan *span, float *part[4]
     int n = 0;
     part[n++] = span->m;
     part[n++] = span->v;
-    if (r->master) part[n++] = span->params;
+    if (r->param_dtype == DTYPE_BF16) part[n++] = span->params;
     if (r->ema) part[n++] = span->count > 0 ? r->ema + (span->m - r->m) : NULL;
     return n;
 }
@@ -104,6 +127,9 @@ static void unstage_rows(void *resident) {
     float *part[4];
     int parts = staged_parts(r, span, part);
     for (int k = 0; k < parts && span->count > 0; k++) device_copy(part[k], r->staged + k * numel + at, span->count);
+    // an offloaded fp32 run's master is the range of the replica the rows are (a load wrote it)
+    if (r->offload && r->param_dtype == DTYPE_FP32 && span->count > 0)
+        device_copy(span->params, r->device_params[r->staged_tensor], span->count);
     device_free(&r->staging, MEM_COMM_BUFFERS, r->staged, parts * numel);
     r->staged = NULL;
     r->staged_tensor = -1;
@@ -125,7 +151,7 @@ LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm,
     comm_reduce(comm, r->staged, comm->rank == 0 ? r->staged : NULL, count, DTYPE_FP32, 0, COMM_SUM);
     LocalRows rows = {.row_begin = 0, .row_count = tensor->rows, .m = r->staged, .v = r->staged + numel,
                       .adam_step = &r->spans[t].step, .writes = comm->rank == 0, .done = unstage_rows, .done_arg = r};
-    if (r->master) {  // a bf16 run stages its master too; a load rounds it into every rank's replica
+    if (r->param_dtype == DTYPE_BF16) {  // a bf16 run stages its master too; a load rounds it into every replica
         rows.params = r->staged + 2 * numel;
         rows.working = dtype_at(r->params, tensor->offset, DTYPE_BF16);
     } else {
@@ -154,15 +180,35 @@ void resident_load_replica(Resident *r, const float *host, size_t P) {
 }
 
 void resident_broadcast(Resident *r, Comm *comm, int root) {
-    comm_broadcast(comm, kept_values(r), r->flat.total, DTYPE_FP32, root);
-    if (r->master) device_round(r->params, r->master, r->flat.total);
-    if (r->ema) device_copy(r->ema, kept_values(r), r->flat.total);
+    size_t n = r->flat.total;
+    // offloaded, the master is in host memory, which a device's collectives cannot reach: it travels from a copy
+    float *values = r->offload ? device_alloc(&r->staging, MEM_COMM_BUFFERS, n) : kept_values(r);
+    if (r->offload) device_copy(values, r->master, n);
+    comm_broadcast(comm, values, n, DTYPE_FP32, root);
+    if (r->param_dtype == DTYPE_BF16) device_round(r->params, values, n);
+    else if (r->offload) device_copy(r->params, values, n);
+    if (r->ema) device_copy(r->ema, values, n);
+    if (r->offload) {
+        device_copy(r->master, values, n);
+        device_free(&r->staging, MEM_COMM_BUFFERS, values, n);
+    }
 }
 
 void resident_swap_ema(Resident *r) {
     CHECK(r->ema, "resident_swap_ema: the run keeps no EMA (--ema)");
     device_swap(kept_values(r), r->ema, r->state_numel);
     if (r->master) device_round(dtype_at(r->params, r->range ? r->lo : 0, DTYPE_BF16), r->master, r->state_numel);
+}
+
+// Offloaded AdamW of span t: its gradients down, the update on the CPU, its
+// parameters (the working copy of a bf16 run, else the master) back up.
+static void offloaded_adamw(Resident *r, int t, AdamWConfig config) {
+    AdamWSpan *span = &r->spans[t];
+    void *grads = span->grads_bf16 ? (void *)span->grads_bf16 : span->grads;
+    device_to_host_as(grads, r->device_grads[t], span->count, r->grad_dtype);
+    adamw_step_span(span, config);
+    void *params = span->working ? (void *)span->working : span->params;
+    device_from_host_as(r->device_params[t], params, span->count, r->param_dtype);
 }
 
 void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
@@ -172,7 +218,8 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
             r->spans[t].step++;
             continue;
         }
-        device_adamw(&r->spans[t], config);
+        if (r->offload) offloaded_adamw(r, t, config);
+        else device_adamw(&r->spans[t], config);
         if (r->ema) device_ema_update(r->ema + (span->m - r->m), span->params, span->count, r->ema_decay);
     }
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
@@ -182,22 +229,42 @@ GradSpan resident_grad_span(const Resident *r, int share) {
     return (GradSpan){.grads = r->grads, .count = r->flat.total, .share = share};
 }
 
+// An offloaded part's rows are the host's master: after a load, the device's
+// parameters are made from it again (the same values after a save).
+static void offloaded_rows_done(void *resident) {
+    Resident *r = resident;
+    const AdamWSpan *span = &r->spans[r->rows_tensor];
+    device_from_host_rounded(r->device_params[r->rows_tensor], span->params, span->count, r->param_dtype);
+    r->rows_tensor = -1;
+}
+
 LocalRows resident_rows(Resident *r, int t, int row_begin, int row_count, int writes) {
     size_t off = r->flat.offset[t];
-    return (LocalRows){.row_begin = row_begin, .row_count = row_count, .params = r->spans[t].params, .m = r->m + off,
-                       .v = r->v + off, .ema = r->ema ? r->ema + off : NULL, .adam_step = &r->spans[t].step,
-                       .writes = writes, .working = r->spans[t].working};
+    LocalRows rows = {.row_begin = row_begin, .row_count = row_count, .params = r->spans[t].params, .m = r->m + off,
+                      .v = r->v + off, .ema = r->ema ? r->ema + off : NULL, .adam_step = &r->spans[t].step,
+                      .writes = writes, .working = r->spans[t].working};
+    if (r->offload) {
+        rows.working = NULL;
+        rows.done = offloaded_rows_done;
+        rows.done_arg = r;
+        r->rows_tensor = t;
+    }
+    return rows;
 }
 
 void resident_free(Resident *r, MemAccount *mem) {
     if (r->staged) unstage_rows(r);
     device_free_as(mem, MEM_PARAMS, r->params, r->params_numel, r->param_dtype);
     device_free_as(mem, MEM_GRADS, r->grads, r->grads_numel, r->grad_dtype);
-    if (r->master) device_free(mem, MEM_OPTIM, r->master, r->state_numel);
-    device_free(mem, MEM_OPTIM, r->m, r->state_numel);
-    device_free(mem, MEM_OPTIM, r->v, r->state_numel);
+    if (r->master) device_free(mem, optim_category(r), r->master, r->state_numel);
+    device_free(mem, optim_category(r), r->m, r->state_numel);
+    device_free(mem, optim_category(r), r->v, r->state_numel);
+    if (r->host_grads) device_free_as(mem, MEM_HOST_STAGING, r->host_grads, r->state_numel, r->grad_dtype);
+    if (r->host_working) device_free_as(mem, MEM_HOST_STAGING, r->host_working, r->state_numel, DTYPE_BF16);
     if (r->ema) device_free(mem, MEM_EMA, r->ema, r->state_numel);
     flat_layout_free(&r->flat);
     free(r->spans);
+    free(r->device_grads);
+    free(r->device_params);
     memset(r, 0, sizeof *r);
 }

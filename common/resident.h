@@ -14,6 +14,16 @@
 //   bf16 (--reduce-dtype bf16)  2      2      4     4  4   = 16
 //   bf16, --reduce-dtype fp32   2      4      4     4  4   = 18
 //
+// With --offload-optimizer (model->offload_optimizer) the master (in fp32 runs
+// too), m and v are in host memory (categories host_optim), and AdamW runs on
+// the CPU (adamw_step_span, the device's arithmetic): at each step a tensor's
+// gradient share goes down into host staging, the CPU updates it, and its
+// parameters come back (rounded to bf16 on the host in a bf16 run):
+//
+//   device:  params  grads                   host:  master  m  v   staging
+//   fp32        4      4                               4    4  4   grads 4
+//   bf16        2      2                               4    4  4   grads 2 + params 2
+//
 // With --ema (model->ema_decay > 0) the part also has the exponential moving
 // average of its fp32 values (the master in a bf16 run), 4 more bytes per element
 // (category `ema`), started from the values it is loaded with and moved toward
@@ -29,11 +39,16 @@ typedef struct {
     DType param_dtype, grad_dtype;
     void *params;      // (params_numel) param_dtype, in device memory
     void *grads;       // (grads_numel) grad_dtype
-    float *master;     // (state_numel) fp32 copy of the kept params when those are bf16, else NULL
+    float *master;     // (state_numel) fp32 copy of the kept params when those are bf16 or offloaded, else NULL
     float *m, *v;      // (state_numel) each
     float *ema;        // (state_numel) --ema: the moving average of the fp32 values, or NULL
     float ema_decay;
-    AdamWSpan *spans;  // (num_tensors) empty where the rank keeps nothing
+    AdamWSpan *spans;  // (num_tensors) empty where the rank keeps nothing; offloaded: on the host
+    int offload;       // --offload-optimizer: master, m, v and the spans AdamW updates in host memory
+    void *host_grads;  // offload: (state_numel) grad_dtype, the gradient share copied down
+    bf16 *host_working;  // offload in a bf16 run: (state_numel) the updated params, rounded, on their way up
+    void **device_grads, **device_params;  // offload: (num_tensors) where span t's gradients and params are
+    int rows_tensor;   // offload: the tensor whose rows resident_rows gave a checkpoint, or -1
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
     int range, whole_grads;

@@ -398,6 +398,7 @@ static void setup(Run *run) {
               o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES, &run->mem);
     run->model.grad_accum = o->grad_accum;
     run->model.ema_decay = o->ema;
+    run->model.offload_optimizer = o->offload_optimizer;
     run->model.dropout = o->dropout;
     run->model.dropout_seed = o->seed;
     options_dtypes(o, &run->model.param_dtype, &run->model.grad_dtype);
@@ -599,14 +600,16 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
                "\"fused_attention\": %d, "
                "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\", \"precision\": \"%s\", "
-               "\"reduce_dtype\": \"%s\", \"dropout\": %g, \"ema\": %g}, \"strategy_options\": {",
+               "\"reduce_dtype\": \"%s\", \"dropout\": %g, \"ema\": %g, \"offload_optimizer\": %d}, "
+               "\"strategy_options\": {",
             run->strategy.name, device_name(), run->comm.world, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
             c->num_layers, c->num_heads, c->channels, run->model.layout.num_params, run->opts.batch,
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
             run->opts.fused_attention, run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode,
-            dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema);
+            dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema,
+            run->opts.offload_optimizer);
     write_strategy_options(f, run->plugin);
     fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",
@@ -618,8 +621,9 @@ static void write_summary(Run *run, double tokens_per_s) {
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
             fprintf(f, "%s\"%s\": {\"current\": %zu, \"peak\": %zu}", k ? ", " : "",
                     mem_category_names[k], s->mem.current[k], s->mem.peak[k]);
-        fprintf(f, "}, \"peak_bytes\": %zu, \"reserved_peak_bytes\": %zu, \"rss_peak_bytes\": %zu, \"comm\": ",
-                s->mem.total_peak, s->reserved_peak_bytes, s->rss_peak_bytes);
+        fprintf(f, "}, \"peak_bytes\": %zu, \"host_peak_bytes\": %zu, \"reserved_peak_bytes\": %zu, "
+                   "\"rss_peak_bytes\": %zu, \"comm\": ",
+                s->mem.total_peak, s->mem.host_peak, s->reserved_peak_bytes, s->rss_peak_bytes);
         write_counter(f, &s->comm_total);
         fprintf(f, ", \"comm_last_step\": ");
         write_counter(f, &s->comm_last_step);

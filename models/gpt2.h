@@ -190,6 +190,8 @@ typedef struct {
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
     float ema_decay;           // --ema: whoever keeps the weights keeps their moving average beside
                                // them (common/resident.h), updated after each step; 0: none
+    int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
+                               // master, in host memory and updates it on the CPU (common/resident.h)
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
