@@ -43,6 +43,9 @@ double device_sum_squares(const float *x, size_t count);
 void device_scale(float *x, size_t count, float factor);  // x *= factor
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
+// The same of a span in host memory (--offload-optimizer), on the CPU: adamw_step_span,
+// once the copies queued into it are done (the dry device: nothing).
+void device_host_adamw(AdamWSpan *span, AdamWConfig config);
 // ema_update (optim.h) on device buffers, with the same rounding on every device.
 void device_ema_update(float *ema, const float *params, size_t count, float decay);
 void device_swap(float *a, float *b, size_t count);  // a <-> b, element by element

@@ -48,6 +48,7 @@ void device_scale(float *x, size_t count, float factor) {
 void device_to_host(float *host, const float *src, size_t count) { memcpy(host, src, count * sizeof(float)); }
 void device_from_host(float *dst, const float *host, size_t count) { memcpy(dst, host, count * sizeof(float)); }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+void device_host_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
 void device_ema_update(float *ema, const float *params, size_t count, float decay) {
     ema_update(ema, params, count, decay);
 }

@@ -201,6 +201,10 @@ extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
     CUDA_CHECK_LAUNCH();
 }
 
+// The copies into the span (cudaMemcpy) have returned, so they are done: the
+// CPU's AdamW, the same arithmetic as adamw_kernel's, bit for bit.
+extern "C" void device_host_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+
 // Each product and the sum rounded on its own, as the CPU's C (no fused
 // multiply-add): the GPU's average is bit for bit the CPU's.
 __global__ static void ema_kernel(float *ema, const float *params, size_t n, float decay) {

@@ -49,6 +49,7 @@ void device_from_host(float *dst, const float *host, size_t count) { (void)dst, 
 double device_sum_squares(const float *x, size_t count) { return (void)x, (void)count, 0.0; }
 void device_scale(float *x, size_t count, float factor) { (void)x, (void)count, (void)factor; }
 void device_adamw(AdamWSpan *span, AdamWConfig config) { (void)span, (void)config; }
+void device_host_adamw(AdamWSpan *span, AdamWConfig config) { (void)span, (void)config; }
 void device_ema_update(float *ema, const float *params, size_t count, float decay) {
     (void)ema, (void)params, (void)count, (void)decay;
 }

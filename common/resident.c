@@ -51,6 +51,7 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
     r->spans = xcalloc((size_t)model->layout.num_tensors, sizeof(AdamWSpan));
     r->staged_tensor = -1;
     r->rows_tensor = -1;
+    r->staging.cache.dry = mem->cache.dry;  // build/plan's dry run stages nothing real either
 }
 
 // Tensor t's AdamW span of `count` elements: its part of the state starts at
@@ -206,7 +207,7 @@ static void offloaded_adamw(Resident *r, int t, AdamWConfig config) {
     AdamWSpan *span = &r->spans[t];
     void *grads = span->grads_bf16 ? (void *)span->grads_bf16 : span->grads;
     device_to_host_as(grads, r->device_grads[t], span->count, r->grad_dtype);
-    adamw_step_span(span, config);
+    device_host_adamw(span, config);
     void *params = span->working ? (void *)span->working : span->params;
     device_from_host_as(r->device_params[t], params, span->count, r->param_dtype);
 }

@@ -9,10 +9,11 @@
 //              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] [--accum-mode MODE]
 //              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
 //              [--shard-min-numel NUMEL] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
+//              [--offload-optimizer]
 //              [--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --time ...]
 // --batch defaults to 4 sequences per rank (4N), so any N works as given.
 // --tsv prints one line per strategy and rank: strategy, rank, then bytes per
-// category (docs/memory.md order), the peak, and the cache's reserved peak.
+// category (docs/memory.md order; the host's last), the device's peak, and the cache's reserved peak.
 // Ranks with the same numbers share one line whose rank field is "first-last"
 // (ZeRO-3's ranks that own no tensor, once N exceeds the number of tensors).
 // --layout prints, instead, which elements of the flat model each rank keeps
@@ -83,26 +84,39 @@ static DryResult run_rank(const PlanShape *shape, PlanStrategy strategy, int ran
 // bytes per parameter (the parameters are AdamW's master copy; m and v); bf16,
 // the paper's mixed precision: 2 + 2 + 12 (bf16 parameters and gradients; fp32
 // master weights, m and v), or 2 + 4 + 12 with fp32 gradients.
-static void print_model_states(uint64_t P, int world, DType param_dtype, DType grad_dtype) {
+// With --offload-optimizer (common/resident.h) the device keeps the parameters
+// and gradients alone; the host keeps an fp32 master (in fp32 runs too), m and v,
+// 12 bytes, and staging for the gradient share (the gradients' bytes) and, in a
+// bf16 run, the parameters on their way up (2): each over the same N as the
+// optimizer state.
+static void print_model_states(uint64_t P, int world, DType param_dtype, DType grad_dtype, int offload) {
     int bf16 = param_dtype == DTYPE_BF16;
-    double params = (double)dtype_size(param_dtype), grads = (double)dtype_size(grad_dtype), optim = bf16 ? 12 : 8;
+    double params = (double)dtype_size(param_dtype), grads = (double)dtype_size(grad_dtype);
+    double optim = bf16 || offload ? 12 : 8, staging = grads + (bf16 ? 2 : 0);
+    double device_optim = offload ? 0 : optim, host_optim = offload ? optim : 0, host_staging = offload ? staging : 0;
     double N = world, psi = (double)P;
     // what each rung divides by N: ZeRO-1 the optimizer state, ZeRO-2 the gradients too, ZeRO-3 everything
-    const struct { const char *name; double params, grads, optim; } rungs[] = {
-        {"ddp", params, grads, optim},
-        {"zero1", params, grads, optim / N},
-        {"zero2", params, grads / N, optim / N},
-        {"zero3", params / N, grads / N, optim / N},
-        {"fsdp", params / N, grads / N, optim / N},
+    const struct { const char *name; double params, grads, optim, shared; } rungs[] = {
+        {"ddp", params, grads, device_optim, 1},
+        {"zero1", params, grads, device_optim / N, N},
+        {"zero2", params, grads / N, device_optim / N, N},
+        {"zero3", params / N, grads / N, device_optim / N, N},
+        {"fsdp", params / N, grads / N, device_optim / N, N},
     };
     printf("model states per rank: P = %llu parameters, N = %d ranks, %s parameters, %s gradients (%g + %g + %g "
-           "bytes per parameter); GB = 1e9 bytes\n%-6s %12s %12s %12s %12s\n",
-           (unsigned long long)P, world, dtype_name(param_dtype), dtype_name(grad_dtype), params, grads, optim, "",
-           "params", "grads", "optim", "total");
-    for (size_t i = 0; i < sizeof rungs / sizeof rungs[0]; i++)
-        printf("%-6s %12.3f %12.3f %12.3f %12.3f\n", rungs[i].name, rungs[i].params * psi / 1e9,
+           "bytes per parameter%s); GB = 1e9 bytes\n%-6s %12s %12s %12s %12s",
+           (unsigned long long)P, world, dtype_name(param_dtype), dtype_name(grad_dtype), params, grads, optim,
+           offload ? ", the optimizer state offloaded to the host" : "", "", "params", "grads", "optim", "total");
+    if (offload) printf(" %12s %12s", "host optim", "host staging");
+    printf("\n");
+    for (size_t i = 0; i < sizeof rungs / sizeof rungs[0]; i++) {
+        printf("%-6s %12.3f %12.3f %12.3f %12.3f", rungs[i].name, rungs[i].params * psi / 1e9,
                rungs[i].grads * psi / 1e9, rungs[i].optim * psi / 1e9,
                (rungs[i].params + rungs[i].grads + rungs[i].optim) * psi / 1e9);
+        if (offload)
+            printf(" %12.3f %12.3f", host_optim / rungs[i].shared * psi / 1e9, host_staging / rungs[i].shared * psi / 1e9);
+        printf("\n");
+    }
 }
 
 // `ranks` is "r", or "first-last" for a run of ranks with the same numbers.
@@ -353,7 +367,7 @@ static void print_traffic(const PlanShape *shape) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
-    int fused_attention = 0;
+    int fused_attention = 0, offload = 0;
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
@@ -380,6 +394,8 @@ int main(int argc, char **argv) {
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
         {"--ema", "DECAY", CLI_FLOAT, &ema, 0, 0.999999,
          "the trainers' --ema: the moving average of the weights each rank keeps (4 bytes per kept parameter)"},
+        {"--offload-optimizer", NULL, CLI_SWITCH, &offload, 0, 0,
+         "the trainers' --offload-optimizer: the fp32 master and AdamW moments in host memory (docs/offload.md)"},
         {"--accum-mode", "sync-each|no-sync", CLI_STRING, &accum_mode, 0, 0, "the trainers' --accum-mode (default sync-each)"},
         {"--prefetch", "D", CLI_INT, &prefetch, 0, 1 << 20, "ZeRO-3's and FSDP's --prefetch (default 1)"},
         UNIT_POLICY_FLAGS(units),
@@ -422,7 +438,7 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] "
-                                "[--ema DECAY] "
+                                "[--ema DECAY] [--offload-optimizer] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch D] "
                                 "[--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] "
                                 "[--shard-min-numel NUMEL] "
@@ -444,15 +460,15 @@ int main(int argc, char **argv) {
                                                "--fused-attention", "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                                "--wrap-min-params", "--precision",
-                                               "--reduce-dtype", "--time", "--tsv", NULL};
+                                               "--reduce-dtype", "--offload-optimizer", "--time", "--tsv", NULL};
     if (!time_mode) refuse_flags(&spec, time_flags, "it sets the step-time model of --time");
     if (params_only) refuse_flags(&spec, step_flags, "--params P plans the model states alone");
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
     static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema",
-                                                "--fused-attention", NULL};
+                                                "--fused-attention", "--offload-optimizer", NULL};
     if (time_mode)
-        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", NULL},
+        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", "--offload-optimizer", NULL},
                      "it changes the memory, not --time");
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
@@ -461,6 +477,9 @@ int main(int argc, char **argv) {
         refuse_flags(&spec, (const char *const[]){"--grad-clip", NULL},
                      "it adds the norm's all-reduce, which only --traffic and --time show");
     if (!world) fatal("--ranks N is required (%s --help)", argv[0]);
+    if (offload && ema > 0)
+        fatal("--offload-optimizer with --ema: the trainers refuse the two together (the EMA stays beside the "
+              "weights on the device); give one of them");
     if (unit_policy_problem(&units)) fatal("%s", unit_policy_problem(&units));
     DType param_dtype, grad_dtype;
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
@@ -472,7 +491,7 @@ int main(int argc, char **argv) {
     if (params_only) {
         if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
         if (shard_group != world) fatal("--shard-group goes with a model (--config or --model), not --params");
-        print_model_states(params_only, world, param_dtype, grad_dtype);
+        print_model_states(params_only, world, param_dtype, grad_dtype, offload);
         return 0;
     }
     if (!config_name == !model_path)
@@ -499,6 +518,7 @@ int main(int argc, char **argv) {
                                                               : ATTENTION_KEEPS_PROBABILITIES,
                                  .grad_clip = grad_clip,
                                  .ema = ema,
+                                 .offload_optimizer = offload,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2},
                        .prefetch = prefetch, .reshard = reshard, .shard_group = shard_group, .units = units,

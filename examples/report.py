@@ -19,6 +19,7 @@ import sys
 
 ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp"]  # the ZeRO ladder, in order
 CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
+HOST_CATEGORIES = ["host_optim", "host_staging"]  # after the device's in build/plan --tsv; not stacked with them
 COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
 COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2", "zero3": "#d62728",
           "fsdp": "#2ca02c"}
@@ -278,7 +279,7 @@ def plot_units(build, cfg, world, logs, strategies, data, plots):
         shape = ["--ranks", str(world), "--batch", str(rows_per_rank * world), *units]
         peak, calls = {}, {}
         for f in plan(*shape, "--tsv"):
-            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES)]))
+            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES) + len(HOST_CATEGORIES)]))
         for f in plan(*shape, "--traffic"):
             if f[1] == "0":
                 calls[f[0]] = calls.get(f[0], 0) + int(f[3])
@@ -551,8 +552,8 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
             fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
         peak, state = {}, {}
         for line in r.stdout.splitlines():
-            f = line.split("\t")  # strategy, ranks, then CATEGORIES' bytes, the peak and the reserved peak
-            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES)]))
+            f = line.split("\t")  # strategy, ranks, CATEGORIES' and HOST_CATEGORIES' bytes, the peak, the reserved peak
+            peak[f[0]] = max(peak.get(f[0], 0), int(f[2 + len(CATEGORIES) + len(HOST_CATEGORIES)]))
             state[f[0]] = max(state.get(f[0], 0), sum(int(f[2 + CATEGORIES.index(c)]) for c in MODEL_STATE))
         plan_rows.append([n] + [peak[s] / MB for s in strategies])
         state_rows.append([n] + [state[s] / MB for s in strategies])

@@ -94,6 +94,7 @@ CASES = {
     "--eval-ema": ({"--ema": "0.9", "--eval-every": "1"}, {"--ema": "0.9", "--eval-every": "1", "--eval-ema": True}),
     "--out-model-ema": ({"--ema": "0.9", "--out-model-ema": f"{tmp}/ema_a.bin"},
                         {"--ema": "0.9", "--out-model-ema": f"{tmp}/ema_b.bin"}),
+    "--offload-optimizer": ({}, {"--offload-optimizer": True}),
     "--shard-min-numel": ({}, {"--shard-min-numel": "1000"}),
     "--unit-blocks": ({}, {"--unit-blocks": "2"}),
     "--wrap-min-params": ({}, {"--wrap-min-params": "1000"}),

@@ -28,7 +28,8 @@ import tempfile
 from testlib import Checks
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
-CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
+CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema",
+        "host_optim", "host_staging"]
 EXACT = {"params", "grads", "optim", "activations"}
 
 

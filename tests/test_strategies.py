@@ -973,6 +973,56 @@ def check_strategy_runs(tmp, common, runs, ref_steps, ref_params):
                       f"{tag}: bitwise the losses and final model of --prefetch 0")
 
 
+def check_offload(tmp, common):
+    """--offload-optimizer: every strategy at N = 1..4 (fp32), at N = 3 in bf16 (bf16 gradients, and fp32
+    ones), and FSDP's hybrid sharding, each against the same run without it: the losses and the final model bit
+    for bit (AdamW on the host is optim.c's, the device's arithmetic). The device's optimizer category is empty,
+    the device's peak lower by exactly what it held, every other device category the same, and the host holds
+    the master, m and v (12 bytes per element the rank updates) and their staging (the gradients' bytes, and 2
+    more in a bf16 run)."""
+    def pair(tag, strategy, n, flags, base=None):
+        logs = {}
+        for offload in (0, 1):
+            name = f"off{strategy}{n}{len(flags)}{offload}"
+            log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
+            if not offload and base:
+                log, out = base
+            elif run([*strategy_command(strategy, n, flags + (["--offload-optimizer"] if offload else [])), *common,
+                      "--log", log, "--out-model", out]) != 0:
+                check(False, f"{tag}: runs")
+                return
+            logs[offload] = (read_log(log), open(out, "rb").read())
+        ((steps, plain), model), ((off_steps, off), off_model) = logs[0], logs[1]
+        check([x["loss"] for x in off_steps] == [x["loss"] for x in steps] and off_model == model,
+              f"{tag} --offload-optimizer: bitwise the losses and model of the run without it")
+        check(off["config"]["offload_optimizer"] == 1 and plain["config"]["offload_optimizer"] == 0,
+              f"{tag}: the summary records --offload-optimizer")
+        bf16 = "bf16" in flags
+        grad_bytes = 2 if flags[-1:] == ["bf16"] else 4
+        for a, b in zip(plain["ranks"], off["ranks"]):
+            optim = a["mem"]["optim"]["peak"]
+            elements = optim // (12 if bf16 else 8)  # what the rank updates: master (bf16), m, v on the device
+            devices = [c for c in a["mem"] if not c.startswith("host_") and c != "optim"]
+            check(b["mem"]["optim"]["peak"] == 0 and all(a["mem"][c] == b["mem"][c] for c in devices)
+                  and b["peak_bytes"] == a["peak_bytes"] - optim,
+                  f"{tag} rank {a['rank']}: the device drops exactly the optimizer's {optim} bytes "
+                  f"(peak {a['peak_bytes']} -> {b['peak_bytes']})")
+            host = (b["mem"]["host_optim"]["peak"], b["mem"]["host_staging"]["peak"])
+            want = (12 * elements, (grad_bytes + (2 if bf16 else 0)) * elements)
+            check(host == want and b["host_peak_bytes"] == sum(want) and a["host_peak_bytes"] == 0,
+                  f"{tag} rank {a['rank']}: the host holds master, m, v and staging {want}, got {host}")
+    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+        for n in (1, 2, 3, 4):
+            name = f"{strategy}{n}10"  # check_strategy_runs' run (zero3, fsdp: --prefetch 0)
+            base = (os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin"))
+            flags = ["--prefetch", "0"] if strategy in ("zero3", "fsdp") else []
+            pair(f"{strategy} N={n}", strategy, n, flags, base if os.path.exists(base[1]) else None)
+        for reduce in ("bf16", "fp32"):
+            pair(f"{strategy} N=3 bf16 --reduce-dtype {reduce}", strategy, 3,
+                 ["--precision", "bf16", "--reduce-dtype", reduce])
+    pair("fsdp N=4 --shard-group 2", "fsdp", 4, ["--shard-group", "2"])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
     model = os.path.join(tmp, "model.bin")
@@ -1010,6 +1060,7 @@ def main():
     check_ema(tmp, model, common, ref_steps)
     check_dropout(tmp, model, common, ref_steps, ref_params)
     check_replicas(tmp, common, ref_steps, ref_params)
+    check_offload(tmp, common)
     CHECKS.finish()
 
 
