@@ -211,6 +211,29 @@ got = losses(whole_in) if r.returncode == 0 else {}
 check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
       "ZeRO-1@3 -> FSDP@4 in groups of 2 with whole small tensors: losses match")
 
+# ---- --offload-optimizer: the state a checkpoint writes and reads is the host's ----
+OFF = ["--offload-optimizer"]
+for strategy, n, flags in (("single", 1, []), ("zero1", 3, []), ("fsdp", 2, []), ("zero2", 2, ["--precision", "bf16"]),
+                           ("zero3", 3, ["--precision", "bf16"])):
+    check(resume_is_exact(f"off_{strategy}{n}{len(flags)}", strategy, n, 12, *flags, *OFF),
+          f"{strategy} N={n} {' '.join(flags)} --offload-optimizer: 6 + resumed 6 steps equal 12 steps (bitwise)")
+# where the state lived does not reach the file: offloaded -> on the device and back, bit for bit
+for flags in ([], ["--precision", "bf16"]):
+    whole, part, ck = f"{tmp}/off_cross{len(flags)}.jsonl", f"{tmp}/off_cross_part{len(flags)}.jsonl", \
+        f"{tmp}/ck_off_cross{len(flags)}"
+    ok = train("zero1", 2, "--steps", "12", *flags, "--log", whole).returncode == 0
+    ok &= train("zero1", 2, "--steps", "4", *flags, *OFF, "--ckpt-dir", ck, "--log", part).returncode == 0
+    ok &= train("zero1", 2, "--steps", "8", *flags, "--resume", ck, "--ckpt-dir", ck, "--log", part).returncode == 0
+    ok &= train("zero1", 2, "--steps", "12", *flags, *OFF, "--resume", ck, "--log", part).returncode == 0
+    check(ok and losses(part) == losses(whole) and len(losses(part)) == 12,
+          f"zero1 N=2 {' '.join(flags)}: 4 steps offloaded, 4 on the device, 4 offloaded equal 12 steps (bitwise)")
+check(resume_matches(f"{tmp}/ck_off_zero130", "fsdp", 4, 7), "offloaded ZeRO-1@3 -> FSDP@4 on the device: losses match")
+off_in = f"{tmp}/off_resumed.jsonl"
+r = train("zero2", 3, "--steps", "20", *OFF, "--resume", f"{tmp}/ck_fsdp2", "--log", off_in)
+got = losses(off_in) if r.returncode == 0 else {}
+check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got),
+      "FSDP@2 -> ZeRO-2@3 offloaded: losses match")
+
 # ---- bf16: checkpoints keep the fp32 master; a load rounds it into the working copy ----
 BF16 = ["--precision", "bf16"]
 for strategy, n in (("single", 1), ("ddp", 2), ("zero1", 3), ("zero2", 2), ("zero3", 3), ("fsdp", 4)):

@@ -153,6 +153,12 @@ for variant in VARIANTS:
 for variant in (["--ema", "0.9"], ["--ema", "0.9", "--precision", "bf16"]):
     for n in (1, 3):
         check_variant(variant, n, ("ddp", "zero1", "zero2", "zero3", "fsdp"))
+# --offload-optimizer: the master, m and v in host memory (host_optim) and their staging (host_staging), the
+# device's optim empty; timelines too, event for event
+for variant in (["--offload-optimizer"], ["--offload-optimizer", "--precision", "bf16"]):
+    for n in (1, 3):
+        check_variant(variant, n, ("ddp", "zero1", "zero2", "zero3", "fsdp"))
+check_variant(["--offload-optimizer", "--shard-group", "2"], 4, ("fsdp",))
 # ZeRO-3's and FSDP's units of J blocks (d2: both blocks in one unit), and the size policy
 for variant in (["--unit-blocks", "2"], ["--unit-blocks", "2", "--prefetch", "0"], ["--wrap-min-params", "300000"]):
     check_variant(variant, 3, ("zero3", "fsdp"))
