@@ -475,6 +475,24 @@ for mode in (["--time"], ["--traffic"], ["--layout"]):
     check(r.returncode != 0 and "--fused-attention" in r.stderr,
           f"plan {mode[0]} --fused-attention is refused, naming the flag: {r.stderr.strip()[:120]}")
 
+# --offload-optimizer changes the memory alone: with --time, --traffic, --layout and --ema it is refused. And
+# --params P --offload-optimizer: the device keeps parameters and gradients, the host 12 bytes of state and the
+# staging per parameter the rung's rank updates (P on DDP's, P/N up the ladder)
+for mode in (["--time"], ["--traffic"], ["--layout"], ["--ema", "0.9"]):
+    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--offload-optimizer", *mode],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--offload-optimizer" in r.stderr,
+          f"plan {mode[0]} --offload-optimizer is refused, naming the flag: {r.stderr.strip()[:120]}")
+for precision, staging in (("fp32", 4), ("bf16", 4)):
+    out = subprocess.run([f"{BUILD}/plan", "--params", "1000000000", "--ranks", "4", "--precision", precision,
+                          "--offload-optimizer"], capture_output=True, text=True, check=True).stdout
+    rows = {f[0]: [float(x) for x in f[1:]] for f in (line.split() for line in out.splitlines()[2:])}
+    p, g = (4, 4) if precision == "fp32" else (2, 2)
+    want = {"ddp": [p, g, 0, p + g, 12, staging], "zero1": [p, g, 0, p + g, 3, staging / 4],
+            "zero2": [p, g / 4, 0, p + g / 4, 3, staging / 4], "zero3": [p / 4, g / 4, 0, (p + g) / 4, 3, staging / 4],
+            "fsdp": [p / 4, g / 4, 0, (p + g) / 4, 3, staging / 4]}
+    check(rows == want, f"plan --params 1e9 --ranks 4 --precision {precision} --offload-optimizer: {rows}")
+
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.
 # The partition is computed once and ZeRO-3's ranks that own nothing are run once, so

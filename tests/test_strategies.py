@@ -1021,6 +1021,10 @@ def check_offload(tmp, common):
             pair(f"{strategy} N=3 bf16 --reduce-dtype {reduce}", strategy, 3,
                  ["--precision", "bf16", "--reduce-dtype", reduce])
     pair("fsdp N=4 --shard-group 2", "fsdp", 4, ["--shard-group", "2"])
+    r = subprocess.run([f"{BUILD}/train_single", *common, "--offload-optimizer", "--ema", "0.9"], capture_output=True,
+                       text=True)
+    check(r.returncode != 0 and "--offload-optimizer with --ema" in r.stderr,
+          f"--offload-optimizer with --ema is refused, naming both: {r.stderr.strip()[-200:]!r}")
 
 
 def main():
