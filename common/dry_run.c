@@ -49,6 +49,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
         result->time = (StepTime){.compute = clock.spent.compute - start.spent.compute,
                                   .comm = clock.spent.comm - start.spent.comm,
                                   .exposed = clock.spent.exposed - start.spent.exposed,
+                                  .offload = clock.spent.offload - start.spent.offload,
                                   .step = clock.now - start.now};
     }
     free(tokens);

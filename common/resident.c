@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "step_time.h"
 #include "util/errors.h"
 
 void *resident_params(const Resident *r, int t) { return dtype_at(r->params, r->flat.offset[t], r->param_dtype); }
@@ -31,6 +32,7 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
     r->param_dtype = model->param_dtype;
     r->grad_dtype = model->grad_dtype;
     r->offload = model->offload_optimizer;
+    r->clock = &model->clock;
     r->params_numel = params, r->grads_numel = grads, r->state_numel = state;
     r->params = device_alloc_as(mem, MEM_PARAMS, params, r->param_dtype);
     r->grads = device_alloc_as(mem, MEM_GRADS, grads, r->grad_dtype);
@@ -210,6 +212,11 @@ static void offloaded_adamw(Resident *r, int t, AdamWConfig config) {
     device_host_adamw(span, config);
     void *params = span->working ? (void *)span->working : span->params;
     device_from_host_as(r->device_params[t], params, span->count, r->param_dtype);
+    // AdamW reads and writes the master, m and v, reads the gradients, writes the rounded params
+    size_t grad_bytes = dtype_size(r->grad_dtype), param_bytes = dtype_size(r->param_dtype);
+    size_t adam_bytes = 24 + grad_bytes + (span->working ? 2 : 0);
+    if (*r->clock) sim_offload(*r->clock, (double)(span->count * grad_bytes), (double)(span->count * param_bytes),
+                               (double)(span->count * adam_bytes));
 }
 
 void resident_step(Resident *r, int num_tensors, AdamWConfig config) {

@@ -49,6 +49,7 @@ typedef struct {
     bf16 *host_working;  // offload in a bf16 run: (state_numel) the updated params, rounded, on their way up
     void **device_grads, **device_params;  // offload: (num_tensors) where span t's gradients and params are
     int rows_tensor;   // offload: the tensor whose rows resident_rows gave a checkpoint, or -1
+    struct SimClock *const *clock;  // the model's clock: build/plan --time charges the offloaded step to it
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
     int range, whole_grads;

@@ -54,6 +54,14 @@ void sim_wait(SimClock *clock, double done) {
     clock->spent.step = clock->now;
 }
 
+void sim_offload(SimClock *clock, double bytes_down, double bytes_up, double adam_bytes) {
+    const Machine *m = clock->machine;
+    double seconds = 2 * m->host.alpha + (bytes_down + bytes_up) / m->host.beta + adam_bytes / m->host_memory;
+    clock->now += seconds;
+    clock->spent.offload += seconds;
+    clock->spent.step = clock->now;
+}
+
 double unit_forward_flops(const GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     double C = c->channels, tokens = (double)model->B * model->T;

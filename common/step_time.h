@@ -23,7 +23,11 @@
 // collective's end if it is not there yet: that time is the exposed
 // communication. Whatever schedule the strategy's code follows (prefetch,
 // accumulation, hybrid groups, a student's change) the clock follows it. The
-// optimizer step and the host's own overheads (copies) cost nothing here.
+// device's optimizer step and the host's own overheads cost nothing here; with
+// --offload-optimizer (common/resident.h) each tensor's copies over the host
+// link and the CPU's AdamW hold compute up for
+//
+//   2 alpha_h + (bytes down + bytes up) / beta_h + AdamW's bytes / host memory's rate
 #ifndef SHARDLAB_STEP_TIME_H
 #define SHARDLAB_STEP_TIME_H
 
@@ -44,13 +48,16 @@ typedef struct {
     Link within_op[COMM_NUM_OPS];  // one kind of collective's own fit (--calibrate), where beta > 0: a
                                    // reduction and a gather need not share one alpha and beta
     Link across;         // between machines
+    Link host;           // between a rank's device and its host (--offload-optimizer's copies)
+    double host_memory;  // bytes per second the host's AdamW moves (--offload-optimizer)
 } Machine;
 
 typedef struct {
     double compute;  // seconds of compute
     double comm;     // seconds the link is busy
     double exposed;  // seconds compute waits for the link
-    double step;     // compute + exposed
+    double offload;  // seconds of the offloaded optimizer: host-link copies and the CPU's AdamW
+    double step;     // compute + exposed + offload
 } StepTime;
 
 // One simulated rank's timelines.
@@ -73,6 +80,9 @@ void sim_compute(SimClock *clock, double flops);
 double sim_collective(SimClock *clock, CommOp op, double bytes, int ranks, int spans_machines);
 // Compute waits until `done`, if it is not there yet.
 void sim_wait(SimClock *clock, double done);
+// One tensor's offloaded update: its gradients down and parameters up over the
+// host link, then AdamW moving `adam_bytes` in host memory.
+void sim_offload(SimClock *clock, double bytes_down, double bytes_up, double adam_bytes);
 // Forward FLOPs of the model's unit `unit` for its B x T tokens (backward: twice
 // these), as in gpt2_flops_per_step: 2 per multiply-add of the matrix products
 // and attention.

@@ -276,14 +276,18 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
 // virtual clock of `machine`. FSDP's --shard-group M applies where M divides N.
 static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
     const DrySetup *d = &plan->setup;
+    char offload_note[160] = "";
+    if (d->offload_optimizer)
+        snprintf(offload_note, sizeof offload_note, "; optimizer offloaded: host link %.3g s + bytes / %.3g GB/s, "
+                 "CPU AdamW %.3g GB/s", machine->host.alpha, machine->host.beta / 1e9, machine->host_memory / 1e9);
     if (!tsv)
         printf("predicted step (build/plan --time, docs/scale.md): %d x %d tokens per rank, %d ranks per machine, "
                "compute %.3g GFLOP/s per rank%s; links: within %.3g s + bytes / %.3g GB/s, across %.3g s + bytes / "
-               "%.3g GB/s\n%-6s %6s %8s %12s %12s %12s %12s %14s\n",
+               "%.3g GB/s%s\n%-6s %6s %8s %12s %12s %12s %12s %12s %14s\n",
                d->rows * d->micro_batches, d->seq, machine->ranks_per_node, machine->flops_per_s / 1e9,
                machine->compute_slots ? " (a machine's ranks share its cores)" : "", machine->within.alpha,
-               machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, "", "N", "group",
-               "compute ms", "comm ms", "exposed ms", "step ms", "tokens/s");
+               machine->within.beta / 1e9, machine->across.alpha, machine->across.beta / 1e9, offload_note, "", "N",
+               "group", "compute ms", "comm ms", "exposed ms", "offload ms", "step ms", "tokens/s");
     for (int N = 1;; N = 2 * N < max_ranks ? 2 * N : max_ranks) {  // powers of two, then max_ranks itself
         for (int k = 0; k < PLAN_NUM_STRATEGIES; k++) {
             PlanShape shape = *plan;
@@ -294,12 +298,12 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
             StepTime t = result.time;
             mem_timeline_free(&result.timeline);
             double tokens_per_s = (double)N * d->rows * d->micro_batches * d->seq / t.step;
-            if (tsv)
-                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, M, t.compute, t.comm,
-                       t.exposed, t.step, tokens_per_s);
+            if (tsv)  // the offload's seconds last: the columns before it keep their places
+                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", plan_names[k], N, M, t.compute, t.comm,
+                       t.exposed, t.step, tokens_per_s, t.offload);
             else
-                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %14.0f\n", plan_names[k], N, M, 1e3 * t.compute,
-                       1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.step, tokens_per_s);
+                printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %12.3f %14.0f\n", plan_names[k], N, M, 1e3 * t.compute,
+                       1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.offload, 1e3 * t.step, tokens_per_s);
         }
         if (N == max_ranks) break;
     }
@@ -375,7 +379,8 @@ int main(int argc, char **argv) {
     UnitPolicy units = {0, 0};
     int time_mode = 0, ranks_per_node = 8, compute_slots = 0;
     float tokens_per_s = 0, grad_clip = 0, ema = 0;
-    const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL;
+    const char *within = "5e-6,300", *across = "1e-5,25", *calibration = NULL, *host_link = "1e-5,25";
+    float cpu_adam = 55;
     const char *accum_mode = "sync-each", *precision = "fp32", *reduce_dtype = NULL;
     uint64_t params_only = 0;
     const CliOption options[] = {
@@ -420,6 +425,11 @@ int main(int argc, char **argv) {
          "--time: the link inside a machine, latency s and GB/s (default 5e-6,300: NVLink-class)"},
         {"--across", "ALPHA,GBPS", CLI_STRING, &across, 0, 0,
          "--time: the link between machines (default 1e-5,25: a 200 Gb/s network per rank)"},
+        {"--host-link", "ALPHA,GBPS", CLI_STRING, &host_link, 0, 0,
+         "--time --offload-optimizer: the link between a rank's device and its host, latency s and GB/s "
+         "(default 1e-5,25: an assumption, docs/offload.md)"},
+        {"--cpu-adam", "GBPS", CLI_FLOAT, &cpu_adam, 1e-3, 1e6,
+         "--time --offload-optimizer: GB/s of state the host's AdamW moves (default 55: measured, docs/offload.md)"},
         {"--calibrate", "FILE", CLI_STRING, &calibration, 0, 0,
          "--time: fit the link inside a machine to bench_comm's output in FILE (and each collective's own)"},
         {"--tsv", NULL, CLI_SWITCH, &tsv, 0, 0,
@@ -450,7 +460,7 @@ int main(int argc, char **argv) {
     spec.given = given;
     cli_parse_or_exit(&spec, argc, argv);
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
-                                             "--across", "--calibrate", NULL};
+                                             "--across", "--calibrate", "--host-link", "--cpu-adam", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
                                              "--fused-attention", "--grad-clip", "--ema", "--shard-min-numel",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
@@ -468,8 +478,11 @@ int main(int argc, char **argv) {
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema",
                                                 "--fused-attention", "--offload-optimizer", NULL};
     if (time_mode)
-        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", "--offload-optimizer", NULL},
+        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", NULL},
                      "it changes the memory, not --time");
+    if (!offload)
+        refuse_flags(&spec, (const char *const[]){"--host-link", "--cpu-adam", NULL},
+                     "it times --offload-optimizer's copies and CPU AdamW");
     if (show_traffic) refuse_flags(&spec, traffic_flags, "--traffic prints each strategy's collectives, nothing else");
     if (timeline_name) refuse_flags(&spec, timeline_flags, "--timeline prints one strategy's step, nothing else");
     else refuse_flags(&spec, (const char *const[]){"--rank", NULL}, "it picks the rank of --timeline");
@@ -536,7 +549,8 @@ int main(int argc, char **argv) {
     if (time_mode) {
         if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
         Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
-                           .across = parse_link(across, "--across")};
+                           .across = parse_link(across, "--across"), .host = parse_link(host_link, "--host-link"),
+                           .host_memory = cpu_adam * 1e9};
         machine.within = calibration ? calibrate(calibration, tsv, machine.within_op) : parse_link(within, "--within");
         machine.flops_per_s = tokens_per_s * gpt2_flops_per_step(&config, 1, T) / T;
         shape.setup.steps = 1;

@@ -475,14 +475,32 @@ for mode in (["--time"], ["--traffic"], ["--layout"]):
     check(r.returncode != 0 and "--fused-attention" in r.stderr,
           f"plan {mode[0]} --fused-attention is refused, naming the flag: {r.stderr.strip()[:120]}")
 
-# --offload-optimizer changes the memory alone: with --time, --traffic, --layout and --ema it is refused. And
+# --offload-optimizer: refused with --traffic, --layout and --ema; with --time its copies and CPU AdamW take the
+# last column (DDP's whole model at N = 1: 2 latencies per tensor, 8 bytes per parameter over the host link, 28 at
+# the host's rate), and --host-link and --cpu-adam go with it alone. And
 # --params P --offload-optimizer: the device keeps parameters and gradients, the host 12 bytes of state and the
 # staging per parameter the rung's rank updates (P on DDP's, P/N up the ladder)
-for mode in (["--time"], ["--traffic"], ["--layout"], ["--ema", "0.9"]):
+for mode in (["--traffic"], ["--layout"], ["--ema", "0.9"]):
     r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--offload-optimizer", *mode],
                        capture_output=True, text=True)
     check(r.returncode != 0 and "--offload-optimizer" in r.stderr,
           f"plan {mode[0]} --offload-optimizer is refused, naming the flag: {r.stderr.strip()[:120]}")
+timed = ["--config", "d2", "--vocab", "256", "--ranks", "1", "--time", "--tokens-per-s", "1000", "--tsv"]
+for flag in (["--host-link", "1e-5,10"], ["--cpu-adam", "20"]):
+    r = subprocess.run([f"{BUILD}/plan", *timed, *flag], capture_output=True, text=True)
+    check(r.returncode != 0 and flag[0] in r.stderr and "--offload-optimizer" in r.stderr,
+          f"plan --time {flag[0]} without --offload-optimizer is refused: {r.stderr.strip()[:120]}")
+P, tensors = 560640, 2 + 12 * 2 + 2  # d2, V = 256: wte, wpe, a block's 12 tensors, lnf's 2
+rows = {f[0]: [float(x) for x in f[3:]] for f in (line.split("\t") for line in subprocess.run(
+    [f"{BUILD}/plan", *timed, "--offload-optimizer", "--host-link", "2e-5,10", "--cpu-adam", "20"],
+    capture_output=True, text=True, check=True).stdout.splitlines())}
+want = 2 * tensors * 2e-5 + 8 * P / 10e9 + 28 * P / 20e9
+plain = {f[0]: [float(x) for x in f[3:]] for f in (line.split("\t") for line in subprocess.run(
+    [f"{BUILD}/plan", *timed], capture_output=True, text=True, check=True).stdout.splitlines())}
+check(abs(rows["ddp"][5] - want) <= 1e-12 and plain["ddp"][5] == 0 and
+      abs(rows["ddp"][3] - plain["ddp"][3] - want) <= 1e-12,
+      f"plan --time --offload-optimizer: DDP's offload {rows['ddp'][5]} s is 2 latencies per tensor + 8P / beta + "
+      f"28P / rate = {want}, and the step grows by it")
 for precision, staging in (("fp32", 4), ("bf16", 4)):
     out = subprocess.run([f"{BUILD}/plan", "--params", "1000000000", "--ranks", "4", "--precision", precision,
                           "--offload-optimizer"], capture_output=True, text=True, check=True).stdout
@@ -492,6 +510,26 @@ for precision, staging in (("fp32", 4), ("bf16", 4)):
             "zero2": [p, g / 4, 0, p + g / 4, 3, staging / 4], "zero3": [p / 4, g / 4, 0, (p + g) / 4, 3, staging / 4],
             "fsdp": [p / 4, g / 4, 0, (p + g) / 4, 3, staging / 4]}
     check(rows == want, f"plan --params 1e9 --ranks 4 --precision {precision} --offload-optimizer: {rows}")
+
+# docs/offload.md quotes the planner's offloaded step for d12 in bf16
+offload_md = " ".join(open(os.path.join(src, "docs", "offload.md")).read().split())
+times = {(f[0], int(f[1])): [float(x) for x in f[3:]] for f in (line.split("\t") for line in subprocess.run(
+    [f"{BUILD}/plan", "--config", "d12", "--ranks", "8", "--batch", "128", "--seq", "1024", "--precision", "bf16",
+     "--time", "--tokens-per-s", "150000", "--offload-optimizer", "--tsv"], capture_output=True, text=True,
+    check=True).stdout.splitlines())}
+quoted = [f"costs {1e3 * times[('ddp', 1)][5]:.1f} ms of a {1e3 * times[('ddp', 1)][3]:.1f} ms step",
+          f"{1e3 * times[('zero1', 8)][5]:.1f} ms on ZeRO-1/2's ranks at N = 8",
+          f"{1e3 * times[('fsdp', 8)][5]:.1f} ms on FSDP's", f"its {1e3 * times[('zero3', 4)][5]:.1f} ms stay"]
+mem = {}
+for flags in ([], ["--offload-optimizer"]):
+    row = [r for r in plan_rows(["--config", "d12", "--vocab", "256", "--ranks", "1", "--batch", "2", "--seq", "64",
+                                 *flags]) if r[0] == "ddp"][0][3]
+    mem[len(flags)] = row
+quoted += [f"falls from {mem[0][-2]:,} to {mem[1][-2]:,} bytes", f"exactly the {mem[0][CATS.index('optim')]:,} of",
+           f"the host holds {mem[1][CATS.index('host_optim')]:,}", f"and {mem[1][CATS.index('host_staging')]:,}"]
+check(all(q in offload_md for q in quoted) and times[("zero3", 4)][5] == times[("zero3", 8)][5]
+      and times[("ddp", 8)][5] == times[("ddp", 1)][5],
+      f"docs/offload.md quotes the planner's offloaded d12 step: {quoted}")
 
 
 # d12 has 148 tensors: beyond 148 ranks, ZeRO-3's extra ranks own nothing and share a row.

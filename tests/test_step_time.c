@@ -94,7 +94,8 @@ typedef enum { STEP_DDP, STEP_ZERO1, STEP_ZERO2, STEP_ZERO3, STEP_FSDP, STEP_NUM
 
 // One step of the tiny model (2 rows of 16 tokens per rank) by `strategy`'s own
 // code on rank 0 of `ranks`, on `machine`'s clock.
-static StepTime step_time(StepStrategy strategy, int ranks, int prefetch, int shard_group, const Machine *machine) {
+static StepTime step_time_of(StepStrategy strategy, int ranks, int prefetch, int shard_group, int offload,
+                             const Machine *machine) {
     DdpOptions ddp = {.zero_stage = strategy == STEP_ZERO1 ? 1 : strategy == STEP_ZERO2 ? 2 : 0};
     Zero3Options zero3 = {.prefetch = prefetch};
     FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = prefetch, .shard_group = shard_group};
@@ -103,11 +104,15 @@ static StepTime step_time(StepStrategy strategy, int ranks, int prefetch, int sh
     const void *options[STEP_NUM_STRATEGIES] = {&ddp, &ddp, &ddp, &zero3, &fsdp};
     DrySetup setup = {.init = init[strategy], .options = options[strategy], .config = TINY, .rows = 2, .seq = 16,
                       .micro_batches = 1, .params = DTYPE_FP32, .grads = DTYPE_FP32, .world = ranks,
-                      .machine = machine, .steps = 1};
+                      .machine = machine, .steps = 1, .offload_optimizer = offload};
     DryResult result;
     dry_run(&setup, &result);
     mem_timeline_free(&result.timeline);
     return result.time;
+}
+
+static StepTime step_time(StepStrategy strategy, int ranks, int prefetch, int shard_group, const Machine *machine) {
+    return step_time_of(strategy, ranks, prefetch, shard_group, 0, machine);
 }
 
 // Forward FLOPs of each unit for the tiny model, as the model counts them: a
@@ -200,6 +205,30 @@ START_TEST(test_machines_and_groups) {
 }
 END_TEST
 
+// --offload-optimizer: each tensor's gradients down and parameters up (4 + 4
+// bytes per element in fp32) over the host link, 2 latencies, and AdamW's 28
+// bytes per element at the host's rate, on compute's timeline; none without it.
+START_TEST(test_offload_by_hand) {
+    Machine m = {.flops_per_s = 1e9, .ranks_per_node = 8, .within = LINK, .across = LINK, .host = {3e-6, 2e9},
+                 .host_memory = 5e9};
+    GPT2Layout layout;
+    gpt2_layout_init(&layout, TINY);
+    double P = (double)layout.num_params, tensors = layout.num_tensors;
+    gpt2_layout_free(&layout);
+    StepTime plain = step_time(STEP_DDP, 1, 0, 0, &m), off = step_time_of(STEP_DDP, 1, 0, 0, 1, &m);
+    double want = 2 * tensors * 3e-6 + 8 * P / 2e9 + 28 * P / 5e9;
+    ck_assert_double_eq(plain.offload, 0);
+    ck_assert_double_eq_tol(off.offload, want, 1e-15);
+    ck_assert_double_eq_tol(off.step, plain.step + want, 1e-15);
+    ck_assert_double_eq_tol(off.compute, plain.compute, 1e-15);
+    // sharded, each rank updates a part: less than the whole, more than nothing
+    for (int k = STEP_ZERO1; k < STEP_NUM_STRATEGIES; k++) {
+        StepTime shard = step_time_of((StepStrategy)k, 4, 0, 0, 1, &m);
+        ck_assert(shard.offload > 0 && shard.offload < want);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("step_time");
     TCase *tc = tcase_create("model");
@@ -210,6 +239,7 @@ int main(void) {
     tcase_add_test(tc, test_each_kind_its_own_link);
     tcase_add_test(tc, test_invariants_of_every_strategy);
     tcase_add_test(tc, test_machines_and_groups);
+    tcase_add_test(tc, test_offload_by_hand);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
