@@ -6,9 +6,12 @@
 //      tokens/s, MFU = model FLOPs per second / each measured peak and / the
 //      datasheet's dense bf16 peak (--peak-tflops), the peak memory;
 //   3. one more step with each op timed (models/gpt2.h's op_times): where the
-//      step's time goes.
+//      step's time goes;
+//   4. with --offload-optimizer, the step with the optimizer in pinned host
+//      memory (common/resident.h), and the host link's latency and bandwidth
+//      fitted to pinned copies both ways, for build/plan --time --host-link.
 //   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10] [--precision fp32|bf16]
-//                        [--fused-attention] [--peak-tflops X]
+//                        [--fused-attention] [--offload-optimizer] [--peak-tflops X]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -19,8 +22,9 @@
 #include "../common/cuda_check.h"
 #include "../common/device.h"
 #include "../common/device_cuda.h"
-extern "C" {
-#include "../common/resident.h"  // a C header without a C++ guard
+extern "C" {  // C headers without a C++ guard
+#include "../common/resident.h"
+#include "../common/step_time.h"
 }
 #include "../models/gpt2.h"
 
@@ -65,9 +69,47 @@ static double time_gemms(cudaDataType_t type, cublasComputeType_t compute, int n
     return 2.0 * n * (double)n * n * reps / (ms / 1e3) / 1e12;
 }
 
+// Pinned host to device and back, 4 KB to 256 MB, each size's best of 5: one
+// copy is one hop of a chain between two "ranks" (alpha + bytes / beta), fitted
+// as step_time.h fits a link.
+static Link host_link(void) {
+    enum { SIZES = 17, REPS = 5 };
+    size_t most = (size_t)1 << 28;
+    void *host, *dev;
+    CUDA_CHECK(cudaMallocHost(&host, most));
+    CUDA_CHECK(cudaMalloc(&dev, most));
+    memset(host, 1, most);
+    CommOp op[2 * SIZES];
+    int ranks[2 * SIZES];
+    double bytes[2 * SIZES], seconds[2 * SIZES];
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 2 * SIZES; i++) {
+        size_t size = (size_t)4096 << (i / 2);
+        int down = i % 2;  // device to host, as the gradients go; else the parameters' way up
+        double best = 1e30;
+        for (int r = 0; r < REPS; r++) {
+            CUDA_CHECK(cudaEventRecord(start, 0));
+            CUDA_CHECK(cudaMemcpy(down ? host : dev, down ? dev : host, size, cudaMemcpyDefault));
+            CUDA_CHECK(cudaEventRecord(stop, 0));
+            CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            if (ms / 1e3 < best) best = ms / 1e3;
+        }
+        op[i] = COMM_BROADCAST, ranks[i] = 2, bytes[i] = (double)size, seconds[i] = best;
+    }
+    CUDA_CHECK(cudaFreeHost(host));
+    CUDA_CHECK(cudaFree(dev));
+    Link link = {0, 0};
+    if (fit_link(op, ranks, bytes, seconds, 2 * SIZES, &link) != 0) fatal("host link: the copies fit no line");
+    return link;
+}
+
 int main(int argc, char **argv) {
     const char *config_name = "d12", *precision = "fp32";
-    int B = 16, T = 1024, steps = 10, fused_attention = 0;
+    int B = 16, T = 1024, steps = 10, fused_attention = 0, offload = 0;
     float datasheet_tflops = 989.4f;  // H100 SXM and H200: dense bf16 with fp32 accumulation
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d12)"},
@@ -78,12 +120,15 @@ int main(int argc, char **argv) {
          "what the model keeps and multiplies (default fp32)"},
         {"--fused-attention", NULL, CLI_SWITCH, &fused_attention, 0, 0,
          "the trainers' --fused-attention: one pass over the keys, no (T, T) probabilities"},
+        {"--offload-optimizer", NULL, CLI_SWITCH, &offload, 0, 0,
+         "the trainers' --offload-optimizer: master and AdamW moments in pinned host memory, AdamW on the CPU; "
+         "and the host link fitted to pinned copies"},
         {"--peak-tflops", "X", CLI_FLOAT, &datasheet_tflops, 1, 1e6,
          "the GPU's datasheet dense bf16 TFLOP/s for MFU (default 989.4, H100 SXM and H200)"},
     };
     // positional: nvcc's C++17 has no designated initializers
     CliSpec spec = {"[--config dN] [--batch B] [--seq T] [--steps S] [--precision fp32|bf16] [--fused-attention] "
-                    "[--peak-tflops X]",
+                    "[--offload-optimizer] [--peak-tflops X]",
                     "peak cuBLAS rates on this GPU, and one rank training GPT-2 against them (MFU)",
                     options, (int)(sizeof options / sizeof options[0]), NULL, 0, NULL};
     cli_parse_or_exit(&spec, argc, argv);
@@ -105,6 +150,7 @@ int main(int argc, char **argv) {
     gpt2_init(&model, config, B, T, 0, fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
               &mem);
     model.param_dtype = model.grad_dtype = dtype;
+    model.offload_optimizer = offload;
     const GPT2Layout *layout = &model.layout;
     // every tensor whole, kept as train_single keeps it (common/single.c)
     Resident resident;
@@ -151,14 +197,19 @@ int main(int argc, char **argv) {
         if (profiled) profile = {adamw_ms / 1e3, 0, ms / 1e3};
     }
     double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T), rate = flops / step_s / 1e12;
-    printf("%s B=%d T=%d, --precision %s%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model; MFU %.1f%% of the "
+    printf("%s B=%d T=%d, --precision %s%s%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model; MFU %.1f%% of the "
            "datasheet's dense bf16 %.1f, %.1f%% of cuBLAS's bf16, %.1f%% of cuBLAS's tf32; peak %.2f GB "
-           "(reserved %.2f GB)\n",
-           config_name, B, T, precision, fused_attention ? " --fused-attention" : "", 1e3 * step_s, B * T / step_s,
-           rate, 100 * rate / datasheet_tflops,
+           "(reserved %.2f GB; host %.2f GB)\n",
+           config_name, B, T, precision, fused_attention ? " --fused-attention" : "",
+           offload ? " --offload-optimizer" : "", 1e3 * step_s, B * T / step_s, rate, 100 * rate / datasheet_tflops,
            datasheet_tflops, 100 * rate / bf16_peak, 100 * rate / tf32_peak, mem.total_peak / 1e9,
-           device_reserved(&mem).peak / 1e9);
+           device_reserved(&mem).peak / 1e9, mem.host_peak / 1e9);
     printf("one more step, each op timed on its own (AdamW with the zeroing of the gradients):\n");
     gpt2_print_op_times(&ops, &profile);
+    if (offload) {
+        Link link = host_link();
+        printf("host link, pinned copies both ways: %.3g s + bytes / %.1f GB/s (build/plan --time --offload-optimizer "
+               "--host-link %.3g,%.1f)\n", link.alpha, link.beta / 1e9, link.alpha, link.beta / 1e9);
+    }
     return 0;
 }

@@ -7,6 +7,7 @@
 #      this tree; LLMC=path/to/train_gpt2cu) on the same token file, the reference;
 #   3. each strategy's trainer at one rank (NCCL) in bf16, with either attention,
 #      with tokens/s and the device's reserved peak from the summary;
+#      and bench_gpu once more with the optimizer offloaded to the host;
 #   4. PyTorch on the same model and batch (examples/bench_torch.py: eager with
 #      the attention written out, SDPA's fused attention eager and compiled),
 #      when torch with CUDA is installed.
@@ -61,6 +62,9 @@ else:
     print("llm.c: no step times in its log")
 PY
 fi
+# the optimizer offloaded to the host (docs/offload.md): the step, and the host link fitted to pinned copies
+"$cuda/bench_gpu" --config d12 --batch "$BATCH" --seq 1024 --steps 10 --precision bf16 --fused-attention \
+    --offload-optimizer || echo "bench_gpu --offload-optimizer failed"
 for strategy in ${STRATEGIES-single ddp zero3 fsdp}; do
     for attention in "" --fused-attention; do
         $MPIRUN -np 1 "$cuda/train_$strategy" --config d12 --data "$tmp/data" --batch "$BATCH" --seq 1024 --steps 8 \
