@@ -22,7 +22,7 @@ void sim_clock_init(SimClock *clock, const Machine *machine, int world) {
     int local = world < machine->ranks_per_node ? world : machine->ranks_per_node;
     double rate = machine->flops_per_s;
     if (machine->compute_slots > 0 && local > machine->compute_slots) rate *= (double)machine->compute_slots / local;
-    *clock = (SimClock){.machine = machine, .flops_per_s = rate};
+    *clock = (SimClock){.machine = machine, .flops_per_s = rate, .host_memory = machine->host_memory / local};
 }
 
 void sim_compute(SimClock *clock, double flops) {
@@ -56,7 +56,7 @@ void sim_wait(SimClock *clock, double done) {
 
 void sim_offload(SimClock *clock, double bytes_down, double bytes_up, double adam_bytes) {
     const Machine *m = clock->machine;
-    double seconds = 2 * m->host.alpha + (bytes_down + bytes_up) / m->host.beta + adam_bytes / m->host_memory;
+    double seconds = 2 * m->host.alpha + (bytes_down + bytes_up) / m->host.beta + adam_bytes / clock->host_memory;
     clock->now += seconds;
     clock->spent.offload += seconds;
     clock->spent.step = clock->now;

@@ -28,6 +28,9 @@
 // link and the CPU's AdamW hold compute up for
 //
 //   2 alpha_h + (bytes down + bytes up) / beta_h + AdamW's bytes / host memory's rate
+//
+// where every GPU has a host link of its own, and a machine's ranks, updating
+// at the same time, share its memory's rate.
 #ifndef SHARDLAB_STEP_TIME_H
 #define SHARDLAB_STEP_TIME_H
 
@@ -49,7 +52,7 @@ typedef struct {
                                    // reduction and a gather need not share one alpha and beta
     Link across;         // between machines
     Link host;           // between a rank's device and its host (--offload-optimizer's copies)
-    double host_memory;  // bytes per second the host's AdamW moves (--offload-optimizer)
+    double host_memory;  // bytes per second a machine's AdamW moves (--offload-optimizer), shared by its ranks
 } Machine;
 
 typedef struct {
@@ -64,6 +67,7 @@ typedef struct {
 typedef struct SimClock {
     const Machine *machine;
     double flops_per_s;  // this rank's rate: the machine's, shared where its ranks outnumber its cores
+    double host_memory;  // this rank's share of its machine's host memory rate (offloaded AdamW)
     double now;          // compute's clock, seconds
     double link_free;    // the link is busy until then
     StepTime spent;      // since the clock started (step: now)

@@ -207,9 +207,9 @@ static void print_layout(const GPT2Layout *layout, int world, uint64_t shard_min
 static Link parse_link(const char *text, const char *flag) {
     double alpha, gbps;
     char end;
-    if (sscanf(text, "%lf,%lf%c", &alpha, &gbps, &end) != 2 || !(alpha >= 0) || !(gbps > 0) || !isfinite(alpha) ||
-        !isfinite(gbps))
-        fatal("%s: '%s' is not ALPHA,GBPS (a latency in seconds >= 0, a bandwidth in GB/s > 0)", flag, text);
+    if (sscanf(text, "%lf,%lf%c", &alpha, &gbps, &end) != 2 || !(alpha >= 0 && alpha <= 1) ||
+        !(gbps >= 1e-3 && gbps <= 1e6))
+        fatal("%s: '%s' is not ALPHA,GBPS (a latency of 0 to 1 s, a bandwidth of 0.001 to 1e6 GB/s)", flag, text);
     return (Link){alpha, gbps * 1e9};
 }
 
@@ -584,7 +584,7 @@ int main(int argc, char **argv) {
                "holds at its peak, in use + kept for reuse\n%-6s %5s", dtype_name(param_dtype), dtype_name(grad_dtype),
                "", "rank");
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15s", mem_category_names[k]);
-        printf(" %12s %12s\n", "total peak", "reserved");
+        printf(" %12s %12s\n", "device peak", "reserved");
     }
     // each strategy's own code, run dry for rank 0 (ZeRO-3: each rank that owns something)
     for (int k = 0; k < PLAN_NUM_STRATEGIES; k++) {

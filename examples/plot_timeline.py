@@ -12,7 +12,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import CATEGORIES, MB, NAMES, PHASE_WORDS, memory_step_panel, memory_step_plot  # noqa: E402
+from report import (CATEGORIES, HOST_CATEGORIES, MB, NAMES, PHASE_WORDS, memory_step_panel,  # noqa: E402
+                    memory_step_plot)
 
 
 def fail(msg):
@@ -96,7 +97,7 @@ def main():
             drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn))
             top = max(top, peak["bytes"] / MB)
         memory_step_plot(drawn, top, out_dir, name)
-    assert set(CATEGORIES) == set(timeline["start"]), "plan's categories are the report's"
+    assert set(CATEGORIES + HOST_CATEGORIES) == set(timeline["start"]), "plan's categories are the report's"
     print(f"plot_timeline: {out_dir}/{name}.png and .svg")
 
 

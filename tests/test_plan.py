@@ -517,9 +517,13 @@ times = {(f[0], int(f[1])): [float(x) for x in f[3:]] for f in (line.split("\t")
     [f"{BUILD}/plan", "--config", "d12", "--ranks", "8", "--batch", "128", "--seq", "1024", "--precision", "bf16",
      "--time", "--tokens-per-s", "150000", "--offload-optimizer", "--tsv"], capture_output=True, text=True,
     check=True).stdout.splitlines())}
+P12 = 124439808
+adam, link, latency = 28 * P12 / 55e9, 4 * P12 / 25e9, 2 * 148 * 1e-5  # --cpu-adam 55, --host-link 1e-5,25
 quoted = [f"costs {1e3 * times[('ddp', 1)][5]:.1f} ms of a {1e3 * times[('ddp', 1)][3]:.1f} ms step",
-          f"{1e3 * times[('zero1', 8)][5]:.1f} ms on ZeRO-1/2's ranks at N = 8",
-          f"{1e3 * times[('fsdp', 8)][5]:.1f} ms on FSDP's", f"its {1e3 * times[('zero3', 4)][5]:.1f} ms stay"]
+          f"{1e3 * adam:.1f} ms are the CPU's AdamW", f"{1e3 * link:.1f} ms the link's bytes",
+          f"{1e3 * latency:.1f} ms its latencies", f"{1e3 * times[('ddp', 8)][5]:.1f} ms on every DDP rank",
+          f"{1e3 * times[('zero1', 8)][5]:.1f} ms on ZeRO-1/2's", f"{1e3 * times[('fsdp', 8)][5]:.1f} ms on FSDP's",
+          f"waits {1e3 * times[('zero3', 8)][5]:.1f} ms"]
 mem = {}
 for flags in ([], ["--offload-optimizer"]):
     row = [r for r in plan_rows(["--config", "d12", "--vocab", "256", "--ranks", "1", "--batch", "2", "--seq", "64",
@@ -527,8 +531,8 @@ for flags in ([], ["--offload-optimizer"]):
     mem[len(flags)] = row
 quoted += [f"falls from {mem[0][-2]:,} to {mem[1][-2]:,} bytes", f"exactly the {mem[0][CATS.index('optim')]:,} of",
            f"the host holds {mem[1][CATS.index('host_optim')]:,}", f"and {mem[1][CATS.index('host_staging')]:,}"]
-check(all(q in offload_md for q in quoted) and times[("zero3", 4)][5] == times[("zero3", 8)][5]
-      and times[("ddp", 8)][5] == times[("ddp", 1)][5],
+check(all(q in offload_md for q in quoted) and abs(times[("ddp", 1)][5] - adam - link - latency) < 1e-4
+      and abs(times[("ddp", 8)][5] - 8 * adam - link - latency) < 1e-3,
       f"docs/offload.md quotes the planner's offloaded d12 step: {quoted}")
 
 

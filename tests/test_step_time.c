@@ -221,6 +221,11 @@ START_TEST(test_offload_by_hand) {
     ck_assert_double_eq_tol(off.offload, want, 1e-15);
     ck_assert_double_eq_tol(off.step, plain.step + want, 1e-15);
     ck_assert_double_eq_tol(off.compute, plain.compute, 1e-15);
+    // 4 ranks on a machine share its memory's rate: their AdamW takes 4 times as long
+    Machine shared = m;
+    shared.ranks_per_node = 4;
+    StepTime four = step_time_of(STEP_DDP, 4, 0, 0, 1, &shared);
+    ck_assert_double_eq_tol(four.offload, 2 * tensors * 3e-6 + 8 * P / 2e9 + 4 * 28 * P / 5e9, 1e-15);
     // sharded, each rank updates a part: less than the whole, more than nothing
     for (int k = STEP_ZERO1; k < STEP_NUM_STRATEGIES; k++) {
         StepTime shard = step_time_of((StepStrategy)k, 4, 0, 0, 1, &m);
