@@ -367,6 +367,14 @@ for row in table:
     want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
     got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
     check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+# docs/answers.md prints exercise 3's planner lines for N = 1024 whole: they are today's
+lines = [line for line in subprocess.run([f"{BUILD}/plan", "--prefetch", "0", "--config", "d2", "--vocab", "256",
+                                          "--ranks", "1024", "--tsv"], capture_output=True, text=True,
+                                         check=True).stdout.splitlines()
+         if line.startswith(("fsdp\t", "zero3\t0\t", "zero3\t28-1023\t"))]
+answers_md = open(os.path.join(src, "docs", "answers.md")).read()
+check(len(lines) == 3 and all(f"\n{line}\n" in answers_md for line in lines),
+      f"docs/answers.md prints the planner's lines for d2 at N = 1024: {lines}")
 # docs/answers.md's answer 18 quotes the planner's ema bytes for d4 at N = 2
 answer = " ".join(open(os.path.join(src, "docs", "answers.md")).read().split("**18.**", 1)[-1].split())
 ema = {}
