@@ -208,6 +208,16 @@ def plan_model_args(cfg):
     return ["--model", cfg["model"]]
 
 
+def plan_memory_args(cfg):
+    """build/plan's flags for what changes the run's memory, as its trainers were given them."""
+    args = ["--precision", cfg.get("precision", "fp32"), "--reduce-dtype", cfg.get("reduce_dtype", "fp32"),
+            "--grad-accum", str(cfg.get("grad_accum", 1)), "--accum-mode", cfg.get("accum_mode", "sync-each")]
+    flags = (("recompute", "--recompute"), ("fused_attention", "--fused-attention"),
+             ("offload_optimizer", "--offload-optimizer"))
+    args += [flag for key, flag in flags if cfg.get(key)]
+    return args + (["--ema", repr(cfg["ema"])] if cfg.get("ema") else [])
+
+
 RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -476,6 +486,12 @@ plot {lines}""", plots, "loss")
     write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
     stacked_bars(f"{data}/memory.tsv", CATEGORIES, PALETTE, "Memory per rank by category (peak of each category)",
                  "MB (million bytes)", "run and rank", plots, "memory_by_category")
+    if any(r["host_peak_bytes"] for s in runs for r in logs[s][1]["ranks"]):  # --offload-optimizer (docs/offload.md)
+        rows = [[f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in HOST_CATEGORIES]
+                for s in runs for r in logs[s][1]["ranks"]]
+        write_tsv(f"{data}/host_memory.tsv", ["run"] + HOST_CATEGORIES, rows)
+        stacked_bars(f"{data}/host_memory.tsv", HOST_CATEGORIES, PALETTE, "Host memory per rank (--offload-optimizer)",
+                     "MB (million bytes)", "run and rank", plots, "host_memory")
 
     plot_memory_step(logs, strategies, data, plots)
 
@@ -546,7 +562,7 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
     n = 1
     while n <= 1024:
         cmd = [f"{build}/plan", "--ranks", str(n), "--batch", str(rows_per_rank * n), "--seq", str(cfg["seq"]), "--tsv"]
-        cmd += model_args
+        cmd += model_args + plan_memory_args(cfg)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
@@ -757,6 +773,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
              ("sharding", "Who keeps which parameters"),
              ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
+    if os.path.exists(os.path.join(run, "plots", "host_memory.png")):
+        plots.insert(2, ("host_memory", "Host memory per rank: the optimizer offloaded"))
     if {"zero3", "fsdp"} & set(strategies):
         plots += [("units", "Blocks per unit: the peak against the collectives (planner)"),
                   ("units_time", "Blocks per unit: FSDP's predicted step time at N = 8, 64, 1024")]
