@@ -44,7 +44,7 @@ void device_scale(float *x, size_t count, float factor);  // x *= factor
 // One AdamW step of a span whose buffers are device memory.
 void device_adamw(AdamWSpan *span, AdamWConfig config);
 // The same of a span in host memory (--offload-optimizer), on the CPU: adamw_step_span,
-// once the copies queued into it are done (the dry device: nothing).
+// once a wait has covered the copies into it (the dry device: nothing).
 void device_host_adamw(AdamWSpan *span, AdamWConfig config);
 // ema_update (optim.h) on device buffers, with the same rounding on every device.
 void device_ema_update(float *ema, const float *params, size_t count, float decay);
@@ -70,6 +70,16 @@ void device_from_host_rounded(void *dst, const float *host, size_t count, DType 
 void device_widen(float *dst, const bf16 *src, size_t count);         // dst = src, exactly
 void device_round(bf16 *dst, const float *src, size_t count);         // dst = round(src)
 void device_add_rounded(bf16 *dst, const float *src, size_t count);   // dst = round(dst + src)
+
+// --offload-optimizer's copies between a device buffer and a host one, on their
+// own: each begins once the device work queued so far is done and runs beside the
+// work queued after it (CUDA: a copy stream of its own; the CPU build copies at
+// once, the dry device not at all). A mark stands for every copy started before
+// it: waiting for it holds the host until they are done. The buffers a copy
+// reads or writes stay untouched until a wait has covered it.
+void device_copy_start(void *dst, const void *src, size_t count, DType dtype);
+long device_copies_mark(void);
+void device_copies_wait(long mark);
 
 // Host memory for staging device buffers through MPI (pinned in the CUDA build).
 void *device_host_alloc(size_t bytes);

@@ -17,6 +17,13 @@
 
 static cublasHandle_t cublas_handle;  // created by device_init, one per process
 static int cuda_device = -1;
+// --offload-optimizer's copies (device_copy_start): their stream, the event that
+// orders each after the compute stream's work, and the marks, reused in a ring
+// (a mark is waited for long before COPY_MARKS more are made: at most two wait).
+enum { COPY_MARKS = 64 };
+static cudaStream_t copy_stream;
+static cudaEvent_t compute_done, copy_marks[COPY_MARKS];
+static long copy_marks_made;
 
 extern "C" const char *device_name(void) { return "cuda"; }
 
@@ -40,6 +47,10 @@ extern "C" void device_init(int local_rank) {
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
     uint64_t keep_all = UINT64_MAX;
     CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    // not ordered with the legacy default stream implicitly: only through compute_done
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
+    for (int i = 0; i < COPY_MARKS; i++) CUDA_CHECK(cudaEventCreateWithFlags(&copy_marks[i], cudaEventDisableTiming));
 }
 
 cublasHandle_t device_cublas(void) {
@@ -201,8 +212,8 @@ extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
     CUDA_CHECK_LAUNCH();
 }
 
-// The copies into the span (cudaMemcpy) have returned, so they are done: the
-// CPU's AdamW, the same arithmetic as adamw_kernel's, bit for bit.
+// The copies into the span have been waited for (device_copies_wait): the CPU's
+// AdamW, the same arithmetic as adamw_kernel's, bit for bit.
 extern "C" void device_host_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
 
 // Each product and the sum rounded on its own, as the CPU's C (no fused
@@ -316,6 +327,25 @@ extern "C" void device_to_host_as(void *host, const void *src, size_t count, DTy
 
 extern "C" void device_from_host_as(void *dst, const void *host, size_t count, DType dtype) {
     CUDA_CHECK(cudaMemcpy(dst, host, count * dtype_size(dtype), cudaMemcpyDefault));
+}
+
+// On the copy stream, after the compute stream's work queued so far (the host
+// buffer is pinned: the copy is truly asynchronous).
+extern "C" void device_copy_start(void *dst, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaEventRecord(compute_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream, compute_done, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDefault, copy_stream));
+}
+
+extern "C" long device_copies_mark(void) {
+    CUDA_CHECK(cudaEventRecord(copy_marks[copy_marks_made % COPY_MARKS], copy_stream));
+    return copy_marks_made++;
+}
+
+extern "C" void device_copies_wait(long mark) {
+    CHECK(mark >= 0 && mark < copy_marks_made && mark >= copy_marks_made - COPY_MARKS,
+          "device_copies_wait: mark %ld is not one of the last %d made (%ld so far)", mark, COPY_MARKS, copy_marks_made);
+    CUDA_CHECK(cudaEventSynchronize(copy_marks[mark % COPY_MARKS]));
 }
 
 extern "C" void device_to_host_widened(float *host, const void *src, size_t count, DType dtype) {

@@ -17,10 +17,15 @@ void backward_pass(GPT2 *model, Strategy *s, Trace *trace, int last_micro_batch)
 // finish_grads(), then the account's phase is the optimizer's until the next pass.
 // Each pass sets the phase of model->mem (mem_set_phase) as it goes, for the timeline.
 void finish_pass(GPT2 *model, Strategy *s, Trace *trace);
+// Before the last micro-batch's backward: with --offload-optimizer and no clip
+// the step's AdamW settings are known already, so each offloaded update begins
+// as soon as its gradient share is final (resident.h), beside the backward still
+// to run; a clip needs the whole gradient's norm first, and they wait for the step.
+void offload_early_begin(GPT2 *model, float clip, const AdamWConfig *config);
 // With clip > 0 (--grad-clip), the global norm of the averaged gradient (each
 // rank's share squared, one all-reduce of a double) and the gradients scaled
-// down to clip where the norm is above it; then the strategy's AdamW step.
-// Returns the norm before clipping (NAN without clip).
+// down to clip where the norm is above it; then the strategy's AdamW step (and
+// offload_early_begin's settings are forgotten). Returns the norm before clipping (NAN without clip).
 double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config);
 
 #endif

@@ -41,7 +41,10 @@ void replicas_start_reduce(Replicas *r, int unit) {
     if (count > 0) r->reduces[unit] = comm_all_reduce_start(r->comm, bucket, count, r->model->grad_dtype, COMM_AVG);
 }
 
-void replicas_finish_reduce(Replicas *r, int unit) { comm_wait(r->comm, &r->reduces[unit]); }
+void replicas_finish_reduce(Replicas *r, int unit) {
+    comm_wait(r->comm, &r->reduces[unit]);
+    resident_unit_reduced(&r->resident, unit);
+}
 
 void replicas_step(Replicas *r, AdamWConfig config) {
     resident_step(&r->resident, r->model->layout.num_tensors, config);

@@ -32,7 +32,7 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
     r->param_dtype = model->param_dtype;
     r->grad_dtype = model->grad_dtype;
     r->offload = model->offload_optimizer;
-    r->clock = &model->clock;
+    r->model = model;
     r->params_numel = params, r->grads_numel = grads, r->state_numel = state;
     r->params = device_alloc_as(mem, MEM_PARAMS, params, r->param_dtype);
     r->grads = device_alloc_as(mem, MEM_GRADS, grads, r->grad_dtype);
@@ -47,6 +47,9 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
         if (r->param_dtype == DTYPE_BF16) r->host_working = device_alloc_as(mem, MEM_HOST_STAGING, state, DTYPE_BF16);
         r->device_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
         r->device_params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
+        r->phase = xcalloc((size_t)model->layout.num_tensors, sizeof(SpanPhase));  // all SPAN_ON_DEVICE
+        r->down_at = xcalloc((size_t)model->layout.num_tensors, sizeof(double));
+        r->reduced_unit = -1;
     }
     r->ema_decay = model->ema_decay;
     r->ema = r->ema_decay > 0 ? device_alloc(mem, MEM_EMA, state) : NULL;
@@ -203,33 +206,91 @@ void resident_swap_ema(Resident *r) {
     if (r->master) device_round(dtype_at(r->params, r->range ? r->lo : 0, DTYPE_BF16), r->master, r->state_numel);
 }
 
-// Offloaded AdamW of span t: its gradients down, the update on the CPU, its
-// parameters (the working copy of a bf16 run, else the master) back up.
-static void offloaded_adamw(Resident *r, int t, AdamWConfig config) {
+// Offloaded span t's gradients start down to the host.
+static void start_down(Resident *r, int t) {
     AdamWSpan *span = &r->spans[t];
     void *grads = span->grads_bf16 ? (void *)span->grads_bf16 : span->grads;
-    device_to_host_as(grads, r->device_grads[t], span->count, r->grad_dtype);
+    device_copy_start(grads, r->device_grads[t], span->count, r->grad_dtype);
+    r->phase[t] = SPAN_GOING_DOWN;
+    if (r->model->clock) sim_offload_down(r->model->clock, (double)(span->count * dtype_size(r->grad_dtype)));
+}
+
+// Span t's gradients are down (a wait covered them): AdamW on the CPU, and its
+// parameters (the working copy of a bf16 run, else the master) start back up.
+static void update_on_host(Resident *r, int t, AdamWConfig config) {
+    AdamWSpan *span = &r->spans[t];
     device_host_adamw(span, config);
     void *params = span->working ? (void *)span->working : span->params;
-    device_from_host_as(r->device_params[t], params, span->count, r->param_dtype);
+    device_copy_start(r->device_params[t], params, span->count, r->param_dtype);
+    r->phase[t] = SPAN_UPDATED;
     // AdamW reads and writes the master, m and v, reads the gradients, writes the rounded params
-    size_t grad_bytes = dtype_size(r->grad_dtype), param_bytes = dtype_size(r->param_dtype);
-    size_t adam_bytes = 24 + grad_bytes + (span->working ? 2 : 0);
-    if (*r->clock) sim_offload(*r->clock, (double)(span->count * grad_bytes), (double)(span->count * param_bytes),
-                               (double)(span->count * adam_bytes));
+    double adam_bytes = 24 + dtype_size(r->grad_dtype) + (span->working ? 2 : 0);
+    if (r->model->clock) sim_offload_update(r->model->clock, r->down_at[t], span->count * adam_bytes,
+                                            (double)(span->count * dtype_size(r->param_dtype)));
+}
+
+// The unit whose gradients went down last: its copies waited for, its spans are updated.
+static void update_reduced_unit(Resident *r, AdamWConfig config) {
+    if (r->reduced_unit < 0) return;
+    device_copies_wait(r->reduced_mark);
+    const GPT2Layout *layout = &r->model->layout;
+    for (int t = 0; t < layout->num_tensors; t++)
+        if (layout->tensors[t].home_unit == r->reduced_unit && r->phase[t] == SPAN_GOING_DOWN) update_on_host(r, t, config);
+    r->reduced_unit = -1;
+}
+
+// The unit's spans still on the device start down, behind the device's work so
+// far; then the unit that went down before them, whose copies had that work to
+// travel behind, is updated. One unit's copies are waited for as one (mark).
+static void offload_unit(Resident *r, int unit, AdamWConfig config) {
+    const GPT2Layout *layout = &r->model->layout;
+    int started = 0;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        if (layout->tensors[t].home_unit != unit || r->spans[t].count == 0 || r->phase[t] != SPAN_ON_DEVICE) continue;
+        start_down(r, t);
+        started = 1;
+    }
+    if (!started) return;
+    for (int t = 0; t < layout->num_tensors && r->model->clock; t++)
+        if (layout->tensors[t].home_unit == unit && r->phase[t] == SPAN_GOING_DOWN) r->down_at[t] = r->model->clock->host_link_free;
+    long mark = device_copies_mark();
+    update_reduced_unit(r, config);
+    r->reduced_unit = unit;
+    r->reduced_mark = mark;
+}
+
+void resident_unit_reduced(Resident *r, int unit) {
+    if (r->offload && r->model->offload_update) offload_unit(r, unit, *r->model->offload_update);
+}
+
+// The offloaded step: whatever is still on the device (all of it when a clip
+// had to see the whole gradient first) goes down unit by unit as the backward
+// made them, each updated behind the next one's copies; every parameter is back
+// before the next forward reads it.
+static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
+    CHECK(!r->model->offload_update || memcmp(r->model->offload_update, &config, sizeof config) == 0,
+          "resident_step: the step's AdamW settings are not those its offloaded updates began with");
+    for (int u = r->model->layout.num_units - 1; u >= 0; u--) offload_unit(r, u, config);
+    update_reduced_unit(r, config);
+    for (int t = 0; t < num_tensors; t++) {
+        if (r->spans[t].count == 0) r->spans[t].step++;
+        r->phase[t] = SPAN_ON_DEVICE;
+    }
+    device_copies_wait(device_copies_mark());
+    if (r->model->clock) sim_offload_wait(r->model->clock);
 }
 
 void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
-    for (int t = 0; t < num_tensors; t++) {
+    for (int t = 0; t < num_tensors && !r->offload; t++) {
         const AdamWSpan *span = &r->spans[t];
         if (span->count == 0) {
             r->spans[t].step++;
             continue;
         }
-        if (r->offload) offloaded_adamw(r, t, config);
-        else device_adamw(&r->spans[t], config);
+        device_adamw(&r->spans[t], config);
         if (r->ema) device_ema_update(r->ema + (span->m - r->m), span->params, span->count, r->ema_decay);
     }
+    if (r->offload) offloaded_step(r, num_tensors, config);
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
 }
 
@@ -274,5 +335,7 @@ void resident_free(Resident *r, MemAccount *mem) {
     free(r->spans);
     free(r->device_grads);
     free(r->device_params);
+    free(r->phase);
+    free(r->down_at);
     memset(r, 0, sizeof *r);
 }

@@ -24,6 +24,18 @@
 //   fp32        4      4                               4    4  4   grads 4
 //   bf16        2      2                               4    4  4   grads 2 + params 2
 //
+// When the step's AdamW settings are known before its last backward (no
+// --grad-clip: model->offload_update), the update does not wait for the step.
+// Each strategy calls resident_unit_reduced when a unit's gradient share is final
+// (after its reduce): the unit's gradients start down at once, beside the
+// backward of the units below, and the unit reduced before it (whose copies had
+// this unit's backward to travel) is updated on the CPU and starts back up. The
+// step updates the rest and waits for every parameter to be back:
+//
+//   device:  backward u3 | backward u2 | backward u1 | backward u0 | step: wait
+//   link:         u3 down  |  u2 down, u3 up  |  u1 down, u2 up | ... u0 up
+//   CPU:                   |  AdamW u3        |  AdamW u2       | ... AdamW u0
+//
 // With --ema (model->ema_decay > 0) the part also has the exponential moving
 // average of its fp32 values (the master in a bf16 run), 4 more bytes per element
 // (category `ema`), started from the values it is loaded with and moved toward
@@ -33,6 +45,13 @@
 
 #include "partition.h"
 #include "strategy.h"
+
+// Where an offloaded span's update is, within a step.
+typedef enum {
+    SPAN_ON_DEVICE = 0,  // its gradients are still being made (or reduced) on the device
+    SPAN_GOING_DOWN,     // they are on their way to the host
+    SPAN_UPDATED,        // AdamW has run on the host; its parameters are on their way up
+} SpanPhase;
 
 typedef struct {
     FlatLayout flat;
@@ -49,7 +68,11 @@ typedef struct {
     bf16 *host_working;  // offload in a bf16 run: (state_numel) the updated params, rounded, on their way up
     void **device_grads, **device_params;  // offload: (num_tensors) where span t's gradients and params are
     int rows_tensor;   // offload: the tensor whose rows resident_rows gave a checkpoint, or -1
-    struct SimClock *const *clock;  // the model's clock: build/plan --time charges the offloaded step to it
+    SpanPhase *phase;  // offload: (num_tensors) where span t's update is this step
+    double *down_at;   // offload: (num_tensors) build/plan --time: when span t's gradients are down
+    int reduced_unit;  // offload: the unit whose gradients went down last, not yet updated (-1: none)
+    long reduced_mark; // the copies' mark behind them
+    const GPT2 *model; // its layout's home units; offload_update; the clock build/plan --time charges
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
     int range, whole_grads;
@@ -96,6 +119,10 @@ void *resident_unit_grads(const Resident *r, int unit, size_t *count);
 // Elements of this rank's parts of the unit's tensors; with `only` given, of
 // those whose state is TENSOR_SHARDED (neither here nor on their way).
 size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only);
+// The gradient share of every tensor homed in `unit` (its last backward) is
+// final: offloaded, with the step's settings known, its update begins (above).
+// Otherwise nothing; a second call for a unit does nothing more.
+void resident_unit_reduced(Resident *r, int unit);
 // AdamW on every part this rank keeps (and the EMA's move toward the result),
 // then zeroes the gradients for the next step. Every tensor's step count
 // advances, kept or not, so any rank can report it.

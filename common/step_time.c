@@ -54,11 +54,24 @@ void sim_wait(SimClock *clock, double done) {
     clock->spent.step = clock->now;
 }
 
-void sim_offload(SimClock *clock, double bytes_down, double bytes_up, double adam_bytes) {
-    const Machine *m = clock->machine;
-    double seconds = 2 * m->host.alpha + (bytes_down + bytes_up) / m->host.beta + adam_bytes / clock->host_memory;
-    clock->now += seconds;
-    clock->spent.offload += seconds;
+static double later(double a, double b) { return a > b ? a : b; }
+
+void sim_offload_down(SimClock *clock, double bytes) {
+    Link host = clock->machine->host;
+    clock->host_link_free = later(clock->now, clock->host_link_free) + host.alpha + bytes / host.beta;
+}
+
+void sim_offload_update(SimClock *clock, double down, double adam_bytes, double bytes_up) {
+    Link host = clock->machine->host;
+    clock->host_cpu_free = later(down, clock->host_cpu_free) + adam_bytes / clock->host_memory;
+    clock->host_link_free = later(clock->host_cpu_free, clock->host_link_free) + host.alpha + bytes_up / host.beta;
+}
+
+void sim_offload_wait(SimClock *clock) {
+    double done = later(clock->host_link_free, clock->host_cpu_free);
+    if (done <= clock->now) return;
+    clock->spent.offload += done - clock->now;
+    clock->now = done;
     clock->spent.step = clock->now;
 }
 

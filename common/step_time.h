@@ -23,14 +23,23 @@
 // collective's end if it is not there yet: that time is the exposed
 // communication. Whatever schedule the strategy's code follows (prefetch,
 // accumulation, hybrid groups, a student's change) the clock follows it. The
-// device's optimizer step and the host's own overheads cost nothing here; with
-// --offload-optimizer (common/resident.h) each tensor's copies over the host
-// link and the CPU's AdamW hold compute up for
+// device's optimizer step and the host's own overheads cost nothing here.
 //
-//   2 alpha_h + (bytes down + bytes up) / beta_h + AdamW's bytes / host memory's rate
+// With --offload-optimizer (common/resident.h) two more timelines run beside
+// compute: the host link (one copy at a time) and the host's CPU (one AdamW at
+// a time). Each tensor's update is three pieces, each queued behind the last
+// on its timeline:
 //
-// where every GPU has a host link of its own, and a machine's ranks, updating
-// at the same time, share its memory's rate.
+//   down  (link)  alpha_h + gradient bytes / beta_h   from when it is issued
+//   AdamW (CPU)   AdamW's bytes / host memory's rate  once its gradients are down
+//   up    (link)  alpha_h + parameter bytes / beta_h  once its AdamW is done
+//
+// and compute waits for the last of them at the end of the step (the next
+// forward reads the parameters): that wait is the offload's cost. Issued as
+// units' gradients become final, the pieces hide behind the backward still to
+// run; issued at the step (a --grad-clip run), nothing hides them. Every GPU has
+// a host link of its own; a machine's ranks, updating at the same time, share
+// its memory's rate.
 #ifndef SHARDLAB_STEP_TIME_H
 #define SHARDLAB_STEP_TIME_H
 
@@ -59,7 +68,7 @@ typedef struct {
     double compute;  // seconds of compute
     double comm;     // seconds the link is busy
     double exposed;  // seconds compute waits for the link
-    double offload;  // seconds of the offloaded optimizer: host-link copies and the CPU's AdamW
+    double offload;  // seconds compute waits for the offloaded optimizer (host-link copies, the CPU's AdamW)
     double step;     // compute + exposed + offload
 } StepTime;
 
@@ -70,6 +79,7 @@ typedef struct SimClock {
     double host_memory;  // this rank's share of its machine's host memory rate (offloaded AdamW)
     double now;          // compute's clock, seconds
     double link_free;    // the link is busy until then
+    double host_link_free, host_cpu_free;  // --offload-optimizer: the host link, the CPU busy until then
     StepTime spent;      // since the clock started (step: now)
 } SimClock;
 
@@ -84,9 +94,14 @@ void sim_compute(SimClock *clock, double flops);
 double sim_collective(SimClock *clock, CommOp op, double bytes, int ranks, int spans_machines);
 // Compute waits until `done`, if it is not there yet.
 void sim_wait(SimClock *clock, double done);
-// One tensor's offloaded update: its gradients down and parameters up over the
-// host link, then AdamW moving `adam_bytes` in host memory.
-void sim_offload(SimClock *clock, double bytes_down, double bytes_up, double adam_bytes);
+// One tensor's offloaded update (above): its `bytes` of gradients start down the
+// host link (host_link_free: when they are down).
+void sim_offload_down(SimClock *clock, double bytes);
+// Its AdamW, moving `adam_bytes` of host memory, once they are down (`down`);
+// then its `bytes_up` of parameters up the link.
+void sim_offload_update(SimClock *clock, double down, double adam_bytes, double bytes_up);
+// Compute waits until every offloaded update is back.
+void sim_offload_wait(SimClock *clock);
 // Forward FLOPs of the model's unit `unit` for its B x T tokens (backward: twice
 // these), as in gpt2_flops_per_step: 2 per multiply-add of the matrix products
 // and attention.

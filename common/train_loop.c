@@ -473,10 +473,13 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     double t0 = timer_now();
     loader_next_batch(&run->train);
     double loss_sum = 0;
+    AdamWConfig config = adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay);
     for (int micro = 0; micro < run->opts.grad_accum; micro++) {
+        int last = micro == run->opts.grad_accum - 1;
         set_micro_batch(run, &run->train, micro, step);
         forward_pass(&run->model, s, &run->trace);
-        backward_pass(&run->model, s, &run->trace, micro == run->opts.grad_accum - 1);
+        if (last) offload_early_begin(&run->model, run->opts.grad_clip, &config);
+        backward_pass(&run->model, s, &run->trace, last);
         loss_sum += run->model.mean_loss;
     }
     finish_pass(&run->model, s, &run->trace);
@@ -484,8 +487,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
     if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
-    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip,
-                           adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay));
+    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, config);
     trace_end(&run->trace, tr, "optim", "optimizer");
     mem_set_phase(&run->mem, PHASE_SETUP, -1);
     if (keep_timeline) {

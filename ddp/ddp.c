@@ -40,8 +40,11 @@ static void start_reduce(State *s, int unit) {
     if (count > 0) s->reduces[unit] = comm_all_reduce_start(s->comm, bucket, count, s->model->grad_dtype, COMM_AVG);
 }
 
-// Waits for the unit's bucket, if it is in flight.
-static void finish_reduce(State *s, int unit) { comm_wait(s->comm, &s->reduces[unit]); }
+// Waits for the unit's bucket, if it is in flight: its average is final.
+static void finish_reduce(State *s, int unit) {
+    comm_wait(s->comm, &s->reduces[unit]);
+    resident_unit_reduced(&s->resident, unit);
+}
 
 // Parameters are always resident: nothing to fetch or release.
 static void before_forward(void *state, int unit) { (void)state; (void)unit; }

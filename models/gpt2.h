@@ -25,6 +25,7 @@
 
 #include "../common/dtype.h"
 #include "../common/memory.h"
+#include "../common/optim.h"
 #include "dropout.h"
 
 #ifdef __cplusplus
@@ -192,6 +193,8 @@ typedef struct {
                                // them (common/resident.h), updated after each step; 0: none
     int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
                                // master, in host memory and updates it on the CPU (common/resident.h)
+    const AdamWConfig *offload_update;  // NULL, or the step's AdamW settings, known from its last micro-batch's
+                               // backward on (offload_early_begin): offloaded updates begin as shares are final
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped

@@ -95,7 +95,7 @@ typedef enum { STEP_DDP, STEP_ZERO1, STEP_ZERO2, STEP_ZERO3, STEP_FSDP, STEP_NUM
 // One step of the tiny model (2 rows of 16 tokens per rank) by `strategy`'s own
 // code on rank 0 of `ranks`, on `machine`'s clock.
 static StepTime step_time_of(StepStrategy strategy, int ranks, int prefetch, int shard_group, int offload,
-                             const Machine *machine) {
+                             float clip, const Machine *machine) {
     DdpOptions ddp = {.zero_stage = strategy == STEP_ZERO1 ? 1 : strategy == STEP_ZERO2 ? 2 : 0};
     Zero3Options zero3 = {.prefetch = prefetch};
     FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = prefetch, .shard_group = shard_group};
@@ -104,7 +104,7 @@ static StepTime step_time_of(StepStrategy strategy, int ranks, int prefetch, int
     const void *options[STEP_NUM_STRATEGIES] = {&ddp, &ddp, &ddp, &zero3, &fsdp};
     DrySetup setup = {.init = init[strategy], .options = options[strategy], .config = TINY, .rows = 2, .seq = 16,
                       .micro_batches = 1, .params = DTYPE_FP32, .grads = DTYPE_FP32, .world = ranks,
-                      .machine = machine, .steps = 1, .offload_optimizer = offload};
+                      .machine = machine, .steps = 1, .offload_optimizer = offload, .grad_clip = clip};
     DryResult result;
     dry_run(&setup, &result);
     mem_timeline_free(&result.timeline);
@@ -112,7 +112,7 @@ static StepTime step_time_of(StepStrategy strategy, int ranks, int prefetch, int
 }
 
 static StepTime step_time(StepStrategy strategy, int ranks, int prefetch, int shard_group, const Machine *machine) {
-    return step_time_of(strategy, ranks, prefetch, shard_group, 0, machine);
+    return step_time_of(strategy, ranks, prefetch, shard_group, 0, 0, machine);
 }
 
 // Forward FLOPs of each unit for the tiny model, as the model counts them: a
@@ -205,32 +205,57 @@ START_TEST(test_machines_and_groups) {
 }
 END_TEST
 
-// --offload-optimizer: each tensor's gradients down and parameters up (4 + 4
-// bytes per element in fp32) over the host link, 2 latencies, and AdamW's 28
-// bytes per element at the host's rate, on compute's timeline; none without it.
+// --offload-optimizer, with a host link and no CPU time (link), a CPU and an
+// instant link (cpu). At the step (a --grad-clip run) nothing hides the pieces:
+// the link carries every tensor's gradients down and parameters up (4 + 4 bytes
+// per element in fp32, 2 latencies each), the CPU's AdamW moves 28 bytes per
+// element; none without the flag.
 START_TEST(test_offload_by_hand) {
-    Machine m = {.flops_per_s = 1e9, .ranks_per_node = 8, .within = LINK, .across = LINK, .host = {3e-6, 2e9},
-                 .host_memory = 5e9};
+    Machine link = {.flops_per_s = 1e9, .ranks_per_node = 8, .within = LINK, .across = LINK, .host = {3e-6, 2e9},
+                    .host_memory = 1e300};
+    Machine cpu = link;
+    cpu.host = (Link){0, 1e300};
+    cpu.host_memory = 5e9;
     GPT2Layout layout;
     gpt2_layout_init(&layout, TINY);
     double P = (double)layout.num_params, tensors = layout.num_tensors;
     gpt2_layout_free(&layout);
-    StepTime plain = step_time(STEP_DDP, 1, 0, 0, &m), off = step_time_of(STEP_DDP, 1, 0, 0, 1, &m);
-    double want = 2 * tensors * 3e-6 + 8 * P / 2e9 + 28 * P / 5e9;
+    double link_s = 2 * tensors * 3e-6 + 8 * P / 2e9, cpu_s = 28 * P / 5e9;
+    StepTime plain = step_time(STEP_DDP, 1, 0, 0, &link), off = step_time_of(STEP_DDP, 1, 0, 0, 1, 1, &link);
     ck_assert_double_eq(plain.offload, 0);
-    ck_assert_double_eq_tol(off.offload, want, 1e-15);
-    ck_assert_double_eq_tol(off.step, plain.step + want, 1e-15);
+    ck_assert_double_eq_tol(off.offload, link_s, 1e-15);
+    ck_assert_double_eq_tol(off.step, plain.step + link_s, 1e-15);
     ck_assert_double_eq_tol(off.compute, plain.compute, 1e-15);
+    ck_assert_double_eq_tol(step_time_of(STEP_DDP, 1, 0, 0, 1, 1, &cpu).offload, cpu_s, 1e-15);
     // 4 ranks on a machine share its memory's rate: their AdamW takes 4 times as long
-    Machine shared = m;
+    Machine shared = cpu;
     shared.ranks_per_node = 4;
-    StepTime four = step_time_of(STEP_DDP, 4, 0, 0, 1, &shared);
-    ck_assert_double_eq_tol(four.offload, 2 * tensors * 3e-6 + 8 * P / 2e9 + 4 * 28 * P / 5e9, 1e-15);
+    ck_assert_double_eq_tol(step_time_of(STEP_DDP, 4, 0, 0, 1, 1, &shared).offload, 4 * cpu_s, 1e-15);
     // sharded, each rank updates a part: less than the whole, more than nothing
     for (int k = STEP_ZERO1; k < STEP_NUM_STRATEGIES; k++) {
-        StepTime shard = step_time_of((StepStrategy)k, 4, 0, 0, 1, &m);
-        ck_assert(shard.offload > 0 && shard.offload < want);
+        StepTime shard = step_time_of((StepStrategy)k, 4, 0, 0, 1, 1, &link);
+        ck_assert(shard.offload > 0 && shard.offload < link_s);
     }
+}
+END_TEST
+
+// Without a clip the updates begin as units' shares are final. FSDP, one rank,
+// --prefetch 0: the head's (lnfw, lnfb: 2C elements) is final after its
+// backward and its AdamW runs during the block's; the block's and unit 0's are
+// final when the backward ends, and wait. DDP waits for every bucket at the end
+// of the backward: nothing hides, as with a clip.
+START_TEST(test_offload_overlaps_backward) {
+    Machine cpu = {.flops_per_s = 1e9, .ranks_per_node = 8, .within = LINK, .across = LINK, .host = {0, 1e300},
+                   .host_memory = 5e9};
+    GPT2Layout layout;
+    gpt2_layout_init(&layout, TINY);
+    double P = (double)layout.num_params, head = 2 * 32;
+    gpt2_layout_free(&layout);
+    ck_assert(28 * head / 5e9 < 2 * tiny_forward_flops(1, 32) / 1e9);  // the head's AdamW fits in the block's backward
+    StepTime early = step_time_of(STEP_FSDP, 1, 0, 0, 1, 0, &cpu), late = step_time_of(STEP_FSDP, 1, 0, 0, 1, 1, &cpu);
+    ck_assert_double_eq_tol(late.offload, 28 * P / 5e9, 1e-15);
+    ck_assert_double_eq_tol(early.offload, 28 * (P - head) / 5e9, 1e-15);
+    ck_assert_double_eq_tol(step_time_of(STEP_DDP, 1, 0, 0, 1, 0, &cpu).offload, 28 * P / 5e9, 1e-15);
 }
 END_TEST
 
@@ -245,6 +270,7 @@ int main(void) {
     tcase_add_test(tc, test_invariants_of_every_strategy);
     tcase_add_test(tc, test_machines_and_groups);
     tcase_add_test(tc, test_offload_by_hand);
+    tcase_add_test(tc, test_offload_overlaps_backward);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

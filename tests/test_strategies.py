@@ -1021,6 +1021,16 @@ def check_offload(tmp, common):
             pair(f"{strategy} N=3 bf16 --reduce-dtype {reduce}", strategy, 3,
                  ["--precision", "bf16", "--reduce-dtype", reduce])
     pair("fsdp N=4 --shard-group 2", "fsdp", 4, ["--shard-group", "2"])
+    # the updates that begin as units' shares are final, in the backward: behind a prefetch, in the last of
+    # several micro-batches (reduced each one, or once), beside whole small tensors; and a clip's, at the step
+    for tag, strategy, n, flags in (("fsdp N=3 --prefetch 1 --grad-accum 2", "fsdp", 3, ["--prefetch", "1", "--grad-accum", "2"]),
+                                    ("zero2 N=2 --grad-accum 3", "zero2", 2, ["--grad-accum", "3"]),
+                                    ("zero3 N=3 --prefetch 1 no-sync", "zero3", 3,
+                                     ["--prefetch", "1", "--grad-accum", "2", "--accum-mode", "no-sync"]),
+                                    ("fsdp N=2 --shard-min-numel 100", "fsdp", 2, ["--shard-min-numel", "100", "--prefetch", "1"]),
+                                    ("zero3 N=2 --grad-clip 0.5", "zero3", 2, ["--prefetch", "1", "--grad-clip", "0.5"]),
+                                    ("zero1 N=3 --grad-clip 0.5", "zero1", 3, ["--grad-clip", "0.5"])):
+        pair(tag, strategy, n, flags)
     r = subprocess.run([f"{BUILD}/train_single", *common, "--offload-optimizer", "--ema", "0.9"], capture_output=True,
                        text=True)
     check(r.returncode != 0 and "--offload-optimizer with --ema" in r.stderr,
