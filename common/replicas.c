@@ -43,7 +43,7 @@ void replicas_start_reduce(Replicas *r, int unit) {
 
 void replicas_finish_reduce(Replicas *r, int unit) {
     comm_wait(r->comm, &r->reduces[unit]);
-    resident_unit_reduced(&r->resident, unit);
+    resident_unit_final(&r->resident, unit);
 }
 
 void replicas_step(Replicas *r, AdamWConfig config) {

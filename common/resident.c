@@ -259,7 +259,7 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
     r->reduced_mark = mark;
 }
 
-void resident_unit_reduced(Resident *r, int unit) {
+void resident_unit_final(Resident *r, int unit) {
     if (r->offload && r->model->offload_update) offload_unit(r, unit, *r->model->offload_update);
 }
 

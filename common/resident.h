@@ -26,15 +26,16 @@
 //
 // When the step's AdamW settings are known before its last backward (no
 // --grad-clip: model->offload_update), the update does not wait for the step.
-// Each strategy calls resident_unit_reduced when a unit's gradient share is final
-// (after its reduce): the unit's gradients start down at once, beside the
-// backward of the units below, and the unit reduced before it (whose copies had
-// this unit's backward to travel) is updated on the CPU and starts back up. The
-// step updates the rest and waits for every parameter to be back:
+// Each strategy calls resident_unit_final when a unit's gradient share is final
+// (its finish_reduce; train_single: its backward): the unit's gradients start
+// down at once, beside the backward of the units below, and the unit that went
+// down before it (whose copies had that time to travel) is updated on the CPU
+// and starts back up. The step does the same for what is left (everything, with
+// a clip) and waits for every parameter to be back:
 //
-//   device:  backward u3 | backward u2 | backward u1 | backward u0 | step: wait
-//   link:         u3 down  |  u2 down, u3 up  |  u1 down, u2 up | ... u0 up
-//   CPU:                   |  AdamW u3        |  AdamW u2       | ... AdamW u0
+//   device:  backward u3   backward u2       backward u1       backward u0    step: wait
+//   link:             u3 down       u2 down, u3 up    u1 down, u2 up   u0 down, u1 up ... u0 up
+//   CPU:                           AdamW u3          AdamW u2          AdamW u1 ... AdamW u0
 //
 // With --ema (model->ema_decay > 0) the part also has the exponential moving
 // average of its fp32 values (the master in a bf16 run), 4 more bytes per element
@@ -122,7 +123,7 @@ size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit
 // The gradient share of every tensor homed in `unit` (its last backward) is
 // final: offloaded, with the step's settings known, its update begins (above).
 // Otherwise nothing; a second call for a unit does nothing more.
-void resident_unit_reduced(Resident *r, int unit);
+void resident_unit_final(Resident *r, int unit);
 // AdamW on every part this rank keeps (and the EMA's move toward the result),
 // then zeroes the gradients for the next step. Every tensor's step count
 // advances, kept or not, so any rank can report it.

@@ -16,8 +16,11 @@ typedef struct {
 static void before_forward(void *state, int unit) { (void)state; (void)unit; }
 static void after_forward(void *state, int unit) { (void)state; (void)unit; }
 static void before_backward(void *state, int unit) { (void)state; (void)unit; }
+// The unit's gradients are final once its last backward is done (wte's after
+// unit 0): an offloaded optimizer may begin its update.
 static void after_backward(void *state, int unit, int last_micro_batch) {
-    (void)state; (void)unit; (void)last_micro_batch;
+    State *s = state;
+    if (last_micro_batch) resident_unit_final(&s->resident, unit);
 }
 static void finish_grads(void *state) { (void)state; }
 

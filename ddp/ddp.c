@@ -43,7 +43,7 @@ static void start_reduce(State *s, int unit) {
 // Waits for the unit's bucket, if it is in flight: its average is final.
 static void finish_reduce(State *s, int unit) {
     comm_wait(s->comm, &s->reduces[unit]);
-    resident_unit_reduced(&s->resident, unit);
+    resident_unit_final(&s->resident, unit);
 }
 
 // Parameters are always resident: nothing to fetch or release.

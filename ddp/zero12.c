@@ -93,7 +93,7 @@ static void finish_reduce(State *s, int unit) {
                           end - begin, dtype);
         free_full_grads(s->model, s->mem, t, 1);
     }
-    resident_unit_reduced(&s->resident, unit);
+    resident_unit_final(&s->resident, unit);
 }
 
 // Parameters are always resident: nothing to fetch or release.

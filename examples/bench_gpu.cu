@@ -8,7 +8,8 @@
 //   3. one more step with each op timed (models/gpt2.h's op_times): where the
 //      step's time goes;
 //   4. with --offload-optimizer, the step with the optimizer in pinned host
-//      memory (common/resident.h), and the host link's latency and bandwidth
+//      memory (common/resident.h), each unit's update begun after its backward
+//      as train_single's is, and the host link's latency and bandwidth
 //      fitted to pinned copies both ways, for build/plan --time --host-link.
 //   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10] [--precision fp32|bf16]
 //                        [--fused-attention] [--offload-optimizer] [--peak-tflops X]
@@ -23,6 +24,7 @@
 #include "../common/device.h"
 #include "../common/device_cuda.h"
 extern "C" {  // C headers without a C++ guard
+#include "../common/passes.h"
 #include "../common/resident.h"
 #include "../common/step_time.h"
 }
@@ -185,9 +187,14 @@ int main(int argc, char **argv) {
         model.op_times = profiled ? &ops : NULL;
         CUDA_CHECK(cudaEventRecord(start, 0));
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
-        for (int u = layout->num_units - 1; u >= 0; u--) gpt2_backward_unit(&model, u);
+        offload_early_begin(&model, 0, &adamw);  // offloaded, each unit's update begins after its backward
+        for (int u = layout->num_units - 1; u >= 0; u--) {
+            gpt2_backward_unit(&model, u);
+            resident_unit_final(&resident, u);  // as train_single's (common/single.c)
+        }
         CUDA_CHECK(cudaEventRecord(adamw_start, 0));
-        resident_step(&resident, layout->num_tensors, adamw);  // AdamW, then the gradients zeroed
+        resident_step(&resident, layout->num_tensors, adamw);  // AdamW (what is left of it), the gradients zeroed
+        model.offload_update = NULL;
         CUDA_CHECK(cudaEventRecord(stop, 0));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float ms, adamw_ms;

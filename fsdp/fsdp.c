@@ -151,7 +151,7 @@ static void finish_reduce(State *s, int unit) {
         free_full_grads(s->model, s->mem, t, s->comm->world);
     }
     inflight_close(r, s->mem);
-    resident_unit_reduced(&s->resident, unit);
+    resident_unit_final(&s->resident, unit);
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }

@@ -1023,7 +1023,8 @@ def check_offload(tmp, common):
     pair("fsdp N=4 --shard-group 2", "fsdp", 4, ["--shard-group", "2"])
     # the updates that begin as units' shares are final, in the backward: behind a prefetch, in the last of
     # several micro-batches (reduced each one, or once), beside whole small tensors; and a clip's, at the step
-    for tag, strategy, n, flags in (("fsdp N=3 --prefetch 1 --grad-accum 2", "fsdp", 3, ["--prefetch", "1", "--grad-accum", "2"]),
+    for tag, strategy, n, flags in (("single --grad-accum 2", "single", 1, ["--grad-accum", "2"]),
+                                    ("fsdp N=3 --prefetch 1 --grad-accum 2", "fsdp", 3, ["--prefetch", "1", "--grad-accum", "2"]),
                                     ("zero2 N=2 --grad-accum 3", "zero2", 2, ["--grad-accum", "3"]),
                                     ("zero3 N=3 --prefetch 1 no-sync", "zero3", 3,
                                      ["--prefetch", "1", "--grad-accum", "2", "--accum-mode", "no-sync"]),

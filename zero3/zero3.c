@@ -111,7 +111,7 @@ static void finish_reduce(State *s, int unit) {
         if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
         free_full_grads(s->model, s->mem, t, 1);
     }
-    resident_unit_reduced(&s->resident, unit);
+    resident_unit_final(&s->resident, unit);
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
