@@ -78,7 +78,8 @@ static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size
     if (!ptr) return;
     mem_account_sub(acct, category, bytes);
     if (mem_on_host(category)) {
-        CUDA_CHECK(cudaStreamSynchronize(0));  // no copy queued before may still read it
+        CUDA_CHECK(cudaStreamSynchronize(0));  // no copy queued before may still read it,
+        CUDA_CHECK(cudaStreamSynchronize(copy_stream));  // on either stream
         CUDA_CHECK(cudaFreeHost(ptr));
     } else {
         CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included

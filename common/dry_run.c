@@ -18,7 +18,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     Comm comm;
     comm_init_simulated(&comm, d->rank, d->world, &clock);
     GPT2 model;
-    gpt2_init(&model, d->config, d->rows, d->seq, d->recompute, d->attention, &mem);
+    gpt2_init(&model, d->config, d->rows, d->seq, d->recompute, d->attention, d->classifier, &mem);
     model.grad_accum = d->micro_batches;
     model.param_dtype = d->params;
     model.grad_dtype = d->grads;
@@ -35,16 +35,16 @@ void dry_run(const DrySetup *d, DryResult *result) {
         mem_timeline_free(&result->timeline);  // the last step's is kept, as the trainers keep theirs
         mem_timeline_start(&result->timeline, &mem);
         if (d->machine) model.clock = &clock;
-        AdamWConfig config = adamw_config(0, 0);
+        OffloadEarly early = {.config = adamw_config(0, 0)};
         for (int micro = 0; micro < d->micro_batches; micro++) {
             int last = micro == d->micro_batches - 1;
             gpt2_set_batch(&model, tokens, tokens);
             forward_pass(&model, &strategy, NULL);
-            if (last) offload_early_begin(&model, d->grad_clip, &config);
+            if (last) offload_early_begin(&model, d->grad_clip, &early);
             backward_pass(&model, &strategy, NULL, last);
         }
         finish_pass(&model, &strategy, NULL);
-        optimizer_pass(&model, &strategy, &comm, d->grad_clip, config);
+        optimizer_pass(&model, &strategy, &comm, d->grad_clip, early.config);
         mem_set_phase(&mem, PHASE_SETUP, -1);
         mem_timeline_stop(&result->timeline, &mem);
         model.clock = NULL;

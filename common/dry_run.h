@@ -24,6 +24,7 @@ typedef struct {
     int micro_batches;   // K (--grad-accum)
     int recompute;
     AttentionKeeps attention;  // --fused-attention: LOGSUMEXP, the GPU's fused attention
+    ClassifierKeeps classifier;  // --fused-classifier: FUSED, no probabilities kept
     float grad_clip;      // --grad-clip (0: none): the norm's all-reduce joins the step
     DType params, grads;  // --precision, --reduce-dtype
     float ema;            // --ema DECAY (0: none): the EMA's bytes join the account

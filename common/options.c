@@ -82,6 +82,9 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
          "the parameters the model reads and collectives move; bf16 keeps fp32 master weights (default fp32)"},
         {"--reduce-dtype", "fp32|bf16", CLI_STRING, &o->reduce_dtype, 0, 0,
          "the gradients, as produced, reduced and kept (default: the --precision)"},
+        {"--fused-classifier", NULL, CLI_SWITCH, &o->fused_classifier, 0, 0,
+         "softmax, cross-entropy and its gradient in one pass, written over the logits: no (B, T, Vp) "
+         "probabilities kept (docs/memory.md)"},
         {"--quiet", NULL, CLI_SWITCH, &o->quiet, 0, 0, "no progress lines"},
     };
     // a device without the fused attention (the CPU) has no such flag

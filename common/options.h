@@ -44,6 +44,7 @@ typedef struct {
     float min_lr;             // --min-lr X: the cosine's last rate
     int recompute;            // --recompute: keep block inputs only, recompute in backward
     int fused_attention;      // --fused-attention (GPU builds): one pass over the keys, a log-sum-exp kept per row
+    int fused_classifier;     // --fused-classifier: the loss's gradient written over the logits, no probabilities
     const char *data_order;   // --data-order sequential|llmc
     int grad_accum;           // --grad-accum K: micro-batches per step on each rank
     const char *accum_mode;   // --accum-mode sync-each|no-sync: when sharded gradients are reduced

@@ -21,7 +21,8 @@ void finish_pass(GPT2 *model, Strategy *s, Trace *trace);
 // the step's AdamW settings are known already, so each offloaded update begins
 // as soon as its gradient share is final (resident.h), beside the backward still
 // to run; a clip needs the whole gradient's norm first, and they wait for the step.
-void offload_early_begin(GPT2 *model, float clip, const AdamWConfig *config);
+// early->config must be the step's; early->host_s gains the seconds they take.
+void offload_early_begin(GPT2 *model, float clip, OffloadEarly *early);
 // With clip > 0 (--grad-clip), the global norm of the averaged gradient (each
 // rank's share squared, one all-reduce of a double) and the gradients scaled
 // down to clip where the norm is above it; then the strategy's AdamW step (and

@@ -6,6 +6,7 @@
 #include "device.h"
 #include "step_time.h"
 #include "util/errors.h"
+#include "util/timer.h"
 
 void *resident_params(const Resident *r, int t) { return dtype_at(r->params, r->flat.offset[t], r->param_dtype); }
 void *resident_grads(const Resident *r, int t) { return dtype_at(r->grads, r->flat.offset[t], r->grad_dtype); }
@@ -260,7 +261,11 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
 }
 
 void resident_unit_final(Resident *r, int unit) {
-    if (r->offload && r->model->offload_update) offload_unit(r, unit, *r->model->offload_update);
+    OffloadEarly *early = r->model->offload_early;
+    if (!r->offload || !early) return;
+    double begin = timer_now();
+    offload_unit(r, unit, early->config);
+    early->host_s += timer_now() - begin;
 }
 
 // The offloaded step: whatever is still on the device (all of it when a clip
@@ -268,7 +273,7 @@ void resident_unit_final(Resident *r, int unit) {
 // made them, each updated behind the next one's copies; every parameter is back
 // before the next forward reads it.
 static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
-    CHECK(!r->model->offload_update || memcmp(r->model->offload_update, &config, sizeof config) == 0,
+    CHECK(!r->model->offload_early || memcmp(&r->model->offload_early->config, &config, sizeof config) == 0,
           "resident_step: the step's AdamW settings are not those its offloaded updates began with");
     for (int u = r->model->layout.num_units - 1; u >= 0; u--) offload_unit(r, u, config);
     update_reduced_unit(r, config);

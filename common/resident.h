@@ -25,7 +25,7 @@
 //   bf16        2      2                               4    4  4   grads 2 + params 2
 //
 // When the step's AdamW settings are known before its last backward (no
-// --grad-clip: model->offload_update), the update does not wait for the step.
+// --grad-clip: model->offload_early), the update does not wait for the step.
 // Each strategy calls resident_unit_final when a unit's gradient share is final
 // (its finish_reduce; train_single: its backward): the unit's gradients start
 // down at once, beside the backward of the units below, and the unit that went
@@ -73,7 +73,7 @@ typedef struct {
     double *down_at;   // offload: (num_tensors) build/plan --time: when span t's gradients are down
     int reduced_unit;  // offload: the unit whose gradients went down last, not yet updated (-1: none)
     long reduced_mark; // the copies' mark behind them
-    const GPT2 *model; // its layout's home units; offload_update; the clock build/plan --time charges
+    const GPT2 *model; // its layout's home units; offload_early; the clock build/plan --time charges
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
     int range, whole_grads;

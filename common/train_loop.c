@@ -395,7 +395,8 @@ static void setup(Run *run) {
     check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute,
-              o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES, &run->mem);
+              o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
+              o->fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &run->mem);
     run->model.grad_accum = o->grad_accum;
     run->model.ema_decay = o->ema;
     run->model.offload_optimizer = o->offload_optimizer;
@@ -473,12 +474,12 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     double t0 = timer_now();
     loader_next_batch(&run->train);
     double loss_sum = 0;
-    AdamWConfig config = adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay);
+    OffloadEarly early = {.config = adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay)};
     for (int micro = 0; micro < run->opts.grad_accum; micro++) {
         int last = micro == run->opts.grad_accum - 1;
         set_micro_batch(run, &run->train, micro, step);
         forward_pass(&run->model, s, &run->trace);
-        if (last) offload_early_begin(&run->model, run->opts.grad_clip, &config);
+        if (last) offload_early_begin(&run->model, run->opts.grad_clip, &early);
         backward_pass(&run->model, s, &run->trace, last);
         loss_sum += run->model.mean_loss;
     }
@@ -487,7 +488,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
     if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
-    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, config);
+    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, early.config);
     trace_end(&run->trace, tr, "optim", "optimizer");
     mem_set_phase(&run->mem, PHASE_SETUP, -1);
     if (keep_timeline) {
@@ -499,10 +500,11 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     run->summary.comm_last_step = comm_stats_diff(&run->comm.stats, &before);
     run->summary.across_last_step = comm_stats_diff(&run->comm.across, &across_before);
     // each second of the step counts once: communication waited for inside the
-    // optimizer phase (the norm's all-reduce, ZeRO-1/2's all-gather) is communication
+    // optimizer phase (the norm's all-reduce, ZeRO-1/2's all-gather) is communication;
+    // offloaded updates begun inside the backward are optimizer time
     double comm_s = comm_seconds(&run->summary.comm_last_step);
     CommStats in_optim = comm_stats_diff(&run->comm.stats, &before_optim);
-    double optim_s = (t1 - t_optim) - comm_seconds(&in_optim);
+    double optim_s = (t1 - t_optim) - comm_seconds(&in_optim) + early.host_s;
     run->summary.step_s += t1 - t0;
     run->summary.optim_s += optim_s;
     run->summary.comm_wait_s += comm_s;
@@ -600,7 +602,7 @@ static void write_summary(Run *run, double tokens_per_s) {
                "\"num_heads\": %d, \"channels\": %d, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "
                "\"steps\": %d, \"lr\": %g, \"seed\": %llu, \"preset\": \"%s\", \"model\": \"%s\", "
                "\"grad_clip\": %g, \"lr_schedule\": \"%s\", \"warmup\": %d, \"min_lr\": %g, \"recompute\": %d, "
-               "\"fused_attention\": %d, "
+               "\"fused_attention\": %d, \"fused_classifier\": %d, "
                "\"data_order\": \"%s\", \"grad_accum\": %d, \"accum_mode\": \"%s\", \"precision\": \"%s\", "
                "\"reduce_dtype\": \"%s\", \"dropout\": %g, \"ema\": %g, \"offload_optimizer\": %d}, "
                "\"strategy_options\": {",
@@ -609,7 +611,7 @@ static void write_summary(Run *run, double tokens_per_s) {
             run->opts.seq, run->opts.steps, run->opts.lr, (unsigned long long)run->opts.seed,
             run->opts.config_name ? run->opts.config_name : "", run->opts.model_path ? run->opts.model_path : "",
             run->opts.grad_clip, run->opts.lr_schedule, run->opts.warmup, run->opts.min_lr, run->opts.recompute,
-            run->opts.fused_attention, run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode,
+            run->opts.fused_attention, run->opts.fused_classifier, run->opts.data_order, run->opts.grad_accum, run->opts.accum_mode,
             dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema,
             run->opts.offload_optimizer);
     write_strategy_options(f, run->plugin);

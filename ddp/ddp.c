@@ -65,7 +65,7 @@ static void after_backward(void *state, int unit, int last_micro_batch) {
 
 static void finish_grads(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) finish_reduce(s, u);
+    for (int u = s->model->layout.num_units - 1; u >= 0; u--) finish_reduce(s, u);
 }
 
 static void step(void *state, AdamWConfig config) {

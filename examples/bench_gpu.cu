@@ -12,7 +12,7 @@
 //      as train_single's is, and the host link's latency and bandwidth
 //      fitted to pinned copies both ways, for build/plan --time --host-link.
 //   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10] [--precision fp32|bf16]
-//                        [--fused-attention] [--offload-optimizer] [--peak-tflops X]
+//                        [--fused-attention] [--fused-classifier] [--offload-optimizer] [--peak-tflops X]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <stdio.h>
@@ -111,7 +111,7 @@ static Link host_link(void) {
 
 int main(int argc, char **argv) {
     const char *config_name = "d12", *precision = "fp32";
-    int B = 16, T = 1024, steps = 10, fused_attention = 0, offload = 0;
+    int B = 16, T = 1024, steps = 10, fused_attention = 0, fused_classifier = 0, offload = 0;
     float datasheet_tflops = 989.4f;  // H100 SXM and H200: dense bf16 with fp32 accumulation
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d12)"},
@@ -122,6 +122,8 @@ int main(int argc, char **argv) {
          "what the model keeps and multiplies (default fp32)"},
         {"--fused-attention", NULL, CLI_SWITCH, &fused_attention, 0, 0,
          "the trainers' --fused-attention: one pass over the keys, no (T, T) probabilities"},
+        {"--fused-classifier", NULL, CLI_SWITCH, &fused_classifier, 0, 0,
+         "the trainers' --fused-classifier: the loss's gradient in the forward, no (B, T, Vp) probabilities"},
         {"--offload-optimizer", NULL, CLI_SWITCH, &offload, 0, 0,
          "the trainers' --offload-optimizer: master and AdamW moments in pinned host memory, AdamW on the CPU; "
          "and the host link fitted to pinned copies"},
@@ -130,7 +132,7 @@ int main(int argc, char **argv) {
     };
     // positional: nvcc's C++17 has no designated initializers
     CliSpec spec = {"[--config dN] [--batch B] [--seq T] [--steps S] [--precision fp32|bf16] [--fused-attention] "
-                    "[--offload-optimizer] [--peak-tflops X]",
+                    "[--fused-classifier] [--offload-optimizer] [--peak-tflops X]",
                     "peak cuBLAS rates on this GPU, and one rank training GPT-2 against them (MFU)",
                     options, (int)(sizeof options / sizeof options[0]), NULL, 0, NULL};
     cli_parse_or_exit(&spec, argc, argv);
@@ -150,7 +152,7 @@ int main(int argc, char **argv) {
     MemAccount mem = {0};
     GPT2 model;
     gpt2_init(&model, config, B, T, 0, fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
-              &mem);
+              fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     model.param_dtype = model.grad_dtype = dtype;
     model.offload_optimizer = offload;
     const GPT2Layout *layout = &model.layout;
@@ -177,44 +179,50 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     CUDA_CHECK(cudaEventCreate(&adamw_start));
-    AdamWConfig adamw = adamw_config(1e-4f, 0.0f);
+    OffloadEarly early = {.config = adamw_config(1e-4f, 0.0f)};
     GPT2OpTimes ops;
     GPT2StepTimes profile = {0, 0, 0};
     float ms_total = 0;
+    double early_s = 0;  // the host's seconds on offloaded updates inside the timed steps' backward
     for (int step = 0; step <= steps + 1; step++) {  // step 0 warms up; the last is timed op by op
         int profiled = step == steps + 1;
         memset(&ops, 0, sizeof ops);
         model.op_times = profiled ? &ops : NULL;
         CUDA_CHECK(cudaEventRecord(start, 0));
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
-        offload_early_begin(&model, 0, &adamw);  // offloaded, each unit's update begins after its backward
+        early.host_s = 0;
+        offload_early_begin(&model, 0, &early);  // offloaded, each unit's update begins after its backward
         for (int u = layout->num_units - 1; u >= 0; u--) {
             gpt2_backward_unit(&model, u);
             resident_unit_final(&resident, u);  // as train_single's (common/single.c)
         }
         CUDA_CHECK(cudaEventRecord(adamw_start, 0));
-        resident_step(&resident, layout->num_tensors, adamw);  // AdamW (what is left of it), the gradients zeroed
-        model.offload_update = NULL;
+        resident_step(&resident, layout->num_tensors, early.config);  // AdamW (what is left), the gradients zeroed
+        model.offload_early = NULL;
         CUDA_CHECK(cudaEventRecord(stop, 0));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float ms, adamw_ms;
         CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
         CUDA_CHECK(cudaEventElapsedTime(&adamw_ms, adamw_start, stop));
-        if (step > 0 && !profiled) ms_total += ms;
+        if (step > 0 && !profiled) {
+            ms_total += ms;
+            early_s += early.host_s;
+        }
         if (profiled) profile = {adamw_ms / 1e3, 0, ms / 1e3};
     }
     double step_s = ms_total / 1e3 / steps, flops = gpt2_flops_per_step(&config, B, T), rate = flops / step_s / 1e12;
-    printf("%s B=%d T=%d, --precision %s%s%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model; MFU %.1f%% of the "
+    printf("%s B=%d T=%d, --precision %s%s%s%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s model; MFU %.1f%% of the "
            "datasheet's dense bf16 %.1f, %.1f%% of cuBLAS's bf16, %.1f%% of cuBLAS's tf32; peak %.2f GB "
            "(reserved %.2f GB; host %.2f GB)\n",
            config_name, B, T, precision, fused_attention ? " --fused-attention" : "",
-           offload ? " --offload-optimizer" : "", 1e3 * step_s, B * T / step_s, rate, 100 * rate / datasheet_tflops,
+           fused_classifier ? " --fused-classifier" : "", offload ? " --offload-optimizer" : "", 1e3 * step_s, B * T / step_s, rate, 100 * rate / datasheet_tflops,
            datasheet_tflops, 100 * rate / bf16_peak, 100 * rate / tf32_peak, mem.total_peak / 1e9,
            device_reserved(&mem).peak / 1e9, mem.host_peak / 1e9);
     printf("one more step, each op timed on its own (AdamW with the zeroing of the gradients):\n");
     gpt2_print_op_times(&ops, &profile);
     if (offload) {
         Link link = host_link();
+        printf("offloaded updates begun in the backward: %.1f ms of host time per step\n", 1e3 * early_s / steps);
         printf("host link, pinned copies both ways: %.3g s + bytes / %.1f GB/s (build/plan --time --offload-optimizer "
                "--host-link %.3g,%.1f)\n", link.alpha, link.beta / 1e9, link.alpha, link.beta / 1e9);
     }

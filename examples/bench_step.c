@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, B, T, 0, ATTENTION_KEEPS_PROBABILITIES, &mem);
+    gpt2_init(&model, config, B, T, 0, ATTENTION_KEEPS_PROBABILITIES, CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     const GPT2Layout *layout = &model.layout;
     size_t P = layout->num_params;
     float *params = mem_alloc_floats(&mem, MEM_PARAMS, P), *grads = mem_alloc_floats(&mem, MEM_GRADS, P);

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     device_init(0);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, state.B, state.T, 0, ATTENTION_KEEPS_PROBABILITIES, &mem);
+    gpt2_init(&model, config, state.B, state.T, 0, ATTENTION_KEEPS_PROBABILITIES, CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     float *params = device_alloc(&mem, MEM_PARAMS, layout.num_params);
     float *grads = device_alloc(&mem, MEM_GRADS, layout.num_params);
     float *host = xmalloc(layout.num_params * sizeof(float));

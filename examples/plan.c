@@ -6,7 +6,8 @@
 // no memory stands behind it and nothing is computed or moved, so its numbers,
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] [--accum-mode MODE]
+//              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--fused-classifier]
+//              [--grad-accum K] [--accum-mode MODE]
 //              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
 //              [--shard-min-numel NUMEL] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
 //              [--offload-optimizer]
@@ -371,7 +372,7 @@ static void print_traffic(const PlanShape *shape) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, reshard = 1, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
-    int fused_attention = 0, offload = 0;
+    int fused_attention = 0, fused_classifier = 0, offload = 0;
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1, prefetch = 1, shard_group = 0;
@@ -394,6 +395,8 @@ int main(int argc, char **argv) {
         {"--recompute", NULL, CLI_SWITCH, &recompute, 0, 0, "the trainers' --recompute: activations of one block, not L"},
         {"--fused-attention", NULL, CLI_SWITCH, &fused_attention, 0, 0,
          "the GPU trainers' --fused-attention: a log-sum-exp per attention row, not its (T, T) probabilities"},
+        {"--fused-classifier", NULL, CLI_SWITCH, &fused_classifier, 0, 0,
+         "the trainers' --fused-classifier: no (B, T, Vp) probabilities kept"},
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
@@ -447,7 +450,7 @@ int main(int argc, char **argv) {
     };
     CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
-                                "[--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--grad-accum K] "
+                                "[--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--fused-classifier] [--grad-accum K] "
                                 "[--ema DECAY] [--offload-optimizer] "
                                 "[--accum-mode sync-each|no-sync] [--prefetch D] "
                                 "[--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M] "
@@ -462,12 +465,13 @@ int main(int argc, char **argv) {
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", "--host-link", "--cpu-adam", NULL};
     static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                             "--fused-attention", "--grad-clip", "--ema", "--shard-min-numel",
+                                             "--fused-attention", "--fused-classifier", "--grad-clip", "--ema",
+                                             "--shard-min-numel",
                                              "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                              "--wrap-min-params", "--time", "--layout",
                                              "--tsv", NULL};
     static const char *const layout_flags[] = {"--batch", "--seq", "--reshard-after-forward", "--recompute",
-                                               "--fused-attention", "--grad-clip", "--ema",
+                                               "--fused-attention", "--fused-classifier", "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--prefetch", "--unit-blocks",
                                                "--wrap-min-params", "--precision",
                                                "--reduce-dtype", "--offload-optimizer", "--time", "--tsv", NULL};
@@ -476,9 +480,10 @@ int main(int argc, char **argv) {
     if (show_layout) refuse_flags(&spec, layout_flags, "--layout draws where each element lives, nothing else");
     static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema",
-                                                "--fused-attention", "--offload-optimizer", NULL};
+                                                "--fused-attention", "--fused-classifier", "--offload-optimizer",
+                                                NULL};
     if (time_mode)
-        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", NULL},
+        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", "--fused-classifier", NULL},
                      "it changes the memory, not --time");
     if (!offload)
         refuse_flags(&spec, (const char *const[]){"--host-link", "--cpu-adam", NULL},
@@ -529,6 +534,7 @@ int main(int argc, char **argv) {
                                  .micro_batches = micro_batches, .recompute = recompute,
                                  .attention = fused_attention ? ATTENTION_KEEPS_LOGSUMEXP
                                                               : ATTENTION_KEEPS_PROBABILITIES,
+                                 .classifier = fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES,
                                  .grad_clip = grad_clip,
                                  .ema = ema,
                                  .offload_optimizer = offload,
@@ -572,11 +578,12 @@ int main(int argc, char **argv) {
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
-               "rows per rank, %s)%s%s; ZeRO-3 and FSDP: %d unit(s) of blocks, prefetching %d\n",
+               "rows per rank, %s)%s%s%s; ZeRO-3 and FSDP: %d unit(s) of blocks, prefetching %d\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, shape.setup.rows, accum_mode,
                recompute ? ", activations recomputed in backward" : "",
-               fused_attention ? ", the fused attention (a GPU's)" : "", layout.num_units - 2,
+               fused_attention ? ", the fused attention (a GPU's)" : "",
+               fused_classifier ? ", the fused classifier" : "", layout.num_units - 2,
                prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);

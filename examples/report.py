@@ -213,7 +213,7 @@ def plan_memory_args(cfg):
     args = ["--precision", cfg.get("precision", "fp32"), "--reduce-dtype", cfg.get("reduce_dtype", "fp32"),
             "--grad-accum", str(cfg.get("grad_accum", 1)), "--accum-mode", cfg.get("accum_mode", "sync-each")]
     flags = (("recompute", "--recompute"), ("fused_attention", "--fused-attention"),
-             ("offload_optimizer", "--offload-optimizer"))
+             ("fused_classifier", "--fused-classifier"), ("offload_optimizer", "--offload-optimizer"))
     args += [flag for key, flag in flags if cfg.get(key)]
     return args + (["--ema", repr(cfg["ema"])] if cfg.get("ema") else [])
 

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
                                                                                  : (size_t)config.max_seq_len);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, 1, window, 0, ATTENTION_KEEPS_PROBABILITIES, &mem);
+    gpt2_init(&model, config, 1, window, 0, ATTENTION_KEEPS_PROBABILITIES, CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     float *flat = load_params(&model, model_path);
     int *inputs = xcalloc((size_t)window, sizeof(int));
     float *logits = xmalloc((size_t)config.padded_vocab_size * sizeof(float));

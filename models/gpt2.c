@@ -236,7 +236,7 @@ void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begi
 // With recompute, the blocks' inputs (encoded and every residual3) are kept, and
 // one set of the other per-layer activations serves the block that runs.
 static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Config *c, int B,
-                                 int T, int recompute, AttentionKeeps attention) {
+                                 int T, int recompute, AttentionKeeps attention, ClassifierKeeps classifier) {
     size_t L = recompute ? 1 : (size_t)c->num_layers, C = c->channels, NH = c->num_heads;
     size_t Vp = c->padded_vocab_size, all_layers = c->num_layers;
     size_t BT = (size_t)B * T;
@@ -246,6 +246,7 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
     // row and, in backward, each row's dot of d(atty) and atty.
     int probabilities = attention == ATTENTION_KEEPS_PROBABILITIES;
     size_t att = probabilities ? (size_t)B * NH * T * T : 0, att_rows = probabilities ? 0 : (size_t)B * NH * T;
+    size_t probs = classifier == CLASSIFIER_KEEPS_PROBABILITIES ? BT * Vp : 0;
     struct { float **ptr; size_t count; } parts[] = {
         {&a->encoded, BT * C},        {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
         {&a->ln1_rstd, L * BT},       {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},
@@ -254,21 +255,21 @@ static size_t layout_activations(GPT2Activations *a, float *memory, const GPT2Co
         {&a->ln2_rstd, L * BT},
         {&a->fch, L * BT * 4 * C},    {&a->fch_gelu, L * BT * 4 * C}, {&a->fcproj, L * BT * C},
         {&a->residual3, all_layers * BT * C}, {&a->lnf, BT * C},     {&a->lnf_mean, BT},
-        {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, BT * Vp},
+        {&a->lnf_rstd, BT},           {&a->logits, BT * Vp},         {&a->probs, probs},
         {&a->losses, BT},             {&a->dresidual, BT * C},       {&a->dln, BT * C},
         {&a->dqkv, BT * 3 * C},       {&a->datty, BT * C},           {&a->dfch_gelu, BT * 4 * C},
         {&a->dfch, BT * 4 * C},       {&a->att_scratch, att},        {&a->att_delta, att_rows},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (memory) *parts[i].ptr = parts[i].count ? memory + total : NULL;  // NULL: the other attention's
+        if (memory) *parts[i].ptr = parts[i].count ? memory + total : NULL;  // NULL: what a fused op does not keep
         total += parts[i].count;
     }
     return total;
 }
 
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, AttentionKeeps attention,
-               MemAccount *acct) {
+               ClassifierKeeps classifier, MemAccount *acct) {
     memset(model, 0, sizeof *model);
     gpt2_config_validate(&config, "model");
     if (B <= 0 || T <= 0) fatal("batch rows (%d) and sequence length (%d) must be positive", B, T);
@@ -282,16 +283,19 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, Atte
     model->T = T;
     model->recompute = recompute;
     model->attention = attention;
+    model->classifier = classifier;
     model->params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
     model->grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
     model->unit_params = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->unit_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(float *));
     model->mem = acct;
-    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute, attention);
+    model->num_acts = layout_activations(&model->acts, NULL, &config, B, T, recompute, attention, classifier);
     model->acts_memory = device_alloc(acct, MEM_ACTIVATIONS, model->num_acts);
     model->batch = device_alloc_ints(acct, MEM_ACTIVATIONS, GPT2_BATCH_ARRAYS * (size_t)B * T);
-    layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute, attention);
+    layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute, attention, classifier);
 }
+
+float gpt2_dloss(const GPT2 *model) { return 1.0f / ((float)model->B * model->T * model->grad_accum); }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {
     device_free(acct, MEM_ACTIVATIONS, model->acts_memory, model->num_acts);

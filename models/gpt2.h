@@ -83,6 +83,12 @@ typedef struct {
 // attention_cuda.cu), each row's log-sum-exp of scores, (B,NH,T) per layer.
 typedef enum { ATTENTION_KEEPS_PROBABILITIES, ATTENTION_KEEPS_LOGSUMEXP } AttentionKeeps;
 
+// What the classifier keeps for its backward: the softmax's probabilities,
+// (B,T,Vp); or, fused into one pass in the forward (--fused-classifier), nothing:
+// that pass writes the loss's gradient over the logits, the only thing the
+// backward needs of them (the same arithmetic: the same bits).
+typedef enum { CLASSIFIER_KEEPS_PROBABILITIES, CLASSIFIER_FUSED } ClassifierKeeps;
+
 // Forward activations of one rank's (B, T) batch, plus the backward scratch that
 // every block reuses. All of it lives in one buffer counted as MEM_ACTIVATIONS.
 // With recompute (gpt2_init), the per-layer arrays other than residual3 hold
@@ -110,8 +116,8 @@ typedef struct {
     float *lnf;         // (B,T,C)
     float *lnf_mean;    // (B,T)
     float *lnf_rstd;    // (B,T)
-    float *logits;      // (B,T,Vp) logits after forward; dlogits during backward
-    float *probs;       // (B,T,Vp)
+    float *logits;      // (B,T,Vp) logits after forward (fused classifier: already dlogits); dlogits in backward
+    float *probs;       // (B,T,Vp), or NULL: the fused classifier keeps none
     float *losses;      // (B,T)
     // backward scratch
     float *dresidual;   // (B,T,C) gradient of the residual stream, flowing down
@@ -180,11 +186,20 @@ typedef struct {
 // the backward's scratch, the loss's mean, the calls between the ops).
 void gpt2_print_op_times(const GPT2OpTimes *ops, const GPT2StepTimes *step);
 
+// --offload-optimizer's updates begun before the step (offload_early_begin in
+// common/passes.h): the step's AdamW settings, and the host's seconds on them
+// inside the backward, which the training loop counts as optimizer time.
+typedef struct {
+    AdamWConfig config;
+    double host_s;
+} OffloadEarly;
+
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // rows of one micro-batch (B/N/K of the global batch) and sequence length
     int recompute;             // 1: forward keeps each block's input only; backward recomputes the rest
     AttentionKeeps attention;  // probabilities, or (--fused-attention) a log-sum-exp per row
+    ClassifierKeeps classifier;  // probabilities, or (--fused-classifier) the gradient over the logits
     int grad_accum;            // micro-batches per optimizer step (--grad-accum): each backward adds
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
@@ -193,8 +208,8 @@ typedef struct {
                                // them (common/resident.h), updated after each step; 0: none
     int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
                                // master, in host memory and updates it on the CPU (common/resident.h)
-    const AdamWConfig *offload_update;  // NULL, or the step's AdamW settings, known from its last micro-batch's
-                               // backward on (offload_early_begin): offloaded updates begin as shares are final
+    OffloadEarly *offload_early;  // NULL, or from the last micro-batch's backward to the step: offloaded
+                               // updates begin as gradient shares are final (common/resident.h)
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
@@ -257,10 +272,13 @@ void gpt2_init_rows(const GPT2Layout *layout, int t, uint64_t seed, int row_begi
 // recompute: each block's backward first runs its forward again (--recompute),
 // so the per-layer activations other than the blocks' outputs (residual3) are
 // held for one layer, not L. attention: what the attention keeps (LOGSUMEXP only
-// where gpt2_device_fuses_attention).
+// where gpt2_device_fuses_attention); classifier: what the classifier keeps.
 void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, AttentionKeeps attention,
-               MemAccount *acct);
+               ClassifierKeeps classifier, MemAccount *acct);
 void gpt2_free(GPT2 *model, MemAccount *acct);
+// The loss's gradient with respect to each token's loss: the loss is the mean
+// over this rank's B x T tokens of all its grad_accum micro-batches.
+float gpt2_dloss(const GPT2 *model);
 
 // order: (n) the positions 0..n-1 sorted by their token id (< V), positions of
 // the same token in increasing order (a counting sort). The GPU's embedding

@@ -120,9 +120,14 @@ static void head_forward(GPT2 *model) {
     TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD,
           matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size));
     if (!model->targets) return;
-    TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
-          softmax_crossentropy_forward(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
-                                       c->padded_vocab_size));
+    if (model->classifier == CLASSIFIER_FUSED)  // the backward's part now: logits become dlogits
+        TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_fused(a->losses, a->logits, model->targets, gpt2_dloss(model), B, T,
+                                         c->vocab_size, c->padded_vocab_size));
+    else
+        TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_forward(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
+                                           c->padded_vocab_size));
     double sum = 0;
     for (int i = 0; i < B * T; i++) sum += a->losses[i];
     model->mean_loss = (float)(sum / (B * T));
@@ -134,11 +139,10 @@ static void head_backward(GPT2 *model) {
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
-    // the loss is the mean over this rank's tokens, of all its micro-batches
-    float dloss = 1.0f / ((float)B * T * model->grad_accum);
-    TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
-          softmax_crossentropy_backward(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
-                                        c->padded_vocab_size));
+    if (model->classifier == CLASSIFIER_KEEPS_PROBABILITIES)  // fused: the forward made dlogits
+        TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_backward(a->logits, a->probs, model->targets, gpt2_dloss(model), B, T,
+                                            c->vocab_size, c->padded_vocab_size));
     memset(a->dln, 0, (size_t)B * T * C * sizeof(float));
     memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD,

@@ -160,9 +160,14 @@ static void head_forward(GPT2 *model, bf16 *operands) {
     TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_forward_cuda(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C,
                                                                  c->padded_vocab_size, operands));
     if (!model->targets) return;
-    TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
-          softmax_crossentropy_forward_cuda(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
-                                            c->padded_vocab_size));
+    if (model->classifier == CLASSIFIER_FUSED)  // the backward's part now: logits become dlogits
+        TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_fused_cuda(a->losses, a->logits, model->targets, gpt2_dloss(model), B, T,
+                                              c->vocab_size, c->padded_vocab_size));
+    else
+        TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_forward_cuda(a->losses, a->probs, a->logits, model->targets, B, T, c->vocab_size,
+                                                c->padded_vocab_size));
     // the mean loss is the one number the host needs each step
     size_t n = (size_t)B * T;
     float *losses = (float *)xmalloc(n * sizeof(float));
@@ -179,10 +184,10 @@ static void head_backward(GPT2 *model, bf16 *operands) {
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
-    float dloss = 1.0f / ((float)B * T * model->grad_accum);  // the mean over all micro-batches' tokens
-    TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
-          softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, dloss, B, T, c->vocab_size,
-                                             c->padded_vocab_size));
+    if (model->classifier == CLASSIFIER_KEEPS_PROBABILITIES)  // fused: the forward made dlogits
+        TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
+              softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, gpt2_dloss(model), B, T,
+                                                 c->vocab_size, c->padded_vocab_size));
     device_zero(a->dln, (size_t)B * T * C);
     device_zero(a->dresidual, (size_t)B * T * C);
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_backward_cuda(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf,

@@ -506,21 +506,17 @@ extern "C" void residual_forward_cuda(float *out, const float *a, const float *b
 
 // ---------------------------------------------------------------- softmax + cross-entropy
 
-// One block of 256 threads per row: max, sum of exponentials, probabilities and
-// the loss in one kernel.
-__global__ static void softmax_crossentropy_kernel(float *losses, float *probs, const float *logits,
-                                                   const int *targets, int V, int Vp) {
-    __shared__ float shared[256 / WARP];
-    int row = blockIdx.x, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
-    const float *x = logits + (size_t)row * Vp;
-    float *p = probs + (size_t)row * Vp;
+// A row's max over x[0..V) and sum of exp(x - max), reduced by the block's
+// threads through `shared` (one float per warp); every thread gets both.
+__device__ static void softmax_stats(const float *x, int V, float *shared, float *max_out, float *sum_out) {
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, warps = blockDim.x / WARP;
     float maxval = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) maxval = fmaxf(maxval, x[i]);
     maxval = warp_max(maxval);
     if (lane == 0) shared[warp] = maxval;
     __syncthreads();
     maxval = shared[0];
-    for (int w = 1; w < (int)blockDim.x / WARP; w++) maxval = fmaxf(maxval, shared[w]);
+    for (int w = 1; w < warps; w++) maxval = fmaxf(maxval, shared[w]);
     __syncthreads();
     float sum = 0;
     for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - maxval);
@@ -528,9 +524,41 @@ __global__ static void softmax_crossentropy_kernel(float *losses, float *probs, 
     if (lane == 0) shared[warp] = sum;
     __syncthreads();
     sum = 0;
-    for (int w = 0; w < (int)blockDim.x / WARP; w++) sum += shared[w];
+    for (int w = 0; w < warps; w++) sum += shared[w];
+    *max_out = maxval;
+    *sum_out = sum;
+}
+
+// One block of 256 threads per row: max, sum of exponentials, probabilities and
+// the loss in one kernel.
+__global__ static void softmax_crossentropy_kernel(float *losses, float *probs, const float *logits,
+                                                   const int *targets, int V, int Vp) {
+    __shared__ float shared[256 / WARP];
+    int row = blockIdx.x;
+    const float *x = logits + (size_t)row * Vp;
+    float *p = probs + (size_t)row * Vp;
+    float maxval, sum;
+    softmax_stats(x, V, shared, &maxval, &sum);
     for (int i = threadIdx.x; i < Vp; i += blockDim.x) p[i] = i < V ? expf(x[i] - maxval) / sum : 0.0f;
     if (threadIdx.x == 0) losses[row] = logf(sum) - (x[targets[row]] - maxval);  // -log p(target)
+}
+
+// --fused-classifier: the kernel above and crossentropy_backward_kernel in one,
+// in place: the loss, then each logit overwritten by its gradient, each from the
+// same arithmetic as theirs; the probabilities never reach memory.
+__global__ static void softmax_crossentropy_fused_kernel(float *losses, float *logits, const int *targets,
+                                                         float dloss, int V, int Vp) {
+    __shared__ float shared[256 / WARP];
+    int row = blockIdx.x, target = targets[row];
+    float *x = logits + (size_t)row * Vp;
+    float target_logit = x[target];  // read before any thread writes: softmax_stats syncs in between
+    float maxval, sum;
+    softmax_stats(x, V, shared, &maxval, &sum);
+    if (threadIdx.x == 0) losses[row] = logf(sum) - (target_logit - maxval);
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {  // each thread its own columns: no races
+        float p = i < V ? expf(x[i] - maxval) / sum : 0.0f, indicator = i == target ? 1.0f : 0.0f;
+        x[i] = i < V ? (p - indicator) * dloss : 0.0f;
+    }
 }
 
 __global__ static void crossentropy_backward_kernel(float *dlogits, const float *probs, const int *targets,
@@ -546,6 +574,12 @@ __global__ static void crossentropy_backward_kernel(float *dlogits, const float 
 extern "C" void softmax_crossentropy_forward_cuda(float *losses, float *probs, const float *logits,
                                                   const int *targets, int B, int T, int V, int Vp) {
     softmax_crossentropy_kernel<<<B * T, 256>>>(losses, probs, logits, targets, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void softmax_crossentropy_fused_cuda(float *losses, float *logits, const int *targets, float dloss,
+                                                int B, int T, int V, int Vp) {
+    softmax_crossentropy_fused_kernel<<<B * T, 256>>>(losses, logits, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -68,6 +68,10 @@ void softmax_crossentropy_forward_cuda(float *losses, float *probs, const float 
                                        int T, int V, int Vp);
 void softmax_crossentropy_backward_cuda(float *dlogits, const float *probs, const int *targets, float dloss, int B,
                                         int T, int V, int Vp);
+// The two above in one pass (gpt2_ops.h's softmax_crossentropy_fused): losses,
+// and logits overwritten by dlogits.
+void softmax_crossentropy_fused_cuda(float *losses, float *logits, const int *targets, float dloss, int B, int T,
+                                     int V, int Vp);
 
 #ifdef __cplusplus
 }

@@ -332,36 +332,53 @@ void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
     for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
 }
 
+// One row's softmax over its first V of Vp logits into p (zeros past V), which
+// may be the logits themselves; returns -log p(target). One copy of the code
+// for both callers: the same vector lanes, the same sums.
+__attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *logit, int target, int V, int Vp) {
+    real_t maxval = logit[0], target_logit = logit[target];  // read before p may overwrite it
+#pragma omp simd reduction(max : maxval)
+    for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;
+    real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < V; i++) {
+        p[i] = exp_elementwise(logit[i] - maxval);
+        sum += p[i];
+    }
+#pragma omp simd
+    for (int i = 0; i < V; i++) p[i] /= sum;
+    for (int i = V; i < Vp; i++) p[i] = 0;
+    return log(sum) - (target_logit - maxval);  // -log(p[target]), exp and log undone
+}
+
+// One row's dlogits = dloss * (p - onehot(target)) from its probabilities p
+// (which may be the same buffer); padded columns get 0.
+static void crossentropy_grad_row(real_t *dl, const real_t *p, int target, real_t dloss, int V, int Vp) {
+    for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;
+    for (int i = V; i < Vp; i++) dl[i] = 0;
+    dl[target] -= dloss;
+}
+
 void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *logits,
                                   const int *targets, int B, int T, int V, int Vp) {
 #pragma omp parallel for
-    for (int row = 0; row < B * T; row++) {
-        const real_t *logit = logits + (size_t)row * Vp;
-        real_t *p = probs + (size_t)row * Vp;
-        real_t maxval = logit[0];
-#pragma omp simd reduction(max : maxval)
-        for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;
-        real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) {
-            p[i] = exp_elementwise(logit[i] - maxval);
-            sum += p[i];
-        }
-#pragma omp simd
-        for (int i = 0; i < V; i++) p[i] /= sum;
-        for (int i = V; i < Vp; i++) p[i] = 0;
-        losses[row] = log(sum) - (logit[targets[row]] - maxval);  // -log(p[target]), exp and log undone
-    }
+    for (int row = 0; row < B * T; row++)
+        losses[row] = softmax_row(probs + (size_t)row * Vp, logits + (size_t)row * Vp, targets[row], V, Vp);
 }
 
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
                                    real_t dloss, int B, int T, int V, int Vp) {
 #pragma omp parallel for
+    for (int row = 0; row < B * T; row++)
+        crossentropy_grad_row(dlogits + (size_t)row * Vp, probs + (size_t)row * Vp, targets[row], dloss, V, Vp);
+}
+
+void softmax_crossentropy_fused(real_t *losses, real_t *logits, const int *targets, real_t dloss, int B, int T,
+                                int V, int Vp) {
+#pragma omp parallel for
     for (int row = 0; row < B * T; row++) {
-        const real_t *p = probs + (size_t)row * Vp;
-        real_t *dl = dlogits + (size_t)row * Vp;
-        for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;
-        for (int i = V; i < Vp; i++) dl[i] = 0;
-        dl[targets[row]] -= dloss;
+        real_t *x = logits + (size_t)row * Vp;
+        losses[row] = softmax_row(x, x, targets[row], V, Vp);
+        crossentropy_grad_row(x, x, targets[row], dloss, V, Vp);
     }
 }

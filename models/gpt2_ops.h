@@ -77,6 +77,11 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
 // dlogits (it is the first and only contribution).
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
                                    real_t dloss, int B, int T, int V, int Vp);
+// The two in one pass, in place (--fused-classifier): losses as the forward's,
+// and each row of logits overwritten by its dlogits, as the backward's, bit for
+// bit, with no probabilities kept.
+void softmax_crossentropy_fused(real_t *losses, real_t *logits, const int *targets, real_t dloss, int B, int T,
+                                int V, int Vp);  // losses (B,T), logits (B,T,Vp) in, dlogits out
 
 #ifdef __cplusplus
 }

@@ -330,6 +330,33 @@ START_TEST(test_softmax_crossentropy) {
 }
 END_TEST
 
+// --fused-classifier: the CPU's fused pass within the tolerance, and the GPU's
+// own two passes bit for bit (the same arithmetic, in one kernel).
+START_TEST(test_fused_classifier) {
+    size_t n = B * T * Vp;
+    int targets[B * T];
+    for (int i = 0; i < B * T; i++) targets[i] = (i * 13) % V;
+    float *logits = random_host(n, 27, 5), *probs = calloc(n, 4), *losses = calloc(B * T, 4);
+    float *d_fused = to_device(logits, n), *d_logits = to_device(logits, n), *d_probs = to_device(probs, n);
+    float *d_losses = to_device(losses, B * T), *d_fused_losses = to_device(losses, B * T);
+    int *d_targets = ints_to_device(targets, B * T);
+    softmax_crossentropy_fused(losses, logits, targets, 0.01f, B, T, V, Vp);
+    softmax_crossentropy_fused_cuda(d_fused_losses, d_fused, d_targets, 0.01f, B, T, V, Vp);
+    assert_close("fused losses", d_fused_losses, losses, B * T);
+    assert_close("fused dlogits", d_fused, logits, n);
+    softmax_crossentropy_forward_cuda(d_losses, d_probs, d_logits, d_targets, B, T, V, Vp);
+    softmax_crossentropy_backward_cuda(d_logits, d_probs, d_targets, 0.01f, B, T, V, Vp);
+    float *fused = malloc(n * 4), *two = malloc(n * 4), *fused_losses = malloc(B * T * 4);
+    device_to_host(fused, d_fused, n);
+    device_to_host(two, d_logits, n);
+    device_to_host(fused_losses, d_fused_losses, B * T);
+    device_to_host(losses, d_losses, B * T);
+    ck_assert_msg(memcmp(fused, two, n * 4) == 0 && memcmp(fused_losses, losses, B * T * 4) == 0,
+                  "the fused kernel's dlogits and losses are the two kernels' bits");
+    free(fused), free(two), free(fused_losses), free(logits), free(probs), free(losses);
+}
+END_TEST
+
 START_TEST(test_adamw_and_add) {
     size_t n = 777;
     float *p = random_host(n, 27, 1), *g = random_host(n, 28, 1), *m = calloc(n, 4), *v = calloc(n, 4);
@@ -435,6 +462,7 @@ int main(void) {
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_gelu_and_residual);
     tcase_add_test(tc, test_softmax_crossentropy);
+    tcase_add_test(tc, test_fused_classifier);
     tcase_add_test(tc, test_adamw_and_add);
     tcase_add_test(tc, test_bf16_bitwise_the_cpu);
     tcase_add_test(tc, test_ema_bitwise_the_cpu);

@@ -22,11 +22,11 @@ typedef struct {
     int inputs[2 * 5], targets[2 * 5];
 } Tiny;
 
-static void tiny_init(Tiny *t) {
+static void tiny_init_keeping(Tiny *t, ClassifierKeeps classifier) {
     memset(t, 0, sizeof *t);
     GPT2Config c = {.max_seq_len = 7, .vocab_size = 11, .padded_vocab_size = 16, .num_layers = 2,
                     .num_heads = 2, .channels = 6};
-    gpt2_init(&t->model, c, 2, 5, 0, ATTENTION_KEEPS_PROBABILITIES, &t->mem);
+    gpt2_init(&t->model, c, 2, 5, 0, ATTENTION_KEEPS_PROBABILITIES, classifier, &t->mem);
     const GPT2Layout *l = &t->model.layout;
     t->params = mem_alloc_floats(&t->mem, MEM_PARAMS, l->num_params);
     t->grads = mem_alloc_floats(&t->mem, MEM_GRADS, l->num_params);
@@ -45,6 +45,8 @@ static void tiny_init(Tiny *t) {
     }
     gpt2_set_batch(&t->model, t->inputs, t->targets);
 }
+
+static void tiny_init(Tiny *t) { tiny_init_keeping(t, CLASSIFIER_KEEPS_PROBABILITIES); }
 
 static void tiny_free(Tiny *t) {
     size_t n = t->model.layout.num_params;
@@ -167,6 +169,30 @@ START_TEST(test_results_do_not_depend_on_thread_count) {
 }
 END_TEST
 
+// --fused-classifier: the forward writes the loss's gradient over the logits and
+// keeps no probabilities, (B, T, Vp) = 2 x 5 x 16 floats fewer; the loss and
+// every gradient are the same bits as the two passes'. Twice in a row, as a
+// training run does (the second forward overwrites the first one's dlogits).
+START_TEST(test_fused_classifier_is_the_same_bits) {
+    Tiny plain, fused;
+    tiny_init(&plain);
+    tiny_init_keeping(&fused, CLASSIFIER_FUSED);
+    ck_assert_ptr_null(fused.model.acts.probs);
+    ck_assert_uint_eq(plain.model.num_acts - fused.model.num_acts, 2 * 5 * 16);
+    for (int pass = 0; pass < 2; pass++) {
+        backward(&plain);
+        backward(&fused);
+        ck_assert_msg(memcmp(&plain.model.mean_loss, &fused.model.mean_loss, sizeof(float)) == 0,
+                      "loss %.9g, fused %.9g", plain.model.mean_loss, fused.model.mean_loss);
+        for (size_t i = 0; i < plain.model.layout.num_params; i++)
+            ck_assert_msg(memcmp(&plain.grads[i], &fused.grads[i], sizeof(float)) == 0,
+                          "pass %d, gradient %zu: %.9g, fused %.9g", pass, i, plain.grads[i], fused.grads[i]);
+    }
+    tiny_free(&plain);
+    tiny_free(&fused);
+}
+END_TEST
+
 // With model->op_times set, every op kind reports time in each pass it runs
 // in (the residual's backward is no call: 0), the times fit inside the passes
 // that contain them, and the numbers the model computes do not change.
@@ -271,6 +297,7 @@ int main(void) {
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
     tcase_add_test(tc, test_gelu_lanes_match_the_remainder);
+    tcase_add_test(tc, test_fused_classifier_is_the_same_bits);
     tcase_add_test(tc, test_op_times);
     tcase_add_exit_test(tc, test_token_out_of_vocab_is_rejected, 1);
     tcase_add_test(tc, test_positions_by_token);

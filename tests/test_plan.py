@@ -483,6 +483,23 @@ for mode in (["--time"], ["--traffic"], ["--layout"]):
     check(r.returncode != 0 and "--fused-attention" in r.stderr,
           f"plan {mode[0]} --fused-attention is refused, naming the flag: {r.stderr.strip()[:120]}")
 
+# --fused-classifier (every trainer's): the activations fall by exactly the (b, T, Vp) probabilities, b = B/N rows
+# per rank (Vp = 256 for V = 256), with or without --recompute, and nothing else moves; with --time, --traffic and
+# --layout the flag changes nothing those show, and is refused.
+for extra in ([], ["--recompute"]):
+    shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", *extra]
+    plain, fused = plan_rows(shape), plan_rows([*shape, "--fused-classifier"])
+    saved = 4 * 3 * 40 * 256
+    check(len(plain) == len(fused) and all(p[3][ACT] - f[3][ACT] == saved for p, f in zip(plain, fused)),
+          f"plan {' '.join(extra)} --fused-classifier: activations fall by b T Vp floats = {saved} B")
+    check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == f[3][:ACT] + f[3][ACT + 1:len(CATS)]
+              for p, f in zip(plain, fused)), f"plan {' '.join(extra)} --fused-classifier: the other categories equal")
+for mode in (["--time"], ["--traffic"], ["--layout"]):
+    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--fused-classifier", *mode],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--fused-classifier" in r.stderr,
+          f"plan {mode[0]} --fused-classifier is refused, naming the flag: {r.stderr.strip()[:120]}")
+
 # --offload-optimizer: refused with --traffic, --layout and --ema; with --time the wait for its copies and CPU
 # AdamW takes the last column, and --host-link and --cpu-adam go with it alone. DDP's whole model at N = 1 with a
 # clip (every update at the step): on a link alone (an instant CPU) 2 latencies per tensor and 8 bytes per

@@ -1038,6 +1038,40 @@ def check_offload(tmp, common):
           f"--offload-optimizer with --ema is refused, naming both: {r.stderr.strip()[-200:]!r}")
 
 
+def check_fused_classifier(tmp, common):
+    """--fused-classifier: the losses and the final model of the run without it, bit for bit (the loss's gradient
+    is the same arithmetic, done in the forward), with and without micro-batches (each one's gradient scaled by
+    1/K in the forward) and in bf16; the activations lower by exactly the (B/N/K, T, Vp) probabilities, on every
+    rank, and every other category unchanged."""
+    for tag, strategy, n, flags in (("single", "single", 1, []), ("ddp N=2", "ddp", 2, []),
+                                    ("fsdp N=3 --grad-accum 2", "fsdp", 3, ["--grad-accum", "2"]),
+                                    ("zero3 N=2 bf16", "zero3", 2, ["--precision", "bf16"])):
+        runs = []
+        for fused in (0, 1):
+            name = f"fc{strategy}{n}{len(flags)}{fused}"
+            log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
+            if run([*strategy_command(strategy, n, flags + (["--fused-classifier"] if fused else [])), *common,
+                    "--log", log, "--out-model", out]) != 0:
+                check(False, f"{tag} --fused-classifier: runs")
+                break
+            runs.append((read_log(log), open(out, "rb").read()))
+        if len(runs) < 2:
+            continue
+        ((steps, plain), model), ((fsteps, fused), fmodel) = runs
+        check([x["loss"] for x in fsteps] == [x["loss"] for x in steps] and fmodel == model,
+              f"{tag} --fused-classifier: bitwise the losses and model of the run without it")
+        check(fused["config"]["fused_classifier"] == 1 and plain["config"]["fused_classifier"] == 0,
+              f"{tag}: the summary records --fused-classifier")
+        k = int(flags[flags.index("--grad-accum") + 1]) if "--grad-accum" in flags else 1
+        probs = BATCH // n // k * SEQ * VP * 4
+        for a, b in zip(plain["ranks"], fused["ranks"]):
+            others = [c for c in a["mem"] if c != "activations"]
+            check(a["mem"]["activations"]["peak"] - b["mem"]["activations"]["peak"] == probs
+                  and all(a["mem"][c] == b["mem"][c] for c in others),
+                  f"{tag} rank {a['rank']}: the activations drop by exactly the probabilities' {probs} bytes, "
+                  f"nothing else moves")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
     model = os.path.join(tmp, "model.bin")
@@ -1075,6 +1109,7 @@ def main():
     check_ema(tmp, model, common, ref_steps)
     check_dropout(tmp, model, common, ref_steps, ref_params)
     check_replicas(tmp, common, ref_steps, ref_params)
+    check_fused_classifier(tmp, common)
     check_offload(tmp, common)
     CHECKS.finish()
 

@@ -11,7 +11,7 @@ START_TEST(test_fifty_steps_lower_the_loss) {
                     .num_heads = 2, .channels = 16};
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, c, 4, 16, 0, ATTENTION_KEEPS_PROBABILITIES, &mem);
+    gpt2_init(&model, c, 4, 16, 0, ATTENTION_KEEPS_PROBABILITIES, CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     const GPT2Layout *l = &model.layout;
     size_t P = l->num_params;
     float *params = mem_alloc_floats(&mem, MEM_PARAMS, P), *grads = mem_alloc_floats(&mem, MEM_GRADS, P);
