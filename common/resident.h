@@ -31,7 +31,8 @@
 // down at once, beside the backward of the units below, and the unit that went
 // down before it (whose copies had that time to travel) is updated on the CPU
 // and starts back up. The step does the same for what is left (everything, with
-// a clip) and waits for every parameter to be back:
+// a clip) and waits for every parameter to be back. On a GPU, with each unit's
+// share final right after its backward (train_single; --prefetch 0):
 //
 //   device:  backward u3   backward u2       backward u1       backward u0    step: wait
 //   link:             u3 down       u2 down, u3 up    u1 down, u2 up   u0 down, u1 up ... u0 up

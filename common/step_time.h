@@ -23,7 +23,8 @@
 // collective's end if it is not there yet: that time is the exposed
 // communication. Whatever schedule the strategy's code follows (prefetch,
 // accumulation, hybrid groups, a student's change) the clock follows it. The
-// device's optimizer step and the host's own overheads cost nothing here.
+// device's optimizer step costs nothing of its own here (it is inside the measured
+// rate), nor do the host's own overheads.
 //
 // With --offload-optimizer (common/resident.h) two more timelines run beside
 // compute: the host link (one copy at a time) and the host's CPU (one AdamW at
@@ -31,7 +32,7 @@
 // on its timeline:
 //
 //   down  (link)  alpha_h + gradient bytes / beta_h   from when it is issued
-//   AdamW (CPU)   AdamW's bytes / host memory's rate  once its gradients are down
+//   AdamW (CPU)   AdamW's bytes / host memory's rate  once its unit's gradients are down
 //   up    (link)  alpha_h + parameter bytes / beta_h  once its AdamW is done
 //
 // and compute waits for the last of them at the end of the step (the next

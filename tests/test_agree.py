@@ -84,6 +84,7 @@ CASES = {
     "--warmup": ({}, {"--warmup": "1"}),
     "--min-lr": ({"--lr-schedule": "cosine"}, {"--lr-schedule": "cosine", "--min-lr": "1e-5"}),
     "--recompute": ({}, {"--recompute": True}),
+    "--fused-classifier": ({}, {"--fused-classifier": True}),
     "--data-order": ({}, {"--data-order": "llmc"}),
     "--grad-accum": ({}, {"--grad-accum": "2"}),
     "--accum-mode": ({}, {"--accum-mode": "no-sync"}),

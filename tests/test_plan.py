@@ -459,46 +459,31 @@ for quote in quotes:
     check(" ".join(quote.split()) in flat, f"docs/answers.md answer 16 says '{quote}' (the planner's)")
 check(same_bytes, "answer 16: the bytes do not change with J")
 
-# --fused-attention (the GPU trainers'): an attention row keeps its log-sum-exp, and
-# its backward a dot, instead of the (T, T) probabilities and their gradient; only
-# the activations change, by exactly (L' + 1) b NH (T^2 - T) floats, L' = L (1
-# with --recompute); with --time, --traffic and --layout the flag changes nothing
+# --fused-attention (the GPU trainers'): an attention row keeps its log-sum-exp, and its backward a dot, instead of
+# the (T, T) probabilities and their gradient: (L' + 1) b NH (T^2 - T) floats fewer, L' = L (1 with --recompute).
+# --fused-classifier (every trainer's): no (b, T, Vp) probabilities (Vp = 256 for V = 256). Only the activations
+# change, by exactly that, b = B/N rows per rank; with --time, --traffic and --layout each flag changes nothing
 # those show, and is refused.
 head = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "2"], capture_output=True,
                       text=True, check=True).stdout
 L, NH = (int(re.search(rf"\b{k}=(\d+)", head).group(1)) for k in ("L", "NH"))
 ACT = CATS.index("activations")
-for extra, layers in (([], L), (["--recompute"], 1)):
-    shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", *extra]
-    plain, fused = plan_rows(shape), plan_rows([*shape, "--fused-attention"])
-    b, T = 3, 40
-    saved = 4 * (layers + 1) * b * NH * (T * T - T)
-    check(len(plain) == len(fused) and all(p[3][ACT] - f[3][ACT] == saved for p, f in zip(plain, fused)),
-          f"plan {' '.join(extra)} --fused-attention: activations fall by (L'+1) b NH (T^2 - T) floats = {saved} B")
-    check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == f[3][:ACT] + f[3][ACT + 1:len(CATS)]
-              for p, f in zip(plain, fused)), f"plan {' '.join(extra)} --fused-attention: the other categories equal")
-for mode in (["--time"], ["--traffic"], ["--layout"]):
-    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--fused-attention", *mode],
-                       capture_output=True, text=True)
-    check(r.returncode != 0 and "--fused-attention" in r.stderr,
-          f"plan {mode[0]} --fused-attention is refused, naming the flag: {r.stderr.strip()[:120]}")
-
-# --fused-classifier (every trainer's): the activations fall by exactly the (b, T, Vp) probabilities, b = B/N rows
-# per rank (Vp = 256 for V = 256), with or without --recompute, and nothing else moves; with --time, --traffic and
-# --layout the flag changes nothing those show, and is refused.
-for extra in ([], ["--recompute"]):
-    shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", *extra]
-    plain, fused = plan_rows(shape), plan_rows([*shape, "--fused-classifier"])
-    saved = 4 * 3 * 40 * 256
-    check(len(plain) == len(fused) and all(p[3][ACT] - f[3][ACT] == saved for p, f in zip(plain, fused)),
-          f"plan {' '.join(extra)} --fused-classifier: activations fall by b T Vp floats = {saved} B")
-    check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == f[3][:ACT] + f[3][ACT + 1:len(CATS)]
-              for p, f in zip(plain, fused)), f"plan {' '.join(extra)} --fused-classifier: the other categories equal")
-for mode in (["--time"], ["--traffic"], ["--layout"]):
-    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--fused-classifier", *mode],
-                       capture_output=True, text=True)
-    check(r.returncode != 0 and "--fused-classifier" in r.stderr,
-          f"plan {mode[0]} --fused-classifier is refused, naming the flag: {r.stderr.strip()[:120]}")
+b, T, Vp = 3, 40, 256
+fusions = (("--fused-attention", "(L'+1) b NH (T^2 - T)", lambda layers: 4 * (layers + 1) * b * NH * (T * T - T)),
+           ("--fused-classifier", "b T Vp", lambda layers: 4 * b * T * Vp))
+for flag, formula, saved_bytes in fusions:
+    for extra, layers in (([], L), (["--recompute"], 1)):
+        shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", *extra]
+        plain, fused, saved = plan_rows(shape), plan_rows([*shape, flag]), saved_bytes(layers)
+        check(len(plain) == len(fused) and all(p[3][ACT] - f[3][ACT] == saved for p, f in zip(plain, fused)),
+              f"plan {' '.join(extra)} {flag}: activations fall by {formula} floats = {saved} B")
+        check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == f[3][:ACT] + f[3][ACT + 1:len(CATS)]
+                  for p, f in zip(plain, fused)), f"plan {' '.join(extra)} {flag}: the other categories equal")
+    for mode in (["--time"], ["--traffic"], ["--layout"]):
+        r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", flag, *mode], capture_output=True,
+                           text=True)
+        check(r.returncode != 0 and flag in r.stderr,
+              f"plan {mode[0]} {flag} is refused, naming the flag: {r.stderr.strip()[:120]}")
 
 # --offload-optimizer: refused with --traffic, --layout and --ema; with --time the wait for its copies and CPU
 # AdamW takes the last column, and --host-link and --cpu-adam go with it alone. DDP's whole model at N = 1 with a
@@ -555,17 +540,27 @@ for precision, staging in (("fp32", 4), ("bf16", 4)):
 
 # docs/offload.md quotes the planner's offloaded step for d12 in bf16
 offload_md = " ".join(open(os.path.join(src, "docs", "offload.md")).read().split())
-times = {(f[0], int(f[1])): [float(x) for x in f[3:]] for f in (line.split("\t") for line in subprocess.run(
-    [f"{BUILD}/plan", "--config", "d12", "--ranks", "8", "--batch", "128", "--seq", "1024", "--precision", "bf16",
-     "--time", "--tokens-per-s", "150000", "--offload-optimizer", "--tsv"], capture_output=True, text=True,
-    check=True).stdout.splitlines())}
-P12 = 124439808
+def d12_times(*flags):
+    return {(f[0], int(f[1])): [float(x) for x in f[3:]] for f in (line.split("\t") for line in subprocess.run(
+        [f"{BUILD}/plan", "--config", "d12", "--ranks", "8", "--batch", "128", "--seq", "1024", "--precision", "bf16",
+         "--time", "--tokens-per-s", "150000", "--offload-optimizer", "--tsv", *flags], capture_output=True,
+        text=True, check=True).stdout.splitlines())}
+
+
+times, clipped, unprefetched = d12_times(), d12_times("--grad-clip", "1"), d12_times("--prefetch", "0")
+P12, WTE = 124475904, 50304 * 768  # every element AdamW updates, wte's padding rows included
 adam, link, latency = 28 * P12 / 55e9, 4 * P12 / 25e9, 2 * 148 * 1e-5  # --cpu-adam 55, --host-link 1e-5,25
+wte_copy, wte_adam = 1e-5 + 2 * WTE / 25e9, 28 * WTE / 55e9
 quoted = [f"costs {1e3 * times[('ddp', 1)][5]:.1f} ms of a {1e3 * times[('ddp', 1)][3]:.1f} ms step",
-          f"{1e3 * adam:.1f} ms are the CPU's AdamW", f"{1e3 * link:.1f} ms the link's bytes",
-          f"{1e3 * latency:.1f} ms its latencies", f"FSDP at N = 1 waits {1e3 * times[('fsdp', 1)][5]:.1f} ms",
+          f"{1e3 * adam:.1f} ms are the CPU's AdamW", f"over all P = {P12:,} elements",
+          f"{1e3 * link:.1f} ms the link's bytes", f"{1e3 * latency:.1f} ms its latencies",
+          f"the wait's other {1e3 * (times[('ddp', 1)][5] - adam):.1f} ms",
+          f"FSDP at N = 1 waits {1e3 * times[('fsdp', 1)][5]:.1f} ms",
+          f"({1e3 * wte_copy:.1f} ms down, {1e3 * wte_adam:.1f} ms of AdamW, {1e3 * wte_copy:.1f} ms up)",
+          f"({1e3 * unprefetched[('fsdp', 1)][5]:.1f} ms with `--prefetch 0`)",
           f"{1e3 * times[('ddp', 8)][5]:.1f} ms on every DDP rank", f"{1e3 * times[('zero1', 8)][5]:.1f} ms on ZeRO-1/2's",
-          f"{1e3 * times[('fsdp', 8)][5]:.1f} ms on FSDP's", f"waits {1e3 * times[('zero3', 8)][5]:.1f} ms"]
+          f"{1e3 * times[('fsdp', 8)][5]:.1f} ms on FSDP's", f"waits {1e3 * times[('zero3', 8)][5]:.1f} ms",
+          f"FSDP's rank at N = 8, {1e3 * clipped[('fsdp', 8)][5]:.1f} ms"]
 mem = {}
 for flags in ([], ["--offload-optimizer"]):
     row = [r for r in plan_rows(["--config", "d12", "--vocab", "256", "--ranks", "1", "--batch", "2", "--seq", "64",
