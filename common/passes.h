@@ -26,7 +26,8 @@ void offload_early_begin(GPT2 *model, float clip, OffloadEarly *early);
 // With clip > 0 (--grad-clip), the global norm of the averaged gradient (each
 // rank's share squared, one all-reduce of a double) and the gradients scaled
 // down to clip where the norm is above it; then the strategy's AdamW step (and
-// offload_early_begin's settings are forgotten). Returns the norm before clipping (NAN without clip).
+// offload_early_begin's settings are forgotten). Returns the norm before
+// clipping (NAN without clip).
 double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config);
 
 #endif
