@@ -49,7 +49,6 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
         r->device_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
         r->device_params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
         r->phase = xcalloc((size_t)model->layout.num_tensors, sizeof(SpanPhase));  // all SPAN_ON_DEVICE
-        r->down_at = xcalloc((size_t)model->layout.num_tensors, sizeof(double));
         r->reduced_unit = -1;
     }
     r->ema_decay = model->ema_decay;
@@ -226,7 +225,7 @@ static void update_on_host(Resident *r, int t, AdamWConfig config) {
     r->phase[t] = SPAN_UPDATED;
     // AdamW reads and writes the master, m and v, reads the gradients, writes the rounded params
     double adam_bytes = 24 + dtype_size(r->grad_dtype) + (span->working ? 2 : 0);
-    if (r->model->clock) sim_offload_update(r->model->clock, r->down_at[t], span->count * adam_bytes,
+    if (r->model->clock) sim_offload_update(r->model->clock, r->reduced_down_at, span->count * adam_bytes,
                                             (double)(span->count * dtype_size(r->param_dtype)));
 }
 
@@ -252,12 +251,12 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
         started = 1;
     }
     if (!started) return;
-    for (int t = 0; t < layout->num_tensors && r->model->clock; t++)
-        if (layout->tensors[t].home_unit == unit && r->phase[t] == SPAN_GOING_DOWN) r->down_at[t] = r->model->clock->host_link_free;
     long mark = device_copies_mark();
+    double down_at = r->model->clock ? r->model->clock->host_link_free : 0;  // its last copy's end
     update_reduced_unit(r, config);
     r->reduced_unit = unit;
     r->reduced_mark = mark;
+    r->reduced_down_at = down_at;
 }
 
 void resident_unit_final(Resident *r, int unit) {
@@ -285,8 +284,9 @@ static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
     if (r->model->clock) sim_offload_wait(r->model->clock);
 }
 
-void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
-    for (int t = 0; t < num_tensors && !r->offload; t++) {
+// The step on the device: AdamW on each span kept, and the EMA's move.
+static void step_on_device(Resident *r, int num_tensors, AdamWConfig config) {
+    for (int t = 0; t < num_tensors; t++) {
         const AdamWSpan *span = &r->spans[t];
         if (span->count == 0) {
             r->spans[t].step++;
@@ -295,7 +295,11 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
         device_adamw(&r->spans[t], config);
         if (r->ema) device_ema_update(r->ema + (span->m - r->m), span->params, span->count, r->ema_decay);
     }
+}
+
+void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
     if (r->offload) offloaded_step(r, num_tensors, config);
+    else step_on_device(r, num_tensors, config);
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
 }
 
@@ -341,6 +345,5 @@ void resident_free(Resident *r, MemAccount *mem) {
     free(r->device_grads);
     free(r->device_params);
     free(r->phase);
-    free(r->down_at);
     memset(r, 0, sizeof *r);
 }

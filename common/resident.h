@@ -71,9 +71,9 @@ typedef struct {
     void **device_grads, **device_params;  // offload: (num_tensors) where span t's gradients and params are
     int rows_tensor;   // offload: the tensor whose rows resident_rows gave a checkpoint, or -1
     SpanPhase *phase;  // offload: (num_tensors) where span t's update is this step
-    double *down_at;   // offload: (num_tensors) build/plan --time: when span t's gradients are down
     int reduced_unit;  // offload: the unit whose gradients went down last, not yet updated (-1: none)
     long reduced_mark; // the copies' mark behind them
+    double reduced_down_at;  // build/plan --time: when the last of them is down
     const GPT2 *model; // its layout's home units; offload_early; the clock build/plan --time charges
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model

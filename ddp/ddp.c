@@ -52,9 +52,8 @@ static void after_forward(void *state, int unit) { (void)state; (void)unit; }
 static void before_backward(void *state, int unit) { (void)state; (void)unit; }
 
 // The unit's gradients are final once its backward is done (the tied wte's only
-// after unit 0): start averaging them while the units below compute, and nudge
-// the buckets already in flight along. Earlier micro-batches only add into the
-// replica's gradients: the all-reduce of their sum is the same, and K times cheaper.
+// after unit 0): start averaging them under the units below, nudging the buckets in
+// flight. Earlier micro-batches only add in: one all-reduce of their sum, K times cheaper.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (last_micro_batch) {

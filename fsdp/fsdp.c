@@ -19,13 +19,11 @@
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
 //
-// With --prefetch D the next D units' all-gathers are started before unit u
-// computes, and unit u's reduce-scatter is waited for only after the next
-// unit's backward: the same collectives, travelling under compute.
-// --shard-group M (hybrid sharding): all of the above within groups of M ranks,
-// whose reduced slices are then averaged across the groups (common/shard_groups.h).
-// --shard-min-numel NUMEL: the tensors of fewer elements are kept whole on every
-// rank instead, their gradients all-reduced (common/replicas.h).
+// --prefetch D: the next D units' all-gathers start before unit u computes, and unit
+// u's reduce-scatter is waited for after the next unit's backward: the same collectives,
+// travelling under compute. --shard-group M (hybrid): all of the above within groups of M
+// ranks, the reduced slices then averaged across the groups (common/shard_groups.h).
+// --shard-min-numel NUMEL: smaller tensors kept whole on every rank (common/replicas.h).
 #include <stdlib.h>
 
 #include "../common/device.h"
@@ -131,10 +129,9 @@ static void start_reduce(State *s, int unit) {
     r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->send_numel, dtype, COMM_AVG);
 }
 
-// Waits for the unit's reduce-scatter, if one is in flight (--shard-group: and
-// averages it across the groups). Copy-out: my slices are added to my resident
-// gradient (the tied wte arrives twice: from the head and from unit 0), and
-// everyone frees the full gradients.
+// Waits for the unit's reduce-scatter, if one is in flight (--shard-group: and averages
+// it across the groups). Copy-out: my slices add into my resident gradient (the tied wte
+// arrives twice: from the head and from unit 0); everyone frees the full gradients.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
@@ -160,18 +157,16 @@ static void after_forward(void *state, int unit) {
     if (s->reshard_after_forward) release_unit(s, unit);
 }
 
-// Fetch the unit again where released, and give it zeroed full-size (padded)
-// gradient buffers (or the ones an earlier micro-batch kept, without a reduce,
-// to add into).
+// Fetch the unit again where released, and give it zeroed full-size (padded) gradient
+// buffers (or, to add into, the ones an earlier micro-batch kept without a reduce).
 static void before_backward(void *state, int unit) {
     State *s = state;
     gather_unit(s, unit, -1);
     alloc_unit_grads(s->model, s->mem, unit, s->comm->world);
 }
 
-// Reduce the unit's gradients: with prefetch, behind the next unit's backward
-// (waited for after it), else at once. no_sync keeps every full gradient until
-// the last micro-batch, then reduces once.
+// Reduce the unit's gradients: with prefetch behind the next unit's backward (waited
+// for after it), else at once; no_sync keeps every full gradient until the last micro-batch.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
@@ -193,8 +188,7 @@ static void step(void *state, AdamWConfig config) {
     replicas_step(&s->replicas, config);
 }
 
-// Unit by unit: fetch, let rank 0 copy what is at home in the unit (without the
-// padding rows), release.
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit (no padding), release.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) {

@@ -973,6 +973,23 @@ def check_strategy_runs(tmp, common, runs, ref_steps, ref_params):
                       f"{tag}: bitwise the losses and final model of --prefetch 0")
 
 
+def runs_without_and_with(tmp, common, tag, strategy, n, flags, flag, base=None):
+    """The run with `flags`, then with `flags` and `flag`: each its (steps, summary) and final model bytes; None
+    (and a failed check) if one does not run. base: the (log, model) of a run without `flag` already made."""
+    runs = []
+    for on in (0, 1):
+        name = f"{flag.strip('-')}{strategy}{n}{len(flags)}{on}"
+        log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
+        if not on and base:
+            log, out = base
+        elif run([*strategy_command(strategy, n, flags + ([flag] if on else [])), *common, "--log", log,
+                  "--out-model", out]) != 0:
+            check(False, f"{tag} {flag}: runs")
+            return None
+        runs.append((read_log(log), open(out, "rb").read()))
+    return runs
+
+
 def check_offload(tmp, common):
     """--offload-optimizer: every strategy at N = 1..4 (fp32), at N = 3 in bf16 (bf16 gradients, and fp32
     ones), and FSDP's hybrid sharding, each against the same run without it: the losses and the final model bit
@@ -981,18 +998,10 @@ def check_offload(tmp, common):
     the master, m and v (12 bytes per element the rank updates) and their staging (the gradients' bytes, and 2
     more in a bf16 run)."""
     def pair(tag, strategy, n, flags, base=None):
-        logs = {}
-        for offload in (0, 1):
-            name = f"off{strategy}{n}{len(flags)}{offload}"
-            log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
-            if not offload and base:
-                log, out = base
-            elif run([*strategy_command(strategy, n, flags + (["--offload-optimizer"] if offload else [])), *common,
-                      "--log", log, "--out-model", out]) != 0:
-                check(False, f"{tag}: runs")
-                return
-            logs[offload] = (read_log(log), open(out, "rb").read())
-        ((steps, plain), model), ((off_steps, off), off_model) = logs[0], logs[1]
+        runs = runs_without_and_with(tmp, common, tag, strategy, n, flags, "--offload-optimizer", base)
+        if not runs:
+            return
+        ((steps, plain), model), ((off_steps, off), off_model) = runs
         check([x["loss"] for x in off_steps] == [x["loss"] for x in steps] and off_model == model,
               f"{tag} --offload-optimizer: bitwise the losses and model of the run without it")
         check(off["config"]["offload_optimizer"] == 1 and plain["config"]["offload_optimizer"] == 0,
@@ -1046,16 +1055,8 @@ def check_fused_classifier(tmp, common):
     for tag, strategy, n, flags in (("single", "single", 1, []), ("ddp N=2", "ddp", 2, []),
                                     ("fsdp N=3 --grad-accum 2", "fsdp", 3, ["--grad-accum", "2"]),
                                     ("zero3 N=2 bf16", "zero3", 2, ["--precision", "bf16"])):
-        runs = []
-        for fused in (0, 1):
-            name = f"fc{strategy}{n}{len(flags)}{fused}"
-            log, out = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.bin")
-            if run([*strategy_command(strategy, n, flags + (["--fused-classifier"] if fused else [])), *common,
-                    "--log", log, "--out-model", out]) != 0:
-                check(False, f"{tag} --fused-classifier: runs")
-                break
-            runs.append((read_log(log), open(out, "rb").read()))
-        if len(runs) < 2:
+        runs = runs_without_and_with(tmp, common, tag, strategy, n, flags, "--fused-classifier")
+        if not runs:
             continue
         ((steps, plain), model), ((fsteps, fused), fmodel) = runs
         check([x["loss"] for x in fsteps] == [x["loss"] for x in steps] and fmodel == model,

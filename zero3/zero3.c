@@ -125,9 +125,8 @@ static void before_backward(void *state, int unit) {
     alloc_unit_grads(s->model, s->mem, unit, 1);
 }
 
-// Reduce the unit's gradients: with prefetch, behind the next unit's backward
-// (waited for after it), else at once. no_sync keeps every full gradient until
-// the last micro-batch, then reduces once.
+// Reduce the unit's gradients: with prefetch behind the next unit's backward (waited
+// for after it), else at once; no_sync keeps every full gradient until the last micro-batch.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
