@@ -695,14 +695,14 @@ if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subse
    ! grep -q '^| zero3 ' "$tmp/runs/subset/report.md"; then
     ok "compare: STRATEGIES runs and reports those alone"; else bad "compare: STRATEGIES runs and reports those alone"; fi
 # PRECISION=bf16: every run in bf16, train_single once more in fp32, and the report says how far apart; with the
-# optimizer offloaded, whose host memory gets a plot of its own
+# optimizer offloaded, whose host memory gets a plot of its own, and the classifier fused
 run "compare.sh PRECISION=bf16" "${cmp_env[@]}" NAME=bf16 STRATEGIES="ddp fsdp" PRECISION=bf16 \
-    ARGS=--offload-optimizer bash examples/compare.sh
+    ARGS="--offload-optimizer --fused-classifier" bash examples/compare.sh
 if grep -q '"precision": "bf16"' "$tmp/runs/bf16/fsdp.jsonl" && grep -q '"precision": "fp32"' "$tmp/runs/bf16/single_fp32.jsonl" &&
    grep -q "In bf16 (gradients reduced in bf16; docs/precision.md) the single-rank loss stays within" "$tmp/runs/bf16/report.md"; then
     ok "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"
 else bad "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"; fi
-# the planner's memory line is drawn for the runs' own flags (bf16, offloaded): at the runs' N it meets their peaks
+# the planner's memory line is drawn for the runs' own flags (bf16, offloaded, fused classifier): at the runs' N it meets their peaks
 if [ -s "$tmp/runs/bf16/plots/host_memory.png" ] && grep -q "plots/host_memory.png" "$tmp/runs/bf16/report.md" &&
    python3 - "$tmp/runs/bf16/data" <<'PY'
 import sys
