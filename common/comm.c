@@ -17,9 +17,11 @@
 // SHARDLAB_COMM_ENGINE=spin makes it wait in MPI_Wait instead (Open MPI spins a
 // core there) and =inline runs collectives on the calling thread, as MPI alone
 // does: both for comparison (bench_comm --overlap-ms).
-// Reductions of 64 KiB or more among ranks of one node go through the node's
-// shared memory instead of MPI's reduction path (comm_node.c), on the same thread,
-// unless SHARDLAB_COMM_REDUCE=mpi or the engine runs inline (no thread, no arena).
+// Reductions among ranks of one node go through the node's shared memory instead
+// of MPI's reduction path (comm_node.c), on the same thread, unless
+// SHARDLAB_COMM_REDUCE=mpi or the engine runs inline (no thread, no arena): every
+// size, so that every element is summed in rank order 0, 1, ..., N-1 and a run
+// is the same bits as train_single --as-ranks N (docs/testing.md).
 // The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
 // thread on the group's own communicator (MPI_COMM_WORLD, or comm_split's):
 // another communicator than the engine's, so their order is independent.
@@ -54,9 +56,6 @@
 // the first, and the longest it doubles to.
 #define ENGINE_FIRST_PAUSE 10e-6
 #define ENGINE_MAX_PAUSE 1e-3
-// Below this many bytes a reduction takes MPI's own path: its latency is lower
-// than three barriers'.
-#define NODE_MIN_BYTES ((size_t)64 << 10)
 
 // One collective as MPI sees it.
 typedef struct EngineOp {
@@ -263,8 +262,7 @@ static int mpi_count(CommOp op, size_t count) {
 static void engine_submit(Comm *comm, CommHandle *h, EngineOp op) {
     EngineOp *o = xmalloc(sizeof *o);
     *o = op;
-    size_t bytes = (size_t)o->count * dtype_size(o->dtype) * (o->op == COMM_REDUCE_SCATTER ? (size_t)comm->world : 1);
-    if (bytes < NODE_MIN_BYTES) o->node = 0;
+    if (o->type == MPI_DOUBLE) o->node = 0;  // comm_all_reduce_double: MPI's sum of one double
     o->complete = 0;
     o->next = NULL;
     h->request = o;
@@ -838,8 +836,12 @@ double comm_all_reduce_double(Comm *comm, double value) {
 
 double comm_metric_average(Comm *comm, double value) {
     if (comm->backend == COMM_BACKEND_SIM) return value;
-    double sum;
-    MPI_CHECK(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm->engine->group));
+    // every rank's value, summed in rank order: the same bits on every rank and
+    // in every run, whatever MPI's reduction algorithm (train_single --as-ranks)
+    double *values = xcalloc((size_t)comm->world, sizeof *values), sum = 0;
+    MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, values, 1, MPI_DOUBLE, comm->engine->group));
+    for (int r = 0; r < comm->world; r++) sum += values[r];
+    free(values);
     return sum / comm->world;
 }
 

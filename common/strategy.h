@@ -181,7 +181,19 @@ typedef struct {
     // NULL, or the --unit-blocks / --wrap-min-params policy (set by flags in the table
     // above) by which the model's blocks are grouped into units before init
     const UnitPolicy *units;
+    // NULL, or train_single's --as-ranks N (0: not given): the ranks whose rows the
+    // one rank runs as micro-batches of their own (common/single.c)
+    const int *as_ranks;
 } StrategyPlugin;
+
+// train_single's flags (common/single.c): the run at N ranks it is the reference of.
+typedef struct {
+    int as_ranks;             // --as-ranks N (0: the whole batch at once)
+    const char *as_reduce;    // --as-reduce home|use (NULL: home)
+    int as_groups;            // --as-groups M (0: one group of N)
+    uint64_t as_whole_below;  // --as-whole-below NUMEL (0: none)
+} SingleOptions;
+const char *single_options_problem(const void *options);
 
 Strategy ddp_init(const StrategyContext *ctx);
 Strategy zero3_init(const StrategyContext *ctx);

@@ -79,6 +79,7 @@ typedef struct {
     FILE *log;
     RankSummary summary;
     int first_step;             // 1, or the step after the checkpoint resumed from
+    int as_ranks;               // the ranks whose rows this one runs: 1, or train_single's --as-ranks N
     LrSchedule schedule;
     int ckpt_lock;              // rank 0: the --ckpt-dir, open and locked (-1: none)
     double test_optim_delay_s;  // tests: rank 1 sleeps this long as its optimizer phase begins
@@ -96,15 +97,24 @@ static double comm_seconds(const CommStats *s) {
     return total;
 }
 
-// Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each.
-// Micro-batch `micro` of this rank's rows; `step` is the training step it is
-// for (0: evaluation). Dropout's masks follow each token's row in the global
-// batch: this rank's rows start at rank * B/N, its micro-batch `micro` micro * B/(N K) after.
+// Points the model at micro-batch `micro` of the rank's rows: (B/N/K, T) each;
+// `step` is the training step it is for (0: evaluation). Dropout's masks follow
+// each token's row in the global batch: this rank's rows start at rank * B/N, its
+// micro-batch `micro` micro * B/(N K) after. (train_single --as-ranks N: micro-batch
+// k of simulated rank r is micro r K + k, at row r B/N + k B/(N K).)
 static void set_micro_batch(Run *run, const DataLoader *loader, int micro, int step) {
     size_t tokens = (size_t)run->model.B * run->model.T;
     gpt2_set_batch(&run->model, loader->inputs + micro * tokens, loader->targets + micro * tokens);
     run->model.dropout_step = step;
     run->model.row0 = loader->rank * (loader->B / loader->world) + micro * run->model.B;
+}
+
+// The mean over the ranks of each one's `loss[r]`, added in rank order as
+// comm_metric_average does: with --as-ranks, the simulated ranks' mean.
+static double mean_over_ranks(Run *run, const double *loss) {
+    double sum = 0;
+    for (int r = 0; r < run->as_ranks; r++) sum += loss[r];
+    return comm_metric_average(&run->comm, run->as_ranks == 1 ? sum : sum / run->as_ranks);
 }
 
 // The validation loss, the mean over --eval-batches batches; with `ema`, of the
@@ -115,19 +125,23 @@ static double evaluate(Run *run, int ema) {
     int tracing = run->trace.enabled;
     run->trace.enabled = 0;  // the timeline shows training steps only
     loader_reset(&run->val);
-    double sum = 0;
+    double *sum = xcalloc((size_t)run->as_ranks, sizeof *sum);
     int micro_batches = run->opts.grad_accum;
     for (int i = 0; i < run->opts.eval_batches; i++) {
         loader_next_batch(&run->val);
-        for (int micro = 0; micro < micro_batches; micro++) {
-            set_micro_batch(run, &run->val, micro, 0);  // nothing dropped
-            forward_pass(&run->model, &run->strategy, &run->trace);
-            sum += run->model.mean_loss;
-        }
+        for (int r = 0; r < run->as_ranks; r++)
+            for (int micro = 0; micro < micro_batches; micro++) {
+                set_micro_batch(run, &run->val, r * micro_batches + micro, 0);  // nothing dropped
+                forward_pass(&run->model, &run->strategy, &run->trace);
+                sum[r] += run->model.mean_loss;
+            }
     }
     run->trace.enabled = tracing;
     if (ema) run->strategy.swap_ema(run->strategy.state);
-    return comm_metric_average(&run->comm, sum / ((double)run->opts.eval_batches * micro_batches));
+    for (int r = 0; r < run->as_ranks; r++) sum[r] /= (double)run->opts.eval_batches * micro_batches;
+    double mean = mean_over_ranks(run, sum);
+    free(sum);
+    return mean;
 }
 
 // Creates `path`, or opens it without truncating if it exists, so that an output
@@ -374,12 +388,13 @@ static void setup(Run *run) {
     if (!o->model_path && gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
         fatal("--config: unknown preset '%s' (use d2, d4, d6 or d12)", o->config_name);
     if (o->seq > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", o->seq, config.max_seq_len);
-    int world = run->comm.world;
-    if (o->batch % world != 0)
-        fatal("--batch %d is not divisible by the number of ranks (%d)", o->batch, world);
-    if (o->batch / world % o->grad_accum != 0)
+    int world = run->comm.world, ranks = world * run->as_ranks;  // --as-ranks N: the rows of N ranks
+    if (o->batch % ranks != 0)
+        fatal("--batch %d is not divisible by the number of ranks (%d%s)", o->batch, ranks,
+              run->as_ranks > 1 ? ", --as-ranks" : "");
+    if (o->batch / ranks % o->grad_accum != 0)
         fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
-              o->grad_accum, o->batch / world, o->batch, world, o->grad_accum);
+              o->grad_accum, o->batch / ranks, o->batch, ranks, o->grad_accum);
 
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", o->data_dir);
@@ -394,7 +409,7 @@ static void setup(Run *run) {
                   run->have_val ? &run->val : NULL);
     check_outputs(run);
 
-    gpt2_init(&run->model, config, o->batch / world / o->grad_accum, o->seq, o->recompute,
+    gpt2_init(&run->model, config, o->batch / ranks / o->grad_accum, o->seq, o->recompute,
               o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
               o->fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &run->mem);
     run->model.grad_accum = o->grad_accum;
@@ -473,15 +488,18 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     }
     double t0 = timer_now();
     loader_next_batch(&run->train);
-    double loss_sum = 0;
+    double *loss_sum = xcalloc((size_t)run->as_ranks, sizeof *loss_sum);
     OffloadEarly early = {.config = adamw_config(lr_schedule_at(&run->schedule, step), run->opts.weight_decay)};
-    for (int micro = 0; micro < run->opts.grad_accum; micro++) {
-        int last = micro == run->opts.grad_accum - 1;
-        set_micro_batch(run, &run->train, micro, step);
-        forward_pass(&run->model, s, &run->trace);
-        if (last) offload_early_begin(&run->model, run->opts.grad_clip, &early);
-        backward_pass(&run->model, s, &run->trace, last);
-        loss_sum += run->model.mean_loss;
+    int K = run->opts.grad_accum;
+    for (int micro = 0; micro < K; micro++) {
+        int last = micro == K - 1;
+        for (int r = 0; r < run->as_ranks; r++) {  // one rank's rows, or each of --as-ranks N's in rank order
+            set_micro_batch(run, &run->train, r * K + micro, step);
+            forward_pass(&run->model, s, &run->trace);
+            if (last && r == run->as_ranks - 1) offload_early_begin(&run->model, run->opts.grad_clip, &early);
+            backward_pass(&run->model, s, &run->trace, last);
+            loss_sum[r] += run->model.mean_loss;
+        }
     }
     finish_pass(&run->model, s, &run->trace);
     double t_optim = timer_now();
@@ -509,7 +527,9 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     run->summary.optim_s += optim_s;
     run->summary.comm_wait_s += comm_s;
     run->summary.compute_s += (t1 - t0) - optim_s - comm_s;
-    *loss = comm_metric_average(&run->comm, loss_sum / run->opts.grad_accum);
+    for (int r = 0; r < run->as_ranks; r++) loss_sum[r] /= K;
+    *loss = mean_over_ranks(run, loss_sum);
+    free(loss_sum);
     *step_s = comm_metric_max(&run->comm, t1 - t0);  // a step ends when its slowest rank does
 }
 
@@ -687,6 +707,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     memset(&run, 0, sizeof run);
     run.plugin = plugin;
     run.ckpt_lock = -1;
+    run.as_ranks = 1;
     comm_init(&run.comm, &argc, &argv);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
     // Each rank parses its own command line, silently. The job's outcome is the
@@ -703,6 +724,10 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         }
         comm_finalize(&run.comm);
         return worst == OPTIONS_HELP ? 0 : 1;
+    }
+    if (plugin->as_ranks && *plugin->as_ranks > 0) {  // the threads a rank of N on this node would have
+        run.as_ranks = *plugin->as_ranks;
+        run.threads = threads_configure(run.comm.local_size * run.as_ranks, &run.cores);
     }
     // ranks compare what a flag resolves to: --reduce-dtype left out is the precision
     if (!run.opts.reduce_dtype) run.opts.reduce_dtype = run.opts.precision;

@@ -140,6 +140,25 @@ def split_args(text, strategy, n):
     return mine, single
 
 
+def reference_flags(strategy, n, flags):
+    """train_single's flags that make it the reference of `strategy` at `n` ranks with the trainer flags `flags`,
+    bit for bit: the ranks' rows as micro-batches of their own, averaged where and when the strategy averages them
+    (common/single.c)."""
+    out = ["--as-ranks", str(n)]
+    if strategy in ("zero3", "fsdp"):
+        out += ["--as-reduce", "use"]  # every unit's gradients after its backward: the tied wte twice
+    if strategy in ("ddp", "zero1"):
+        out += ["--accum-mode", "no-sync"]  # whole gradients: micro-batches add up locally, reduced once
+    elif "--accum-mode" in flags:
+        out += ["--accum-mode", flag_value(flags, "--accum-mode", "sync-each")]
+    group = int(flag_value(flags, "--shard-group", "0"))
+    if 0 < group < n:
+        out += ["--as-groups", str(group)]
+    if int(flag_value(flags, "--shard-min-numel", "0")) > 0:
+        out += ["--as-whole-below", flag_value(flags, "--shard-min-numel", "0")]
+    return out
+
+
 def run(cmd, log_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     with open(log_path, "w") as f:
