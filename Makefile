@@ -69,7 +69,7 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-quick test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
+.PHONY: all gpu deps test test-quick test-portable test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
@@ -158,6 +158,13 @@ test-quick: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_quick.sh
 
+# The equivalence tier, make check at N = 1..4 and the labs under other OpenBLAS
+# kernels and thread counts than this machine's (tests/run_portable.sh): the
+# bits must not depend on the CPU.
+test-portable: deps
+	$(MAKE) all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_portable.sh
+
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan:
 	$(MAKE) BUILD=build-asan GPU=0 OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
@@ -207,12 +214,16 @@ clean:
 
 # A homework check: STRATEGY (ddp, zero1, zero2, zero3, fsdp) at RANKS ranks, with
 # the trainer flags in ARGS, against train_single on a tiny model, check by check
-# (labs/check.py): losses, gradient norms, final model, memory per category and
-# collectives against build/plan, overlap with prefetch.
+# (labs/check.py): losses, gradient norms, final model (bit for bit those of
+# train_single --as-ranks N), memory per category and collectives against build/plan,
+# overlap with prefetch. REFERENCE=DIR: the train_single and plan to hold BUILD's
+# trainers to (default BUILD's own; the build of an unchanged tree catches a change
+# that moves the reference too).
 check:
 	@[ -n "$(STRATEGY)" ] || { echo "make check: give STRATEGY=ddp|zero1|zero2|zero3|fsdp (and RANKS=N, ARGS=\"...\")" >&2; exit 2; }
 	$(MAKE) all
-	python3 labs/check.py --strategy $(STRATEGY) --ranks $(RANKS) --args "$(ARGS)" --build $(BUILD) --mpirun "$(MPIRUN)"
+	python3 labs/check.py --strategy $(STRATEGY) --ranks $(RANKS) --args "$(ARGS)" --build $(BUILD) \
+	    --reference $(or $(REFERENCE),$(BUILD)) --mpirun "$(MPIRUN)"
 
 # The labs (labs/README.md): a working copy with the lab's functions emptied, in
 # labs/work/LAB/; its grade; and the proof that every skeleton fails and the

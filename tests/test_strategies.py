@@ -3,9 +3,11 @@
 
 For DDP, ZeRO-1, ZeRO-2 (train_ddp --zero-stage 1|2), ZeRO-3 and FSDP at N = 1..4, on a model whose sizes are not all
 divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
-  - 20 AdamW steps with weight decay give the losses and validation losses
-    (every 5 steps, the mean over all ranks' rows) of build/train_single
-    (relative diff <= 1e-5) and the same final parameters (within 1e-5);
+  - 20 AdamW steps with weight decay give bit for bit the losses, validation losses
+    (every 5 steps, the mean over all ranks' rows) and final parameters of their reference,
+    build/train_single --as-ranks N with the flags that say where the strategy averages
+    (labs/check.py's reference_flags; docs/testing.md), and so does every run below in fp32
+    (accumulation, hybrid groups, units, dropout, whole small tensors);
   - resident params/grads/optim bytes equal their formulas exactly, and the
     peaks of params_gathered, grads_gathered and comm_buffers equal theirs;
   - the last step's traffic per collective equals its formula on every rank;
@@ -15,7 +17,7 @@ divisible by N (C = 38, maxT = 37, Vp = 128, 3C = 114, 4C = 152):
     overlap compute with --prefetch 1, none with --prefetch 0;
   - with --grad-accum K (K = 2, 4; both --accum-mode values where gradients are
     sharded), 6 steps give train_single's losses and parameters without
-    accumulation (within 1e-5), the same memory and traffic formulas for K
+    accumulation (losses within 1e-5) and their reference's bits, the same memory and traffic formulas for K
     micro-batches, and the activations of a micro-batch: train_single's with
     --batch B/(N K);
   - FSDP's hybrid sharding, --shard-group M: train_single's losses and model,
@@ -49,6 +51,9 @@ import sys
 import tempfile
 
 from testlib import Checks, read_log, run, write_learnable_shard
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
+from check import reference_flags  # noqa: E402  the one place that knows how each strategy averages
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 QUICK = os.environ.get("SHARDLAB_TEST_QUICK") == "1"  # make test-quick: one N, every strategy
@@ -344,13 +349,46 @@ def worst_loss_diff(steps, ref_steps):
     return max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(steps, ref_steps))
 
 
-def check_matches_single(tag, result, ref_steps, ref_params):
-    """A run's losses and final parameters against train_single's (1e-5)."""
+# Flags a strategy takes that train_single does not (each with a value); --accum-mode reaches the reference
+# through reference_flags, which knows whether the strategy heeds it.
+STRATEGY_ONLY = ("--prefetch", "--reshard-after-forward", "--shard-group", "--shard-min-numel", "--unit-blocks",
+                 "--wrap-min-params", "--accum-mode")
+REFERENCES = {}  # train_single's command -> its (steps, summary, params): one run serves every check that asks
+
+
+def reference_run(common, strategy, n, flags):
+    """train_single --as-ranks N, the bitwise reference of `strategy` at `n` ranks with `flags` (reference_flags)."""
+    single, i = [], 0
+    while i < len(flags):
+        width = 2 if flags[i] in STRATEGY_ONLY or flags[i] in ("--grad-accum", "--dropout", "--ema", "--precision",
+                                                                 "--reduce-dtype", "--grad-clip") else 1
+        if flags[i] not in STRATEGY_ONLY:
+            single += flags[i:i + width]
+        i += width
+    # under the launcher, as the strategy's ranks are: the same threads (common/threads.h), so the same sums
+    command = [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, *single, *reference_flags(strategy, n, flags)]
+    if tuple(command) not in REFERENCES:
+        name = f"ref{len(REFERENCES)}"
+        REFERENCES[tuple(command)] = run_logged(" ".join(command[command.index("-np") + 2:]).replace(BUILD + "/", ""),
+                                                command,
+                                                os.path.join(TMP, f"{name}.jsonl"), os.path.join(TMP, f"{name}.bin"))
+    return REFERENCES[tuple(command)]
+
+
+def check_matches_reference(tag, result, common, strategy, n, flags):
+    """A run's losses, validation losses and final parameters: bit for bit those of its reference, train_single
+    --as-ranks N (docs/testing.md), on any CPU, BLAS kernel and thread count."""
+    ref = reference_run(common, strategy, n, flags)
+    if ref is None or result is None:
+        return
     steps, _, params = result
-    worst = worst_loss_diff(steps, ref_steps)
-    pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-    check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
-          f"{tag}: train_single's losses and model (worst loss diff {worst:.1e}, params {pdiff:.1e})")
+    loss = lambda run: [(x["loss"], x["val_loss"]) for x in run]
+    differ = sum(1 for a, b in zip(params, ref[2]) if a != b)
+    worst = max((abs(a - b) for a, b in zip(params, ref[2])), default=0)
+    check(loss(steps) == loss(ref[0]) and len(params) == len(ref[2]) and differ == 0,
+          f"{tag}: bitwise the losses and model of train_single {' '.join(reference_flags(strategy, n, flags))}"
+          + ("" if differ == 0 else f" ({differ} parameters differ, by up to {worst:.2e})")
+          + ("" if loss(steps) == loss(ref[0]) else f" (losses {loss(steps)[:2]} against {loss(ref[0])[:2]})"))
 
 
 def across_groups(n, S, rank, accum, mode, size=4):
@@ -428,10 +466,9 @@ def check_accumulation(tmp, model, data):
             continue
         steps, summary, params = result
         worst = worst_loss_diff(steps, ref_steps)
-        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-        check(len(steps) == 6 and worst <= 1e-5 and pdiff <= 1e-5,
-              f"{tag}: losses and parameters of train_single without accumulation (worst loss diff "
-              f"{worst:.2e}, params {pdiff:.2e})")
+        check(len(steps) == 6 and worst <= 1e-5,
+              f"{tag}: the losses of train_single without accumulation (worst relative difference {worst:.2e})")
+        check_matches_reference(tag, result, common, strategy, n, flags)
         check(summary["config"]["grad_accum"] == accum and summary["config"]["accum_mode"] == mode,
               f"{tag}: the summary names K and the mode")
         got = {r["mem"]["activations"]["peak"] for r in summary["ranks"]}
@@ -531,10 +568,7 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
         steps, summary, params = result
         runs[(n, S, prefetch, accum, mode, precision)] = ([x["loss"] for x in steps], params, summary)
         if precision == "fp32":
-            worst = worst_loss_diff(steps, ref_steps)
-            pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-            check(len(steps) == STEPS and worst <= 1e-5 and pdiff <= 1e-5,
-                  f"{tag}: losses and parameters of train_single (worst loss diff {worst:.2e}, params {pdiff:.2e})")
+            check_matches_reference(tag, result, common, "fsdp", n, flags)
         else:
             # bf16 parameters: a master one fp32 step away can round to the neighbouring bf16 value, so a
             # few differ, by a bf16 step or two. Against train_single's, 0.9% to 2.2% of them differ by
@@ -605,7 +639,7 @@ def check_units(tmp, common, ref_steps, ref_params):
                                             os.path.join(tmp, "units.jsonl"), os.path.join(tmp, "units.bin"))
                         if result is None:
                             continue
-                        check_matches_single(tag, result, ref_steps, ref_params)
+                        check_matches_reference(tag, result, common, strategy, n, [*flags, "--prefetch", str(prefetch)])
                         check_rank_formulas(tag, result[1], strategy, n, True, prefetch=prefetch)
     finally:
         UNITS = block_units([1] * L)
@@ -620,8 +654,7 @@ def check_units(tmp, common, ref_steps, ref_params):
             tag = f"{strategy} N=3 L=3 {' '.join(flags)}"
             result = run_logged(tag, strategy_command(strategy, 3, [*flags, *deep_common]),
                                 os.path.join(tmp, "units_l3.jsonl"), os.path.join(tmp, "units_l3.bin"))
-            if result is not None and ref is not None:
-                check_matches_single(tag, result, ref[0], ref[2])
+            check_matches_reference(tag, result, deep_common, strategy, 3, flags)
     r = subprocess.run([*MPIRUN, "-np", "2", f"{BUILD}/train_fsdp", *common, "--unit-blocks", "2", "--wrap-min-params",
                         "5"], capture_output=True, text=True, timeout=120)
     check(r.returncode != 0 and "--unit-blocks and --wrap-min-params both set the units" in r.stdout + r.stderr,
@@ -764,8 +797,7 @@ def check_dropout(tmp, model, common, ref_steps, ref_params):
         result = run_logged(tag, strategy_command(strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *extra,
                                                                 *common]),
                             os.path.join(tmp, "dropout_run.jsonl"), os.path.join(tmp, "dropout_run.bin"))
-        if result is not None:
-            check_matches_single(tag, result, ref[0], ref[2])
+        check_matches_reference(tag, result, common, strategy, n, ["--dropout", "0.1", "--grad-accum", str(accum), *extra])
 
 
 def check_replicas(tmp, common, ref_steps, ref_params):
@@ -810,7 +842,7 @@ def check_replicas(tmp, common, ref_steps, ref_params):
                                 os.path.join(tmp, "replicas.jsonl"), os.path.join(tmp, "replicas.bin"))
             if result is None:
                 continue
-            check_matches_single(tag, result, ref_steps, ref_params)
+            check_matches_reference(tag, result, common, "fsdp", n, ["--shard-min-numel", str(numel_min)])
             formulas(tag, result[1], n, whole)
     runs = {}
     for flags in ([], ["--shard-min-numel", "0"]):
@@ -951,14 +983,9 @@ def check_strategy_runs(tmp, common, runs, ref_steps, ref_params):
         if result is None:
             continue
         steps, summary, params = result
-        worst = worst_loss_diff(steps, ref_steps)
-        check(len(steps) == STEPS and worst <= 1e-5, f"{tag}: losses match train_single (worst relative diff {worst:.2e})")
-        val = [(a["val_loss"], b["val_loss"]) for a, b in zip(steps, ref_steps) if b["val_loss"] is not None]
-        worst = max(abs(a - b) / abs(b) if a is not None else 1 for a, b in val)
-        check(len(val) == STEPS // 5 and worst <= 1e-5,
-              f"{tag}: validation losses match train_single (worst relative diff {worst:.2e})")
-        pdiff = max(abs(a - b) for a, b in zip(params, ref_params))
-        check(len(params) == len(ref_params) and pdiff <= 1e-5, f"{tag}: final parameters match (max diff {pdiff:.2e})")
+        check(len(steps) == STEPS and sum(1 for x in steps if x["val_loss"] is not None) == STEPS // 5,
+              f"{tag}: every step logged, a validation every 5")
+        check_matches_reference(tag, result, common, strategy, n, extra)
         check(summary["world_size"] == n and len(summary["ranks"]) == n, f"{tag}: summary has every rank")
         start = json.loads(open(log).readline())
         check(summary["strategy"] == strategy and start.get("strategy") == strategy,
@@ -1073,8 +1100,31 @@ def check_fused_classifier(tmp, common):
                   f"nothing else moves")
 
 
+def check_reference(common, ref_steps, ref_params):
+    """train_single --as-ranks 1 (--as-reduce home) is train_single, bit for bit; at N > 1 it runs N ranks' rows (its summary
+    says so) and learns as the whole batch does; flags that describe its reductions without it are refused."""
+    one = reference_run(common, "ddp", 1, [])  # (--as-reduce use at N = 1 is not: wte's two uses add apart)
+    plain = run_logged("train_single under the launcher", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common],
+                       os.path.join(TMP, "plain.jsonl"), os.path.join(TMP, "plain.bin"))
+    if one and plain:
+        check([x["loss"] for x in one[0]] == [x["loss"] for x in plain[0]] and list(one[2]) == list(plain[2]),
+              "train_single --as-ranks 1: bitwise train_single's losses and model")
+    three = reference_run(common, "fsdp", 3, [])
+    if three:
+        worst = worst_loss_diff(three[0], ref_steps)
+        check(three[1]["strategy_options"]["as_ranks"] == 3 and worst <= 1e-4,
+              f"train_single --as-ranks 3: the summary names N, the losses are the whole batch's (worst relative "
+              f"difference {worst:.1e})")
+    for bad, says in ((["--as-reduce", "use"], "give it too"), (["--as-ranks", "4", "--as-groups", "3"], "must divide"),
+                      (["--as-ranks", "2", "--as-reduce", "both"], "give home or use"),
+                      (["--as-ranks", "5"], "not divisible by the number of ranks (5, --as-ranks)")):
+        r = subprocess.run([f"{BUILD}/train_single", *common, *bad], capture_output=True, text=True, timeout=60)
+        check(r.returncode != 0 and says in r.stderr, f"train_single {' '.join(bad)} is refused: {says}")
+
+
 def main():
-    tmp = tempfile.mkdtemp(prefix="shardlab_strategies_")
+    global TMP
+    tmp = TMP = tempfile.mkdtemp(prefix="shardlab_strategies_")
     model = os.path.join(tmp, "model.bin")
     assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
                 "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0
@@ -1092,6 +1142,7 @@ def main():
     ref_steps, _ = read_log(ref_log)
     ref_params = read_params(ref_model)
     check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
+    check_reference(common, ref_steps, ref_params)
     if QUICK:  # make test-quick: every strategy at N = 2 (ZeRO-3 and FSDP with --prefetch 0 and 1), nothing else
         runs = [(s, 2, 1, 0) for s in ("ddp", "zero1", "zero2")] + [(s, 2, 1, k) for s in ("zero3", "fsdp") for k in (0, 1)]
         check_strategy_runs(tmp, common, runs, ref_steps, ref_params)

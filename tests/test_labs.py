@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The labs' grader against the bugs the labs teach, on every BLAS kernel: each plant goes into a copy of the real
+strategy file, the trainers are built with it once (labs/lab.py's build), and labs/check.py grades it under
+OPENBLAS_CORETYPE=Prescott, Haswell and Zen (and SkylakeX where the CPU has AVX-512) with 1 to 3 threads a rank.
+Each plant must fail the checks it breaks, with the message that names it, and pass the others; the project's own
+files must pass every check under every kernel (the reference is bit for bit, so no tolerance can hide a bug or
+fail correct code). A file that hangs is stopped within the grader's timeout, no process left behind.
+Then lab.py grade on one plant: the exact score.
+Usage: test_labs.py BUILD_DIR "MPIRUN ..." """
+import os
+import re
+import json
+import subprocess
+import sys
+import tempfile
+
+from testlib import Checks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "labs"))
+import lab  # noqa: E402
+
+BUILD, MPIRUN = sys.argv[1], sys.argv[2]
+CHECKS = Checks("labs")
+check = CHECKS.check
+KERNELS = [("Prescott", "1"), ("Haswell", "2"), ("Zen", "3")]
+if "avx512f" in open("/proc/cpuinfo").read():
+    KERNELS.append(("SkylakeX", "2"))
+
+# (lab, what the bug is, the real text, the planted text, strategy and N to check, {check: message} that must fail)
+PLANTS = [
+    ("ddp", "a sum where an average belongs", "bucket, count, s->model->grad_dtype, COMM_AVG)",
+     "bucket, count, s->model->grad_dtype, COMM_SUM)", "ddp", 3,
+     {"gradient": r"\(3 times\): 3 times is a sum where an average belongs \(COMM_AVG\)", "model": r"differ"}),
+    ("fsdp", "the all-gather's copy-out at the wrong rows", "dtype_at(s->model->params[t], r * slice, dtype)",
+     "dtype_at(s->model->params[t], 0 * slice, dtype)", "fsdp", 3,
+     {"losses": r"step 1's loss .*the forward already differs"}),
+    ("zero3", "tensors broadcast from rank 0, not their owner", "layout->tensors[t].numel, dtype, s->owner[t]);",
+     "layout->tensors[t].numel, dtype, 0);", "zero3", 3, {"losses": r"step 1's loss .*the forward already differs"}),
+    ("zero12", "a piece reduced onto the first range's owner", "int owner = first_owner + (k - s->piece_start[t]);",
+     "int owner = first_owner;", "zero2", 3, {"gradient": r"wrong ranks", "traffic": r"reduce"}),
+]
+HANG = ("ddp", "a rank that never starts its all-reduce",
+        "if (count > 0) s->reduces[unit] = comm_all_reduce_start(",
+        "if (count > 0 && s->comm->rank != 1) s->reduces[unit] = comm_all_reduce_start(", "ddp", 2)
+
+
+def planted_build(tmp, name, lab_name, old, new):
+    """The trainers built with the lab's file carrying the plant: the build directory, or None."""
+    info = lab.LABS[lab_name]
+    source = open(os.path.join(ROOT, info["file"])).read()
+    check(source.count(old) == 1, f"{name}: the plant's text is in {info['file']} once")
+    path = os.path.join(tmp, f"{name}_{os.path.basename(info['file'])}")
+    with open(path, "w") as f:
+        f.write(source.replace(old, new))
+    build, built, errors = lab.build_with(f"test_{name}", info, path, BUILD)
+    check(built, f"{name}: builds ({'; '.join(errors[:2])})")
+    return build if built else None
+
+
+def grade(build, strategy, n, env, work, seconds=None):
+    """check.py's results {check: (ok, message)} and its output."""
+    os.makedirs(work, exist_ok=True)
+    out = os.path.join(work, "checks.json")
+    env = dict(os.environ, **env, **({"SHARDLAB_CHECK_TIMEOUT": str(seconds)} if seconds else {}))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "labs", "check.py"), "--strategy", strategy, "--ranks",
+                        str(n), "--build", build, "--reference", BUILD, "--mpirun", MPIRUN, "--work", work,
+                        "--json", out], capture_output=True, text=True, env=env, timeout=600)
+    results = {c["check"]: (c["ok"], c["message"]) for c in json.load(open(out))} if os.path.getsize(out) else {}
+    return results, r.stdout + r.stderr
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_labs_")
+    for kernel, threads in KERNELS:
+        env = {"OPENBLAS_CORETYPE": kernel, "OMP_NUM_THREADS": threads}
+        for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
+            for n in (1, 2, 3, 4):
+                results, out = grade(BUILD, strategy, n, env, os.path.join(tmp, f"own_{kernel}_{strategy}{n}"))
+                check(results and all(ok for ok, _ in results.values()),
+                      f"{kernel}, {threads} thread(s): the project's own {strategy} at N = {n} passes every check"
+                      + ("" if results and all(ok for ok, _ in results.values()) else ": " + out[-600:]))
+    for lab_name, name, old, new, strategy, n, fails in PLANTS:
+        build = planted_build(tmp, lab_name + "_" + re.sub(r"\W+", "_", name)[:20], lab_name, old, new)
+        if build is None:
+            continue
+        for kernel, threads in KERNELS:
+            env = {"OPENBLAS_CORETYPE": kernel, "OMP_NUM_THREADS": threads}
+            results, out = grade(build, strategy, n, env, os.path.join(tmp, f"{lab_name}_{kernel}"))
+            for name_of_check, pattern in fails.items():
+                ok, message = results.get(name_of_check, (True, "not reached"))
+                check(not ok and re.search(pattern, message),
+                      f"{kernel}: {name} ({strategy} N = {n}) fails '{name_of_check}' with /{pattern}/: {message}")
+            check(results.get("runs", (False,))[0], f"{kernel}: {name} still runs")
+    lab_name, name, old, new, strategy, n = HANG
+    build = planted_build(tmp, "hang", lab_name, old, new)
+    if build:
+        import time
+        t0 = time.time()
+        results, out = grade(build, strategy, n, {}, os.path.join(tmp, "hang"), seconds=15)
+        took = time.time() - t0
+        ok, message = results.get("runs", (True, ""))
+        check(not ok and "was stopped, every rank with it" in message and took < 60,
+              f"{name}: stopped after the timeout ({took:.0f} s), 'runs' fails naming it: {message}")
+        left = subprocess.run(["pgrep", "-f", os.path.join(build, "train_ddp")], capture_output=True, text=True)
+        check(left.stdout.strip() == "", f"{name}: no process of the run is left ({left.stdout.split()})")
+    # the whole grade of one plant: every point it loses, named
+    sum_file = os.path.join(tmp, "ddp_sum.c")
+    with open(sum_file, "w") as f:
+        f.write(open(os.path.join(ROOT, "ddp/ddp.c")).read().replace(PLANTS[0][2], PLANTS[0][3]))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "labs", "lab.py"), "grade", "ddp", "--file", sum_file,
+                        "--build", BUILD, "--mpirun", MPIRUN], capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    # (AdamW's update hardly moves when every gradient is scaled: the losses as logged stay the reference's)
+    check(r.returncode == 0 and "lab ddp: 10 of 18 points" in out and out.count("0/2  FAIL  gradient: step 1's") == 2
+          and out.count("0/2  FAIL  model: after 3 steps wte rows") == 2
+          and "(2 times): 2 times is a sum where an average belongs" in out,
+          "lab grade: a sum for an average scores exactly 10 of 18, losing the gradient and the model at both N"
+          + ("" if "10 of 18" in out else ": " + out[-800:]))
+    # a file that does not compile is named as the student's
+    broken = os.path.join(tmp, "broken.c")
+    with open(broken, "w") as f:
+        f.write(open(os.path.join(ROOT, "ddp/ddp.c")).read().replace("static void finish_grads(void *state) {",
+                                                                     "static void finish_grads(void *state) { x;"))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "labs", "lab.py"), "grade", "ddp", "--file", broken,
+                        "--build", BUILD, "--mpirun", MPIRUN], capture_output=True, text=True, timeout=900)
+    rel = os.path.relpath(broken, ROOT)
+    check(f"{rel}:" in r.stdout and "ddp/ddp.c:" not in r.stdout.replace(rel, ""),
+          f"lab grade: a compile error names the student's file ({rel}), not the tree's copy: {r.stdout[-300:]}")
+    CHECKS.finish()
+
+
+if __name__ == "__main__":
+    main()
