@@ -33,7 +33,9 @@ void free_full_grads(GPT2 *model, MemAccount *mem, int t, int rows_multiple) {
 }
 
 void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_numel, DType dtype) {
-    CHECK(!f->send, "a collective started on buffers whose last collective is still in flight");
+    CHECK(!f->send, "a collective started on a unit's buffers while the last one on them (%s) is open: wait for it "
+          "(inflight_wait) and close its buffers (inflight_close), in the unit's finish_gather or finish_reduce, first",
+          f->handle.active ? comm_op_names[f->handle.op] : "already waited for, not closed");
     f->send_numel = send_numel;
     f->recv_numel = recv_numel;
     f->dtype = dtype;

@@ -162,8 +162,9 @@ static void print_zero3(const GPT2Layout *layout, const PlanShape *shape, int ts
 // --layout: which elements of the flat model (llm.c's order) each rank keeps
 // between steps, for the sharding picture of the report. Lines:
 //   tensor NAME BEGIN END            a tensor's elements [BEGIN, END)
-//   hold STRATEGY RANK BEGIN END     the rank keeps elements [BEGIN, END) (ZeRO-1/2: of
-//                                    the state they shard; their parameters are everywhere)
+//   hold STRATEGY RANK BEGIN END [TENSOR]  the rank keeps elements [BEGIN, END) (ZeRO-1/2: of
+//                                    the state they shard; their parameters are everywhere);
+//                                    ZeRO-3 and FSDP name the tensor they are of
 //   pad STRATEGY RANK AT COUNT       and COUNT zero padding elements after element AT
 //                                    (FSDP: of the tensor ending there; ZeRO-1/2: of the model)
 static void print_layout(const GPT2Layout *layout, int world, uint64_t shard_min_numel) {
@@ -185,19 +186,20 @@ static void print_layout(const GPT2Layout *layout, int world, uint64_t shard_min
     zero3_partition(layout, world, owner);
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
-        printf("hold\tzero3\t%d\t%zu\t%zu\n", owner[t], tensor->offset, tensor->offset + tensor->numel);
+        printf("hold\tzero3\t%d\t%zu\t%zu\t%s\n", owner[t], tensor->offset, tensor->offset + tensor->numel, tensor->name);
     }
     free(owner);
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         size_t k = (size_t)fsdp_slice_rows(tensor, world), rows = (size_t)tensor->rows, cols = (size_t)tensor->cols;
         for (int r = 0; r < world && tensor->numel < shard_min_numel; r++)  // kept whole on every rank
-            printf("hold\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset, tensor->offset + tensor->numel);
+            printf("hold\tfsdp\t%d\t%zu\t%zu\t%s\n", r, tensor->offset, tensor->offset + tensor->numel, tensor->name);
         for (int r = 0; r < world && tensor->numel >= shard_min_numel; r++) {
             size_t first = r * k, last = first + k;  // rows [first, last), some past the end
             size_t real_end = last < rows ? last : rows;
             if (first < rows)
-                printf("hold\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset + first * cols, tensor->offset + real_end * cols);
+                printf("hold\tfsdp\t%d\t%zu\t%zu\t%s\n", r, tensor->offset + first * cols, tensor->offset + real_end * cols,
+                       tensor->name);
             size_t padding_rows = last - (first > rows ? first : rows);
             if (last > rows) printf("pad\tfsdp\t%d\t%zu\t%zu\n", r, tensor->offset + tensor->numel, padding_rows * cols);
         }

@@ -340,13 +340,19 @@ def main():
                f"step {steps[off]['step']}'s gradient norm is {norms[off][0]:.6g}, train_single's {norms[off][1]:.6g}"
                f" ({norms[off][0] / norms[off][1]:.3g} times): " + (
                    f"{n} times is a sum where an average belongs (COMM_AVG)" if abs(norms[off][0] / norms[off][1] - n)
-                   < 0.01 * n else "a gradient reduced from the wrong ranks, rows or units, or not waited for"))
+                   < 0.01 * n else "a gradient lost or overwritten where it should add: wte is read twice (the "
+                   "embedding, unit 0, and the head) and its two gradients add, on every rank and in every copy-out"
+                   if norms[off][0] < norms[off][1] else
+                   "a gradient reduced from the wrong ranks, rows or units, or not waited for"))
     got, want = read_params(model), read_params(ref_model)
     tensors, holds = layout(o["reference"], n)
     where = where_models_differ(got, want, param_tol, tensors, holds, strategy) if len(got) == len(want) else \
         f"the model has {len(got)} values, train_single's {len(want)}"
     checks.add("model", where is None, (f"after {STEPS} steps every parameter is train_single's, bit for bit" if exact
-               else f"after {STEPS} steps every parameter within {param_tol:g} of train_single's") if where is None else f"after {STEPS} steps {where}: {HINTS[strategy]}")
+               else f"after {STEPS} steps every parameter within {param_tol:g} of train_single's") if where is None else
+               f"after {STEPS} steps {where}: {HINTS[strategy]} (This is the first tensor in llm.c's order that "
+               "differs; after a step a wrong gradient anywhere moves the others too, so it may be a consequence: "
+               "where the gradient or traffic check fails too, start there.)")
     plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch)]
     plan = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--tsv"), "--tsv"], capture_output=True,
                           text=True)

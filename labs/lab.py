@@ -44,10 +44,33 @@ def function_span(lines, name):
     return None
 
 
-def skeleton(source, lab_name, lab):
-    """The strategy file with each of the lab's functions emptied to a TODO that stops the run."""
+def function_text(source, name):
+    """The whole definition of static function `name` in `source`, or None."""
     lines = source.split("\n")
-    for name, todo in lab["functions"].items():
+    span = function_span(lines, name)
+    return "\n".join(lines[span[0]:span[1] + 1]) if span else None
+
+
+def later_answers(source, lab_name):
+    """{function: TODO} of the later labs' functions that `source` holds word for word as their lab's answer: a
+    handout must not give a later lab away, so they are emptied too, with what this lab needs of them instead."""
+    names = list(LABS)
+    out = {}
+    for later in names[names.index(lab_name) + 1:]:
+        info = LABS[later]
+        answer_file = open(os.path.join(ROOT, info["file"])).read()
+        for name in info["functions"]:
+            text = function_text(source, name)
+            if text is not None and text == function_text(answer_file, name):
+                out[name] = info.get("earlier", {}).get(name, info["functions"][name])
+    return out
+
+
+def skeleton(source, lab_name, lab):
+    """The strategy file with each of the lab's functions emptied to a TODO that stops the run (and the later labs'
+    answers it holds: later_answers)."""
+    lines = source.split("\n")
+    for name, todo in {**lab["functions"], **later_answers(source, lab_name)}.items():
         span = function_span(lines, name)
         if span is None:
             fail(f"labs.json: {lab['file']} has no function {name}: the lab and the strategy have drifted apart")
@@ -148,6 +171,14 @@ def selftest(build, mpirun):
         os.makedirs(os.path.dirname(skeleton_path), exist_ok=True)
         with open(skeleton_path, "w") as f:
             f.write(skeleton(open(os.path.join(ROOT, lab["file"])).read(), lab_name, lab))
+        handout = open(skeleton_path).read()
+        given = [f"{later}'s {name}" for later in list(LABS)[list(LABS).index(lab_name) + 1:]
+                 for name in LABS[later]["functions"]
+                 if function_text(handout, name) is not None and
+                 function_text(handout, name) == function_text(open(os.path.join(ROOT, LABS[later]["file"])).read(), name)]
+        print(f"{'FAIL' if given else 'ok  '} lab {lab_name}: the handout holds no later lab's answer"
+              + (f" ({', '.join(given)})" if given else ""))
+        ok &= not given
         got, total, outcome = grade(lab_name, lab, skeleton_path, build, mpirun, quiet=True)
         empty_ok = outcome and got < total and not any(v for k, v in outcome.items() if k.endswith(": runs"))
         print(f"{'ok  ' if empty_ok else 'FAIL'} lab {lab_name}: the skeleton builds and fails its runs: "

@@ -5,9 +5,9 @@
 # N = 1..4 must stay bit for bit its reference (train_single --as-ranks N) under each.
 #   - the equivalence tier (every strategy against its reference, its memory and
 #     traffic) under each kernel with 1, 2 and 3 threads a rank;
-#   - test_labs.py: make check for every strategy at N = 1..4 and the labs' planted
-#     bugs, under each kernel;
 #   - lab-selftest under a kernel other than the machine's own.
+# (make check for every strategy at N = 1..4 and the labs' planted bugs under each
+# kernel: tests/test_labs.py, part of make test.)
 # Ends with "N passed, M failed".
 cd "$(dirname "$0")/.."
 . tests/testlib.sh
@@ -21,8 +21,6 @@ for pair in $kernels; do
     run "test_strategies, quick, $kernel, $threads thread(s)" env OPENBLAS_CORETYPE=$kernel OMP_NUM_THREADS=$threads \
         SHARDLAB_TEST_QUICK=1 python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 done
-echo "== make check for every strategy at N = 1..4, and the labs' planted bugs, under each kernel"
-run "test_labs" python3 tests/test_labs.py "$BUILD" "$MPIRUN"
 echo "== lab-selftest under OPENBLAS_CORETYPE=Zen, 2 threads a rank"
 run "lab-selftest, Zen" env OPENBLAS_CORETYPE=Zen OMP_NUM_THREADS=2 python3 labs/lab.py selftest --build "$BUILD" \
     --mpirun "$MPIRUN"

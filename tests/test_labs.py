@@ -40,6 +40,11 @@ PLANTS = [
     ("zero12", "a piece reduced onto the first range's owner", "int owner = first_owner + (k - s->piece_start[t]);",
      "int owner = first_owner;", "zero2", 3, {"gradient": r"wrong ranks", "traffic": r"reduce"}),
 ]
+# a prefetch that never starts: the peak of the gathered buffers is lower than planned, and said so
+PLANTS.append(("prefetch", "a prefetch that never starts", "for (int k = 0; k <= ahead; k++) start_gather(s, unit",
+               "for (int k = 0; k <= 0; k++) start_gather(s, unit", "fsdp", 2,
+               {"memory": r"peaked below the planner's.*never allocated or freed early \(a gather or prefetch that never "
+                          r"starts", "overlap": r"no collective was in flight"}))
 HANG = ("ddp", "a rank that never starts its all-reduce",
         "if (count > 0) s->reduces[unit] = comm_all_reduce_start(",
         "if (count > 0 && s->comm->rank != 1) s->reduces[unit] = comm_all_reduce_start(", "ddp", 2)
@@ -70,7 +75,86 @@ def grade(build, strategy, n, env, work, seconds=None):
     return results, r.stdout + r.stderr
 
 
+def check_rows_named():
+    """A model failure names the rows that differ: wte (Vp, C) and wpe (maxT, C) rows of C values each."""
+    import check as grader
+    C, Vp = 128, 256
+    tensors = [("wte", 0, Vp * C), ("wpe", Vp * C, Vp * C + 1024 * C), ("lnfw", Vp * C + 1024 * C, Vp * C + 1025 * C)]
+    want = [0.0] * (Vp * C + 1025 * C)
+    for name, first, last in (("wte", 128, 255), ("wpe", 7, 9)):
+        got = list(want)
+        begin = next(b for n, b, e in tensors if n == name)
+        for i in range(begin + first * C, begin + (last + 1) * C):
+            got[i] = 1.0
+        said = grader.where_models_differ(got, want, 0, tensors, {}, "fsdp")
+        check(f"{name} rows {first}..{last} differ" in said, f"a planted difference in {name} rows {first}..{last} "
+              f"is reported as those rows: {said}")
+
+
+def page_commands():
+    """Every command the labs' pages give (in `code` or in a sh block), with its page: (page, command)."""
+    out = []
+    for page in sorted(os.listdir(os.path.join(ROOT, "labs"))):
+        if not page.endswith(".md"):
+            continue
+        text = open(os.path.join(ROOT, "labs", page)).read()
+        spans = re.findall(r"`([^`\n]+)`", text) + [line.split("  #")[0].strip() for block in
+                                                   re.findall(r"```sh\n(.*?)```", text, re.S) for line in block.split("\n")]
+        out += [(page, c) for c in spans if re.match(r"(build/plan|make (check|lab-\w+))( |$)", c)]
+    return out
+
+
+def check_page_commands():
+    """A page cannot name a flag a tool refuses: every build/plan command the pages give runs (the template of
+    labs/README.md with each lab run's N, K and flags), every make check names a strategy and --args the check
+    takes, every make lab-* a lab."""
+    import check as grader
+    commands = page_commands()
+    check(len(commands) >= 10, f"the labs' pages give commands ({len(commands)} found)")
+    for page, command in commands:
+        words = shlex_split(command.replace("[the run's flags]", "FLAGS"))
+        if words[0] == "build/plan":
+            if "FLAGS" in words:  # the README's template: each lab run's N, K and flags
+                for n, k, flags in grader_runs():
+                    filled = [w.replace("4NK", str(4 * n * k)) if w != "N" else str(n) for w in words]
+                    at = filled.index("FLAGS")
+                    filled[at:at + 1] = flags
+                    r = subprocess.run([os.path.join(BUILD, "plan"), *filled[1:]], capture_output=True, text=True)
+                    check(r.returncode == 0, f"{page}: {' '.join(filled)} runs ({r.stderr.strip()[-200:]})")
+            elif "--config" in words:  # a whole command, not a mention
+                r = subprocess.run([os.path.join(BUILD, "plan"), *words[1:]], capture_output=True, text=True)
+                check(r.returncode == 0, f"{page}: {command} runs ({r.stderr.strip()[-200:]})")
+        elif words[1] == "check" and len(words) > 2:
+            given = dict(w.split("=", 1) for w in words[2:])
+            try:
+                grader.split_args(given.get("ARGS", ""), given["STRATEGY"], int(given.get("RANKS", "4")))
+                fine = given["STRATEGY"] in grader.STRATEGIES
+            except SystemExit:
+                fine = False
+            check(fine, f"{page}: {command} names a strategy and flags the check takes")
+        elif words[1].startswith("lab-") and len(words) > 2:
+            check(words[2].split("=", 1)[1] in lab.LABS, f"{page}: {command} names a lab")
+
+
+def grader_runs():
+    """(N, K, flags) of every run the labs grade."""
+    out = []
+    for info in lab.LABS.values():
+        for run in info["runs"]:
+            flags = run.get("args", "").split()
+            k = int(flags[flags.index("--grad-accum") + 1]) if "--grad-accum" in flags else 1
+            out.append((run["ranks"], k, flags))
+    return out
+
+
+def shlex_split(text):
+    import shlex
+    return shlex.split(text)
+
+
 def main():
+    check_rows_named()
+    check_page_commands()
     tmp = tempfile.mkdtemp(prefix="shardlab_labs_")
     for kernel, threads in KERNELS:
         env = {"OPENBLAS_CORETYPE": kernel, "OMP_NUM_THREADS": threads}
@@ -112,7 +196,7 @@ def main():
                         "--build", BUILD, "--mpirun", MPIRUN], capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     # (AdamW's update hardly moves when every gradient is scaled: the losses as logged stay the reference's)
-    check(r.returncode == 0 and "lab ddp: 10 of 18 points" in out and out.count("0/2  FAIL  gradient: step 1's") == 2
+    check("lab ddp: 10 of 18 points" in out and out.count("0/2  FAIL  gradient: step 1's") == 2
           and out.count("0/2  FAIL  model: after 3 steps wte rows") == 2
           and "(2 times): 2 times is a sum where an average belongs" in out,
           "lab grade: a sum for an average scores exactly 10 of 18, losing the gradient and the model at both N"

@@ -361,7 +361,7 @@ def reference_run(common, strategy, n, flags):
     single, i = [], 0
     while i < len(flags):
         width = 2 if flags[i] in STRATEGY_ONLY or flags[i] in ("--grad-accum", "--dropout", "--ema", "--precision",
-                                                                 "--reduce-dtype", "--grad-clip") else 1
+                                                                 "--reduce-dtype", "--grad-clip", "--out-model-ema") else 1
         if flags[i] not in STRATEGY_ONLY:
             single += flags[i:i + width]
         i += width
@@ -494,7 +494,8 @@ def check_precision(tmp, common):
     losses within 1e-4. With bf16 gradients each rank rounds its partial gradients and the reduce rounds each
     sum, unlike the single rank: the drift is printed and held under 2e-4 (with bf16 parameters, and with fp32
     parameters and bf16 gradients too). Memory and traffic follow expected()'s formulas for the dtypes exactly;
-    all-gathers and broadcasts move half the bytes of an fp32 run."""
+    all-gathers and broadcasts move half the bytes of an fp32 run. And each is bit for bit its reference, train_single
+    --as-ranks N in the same dtypes (the reductions round each partial sum in rank order, as the reference does)."""
     combos = (("bf16", "fp32"), ("bf16", "bf16"), ("fp32", "bf16"))  # (--precision, --reduce-dtype)
     references = {}
     for precision, reduce in combos:
@@ -522,6 +523,8 @@ def check_precision(tmp, common):
                 else:
                     drift[(strategy, n, precision)] = worst
                     check(len(steps) == STEPS and worst <= 2e-4, f"{tag}: drift from train_single {worst:.2e} <= 2e-4")
+                # and bit for bit its reference: the same roundings, at the same places, in the same order
+                check_matches_reference(tag, result, common, strategy, n, flags)
                 check(summary["config"]["precision"] == precision and summary["config"]["reduce_dtype"] == reduce,
                       f"{tag}: the summary names the dtypes")
                 check_rank_formulas(tag, summary, strategy, n, 1, precision=precision, reduce=reduce)
@@ -726,6 +729,13 @@ def check_ema(tmp, model, common, ref_steps):
             worst = max(abs(a - b) / abs(b) for a, b in vals)
             check(ediff <= 1e-5 and len(vals) == STEPS // 5 and worst <= 1e-5,
                   f"{tag}: train_single's EMA (max diff {ediff:.1e}) and EMA validation losses (worst {worst:.1e})")
+            ref_out_ema = os.path.join(tmp, f"reference_ema_{reference_flags(strategy, n, [])[-1]}{n}.bin")
+            bitwise = reference_run(common, strategy, n, [*flags, "--out-model-ema", ref_out_ema])
+            if bitwise:
+                check([x.get("val_loss_ema") for x in steps] == [x.get("val_loss_ema") for x in bitwise[0]]
+                      and open(out_ema, "rb").read() == open(ref_out_ema, "rb").read(),
+                      f"{tag}: bitwise its reference's EMA and EMA validation losses")
+                check_matches_reference(tag, result, common, strategy, n, [*flags, "--out-model-ema", ref_out_ema])
             for rank in summary["ranks"]:
                 kept = expected(strategy, n, rank["rank"], True)[0]["optim"] // 2
                 got = rank["mem"]["ema"]

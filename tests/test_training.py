@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
+from check import reference_flags  # noqa: E402
 from testlib import Checks, read_log, run, write_learnable_shard
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
@@ -94,6 +96,22 @@ def check_clip_equivalence(tmp, common):
         pdiff = max(abs(a - b) for a, b in zip(read_floats(out), ref_params))
         check(worst <= 1e-5 and pdiff <= 1e-5,
               f"{tag}: follows train_single (losses {worst:.1e} relative, parameters {pdiff:.1e})")
+        # and bit for bit its reference, train_single --as-ranks N (docs/testing.md): the norm, summed in another
+        # order, is within 2 P 2^-53; the clip factor rounded to float from it, and so the model, are the same bits
+        ref_flags = reference_flags(strategy, n, extra)
+        rlog, rout = os.path.join(tmp, f"clipref_{strategy}{n}.jsonl"), os.path.join(tmp, f"clipref_{strategy}{n}.bin")
+        single_extra = [x for x in extra if x not in ("--accum-mode", "no-sync", "sync-each")]
+        if run([*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, *clip, *single_extra, *ref_flags, "--log", rlog,
+                "--out-model", rout]):  # under the launcher: a rank's threads
+            check(False, f"{tag}: its reference runs")
+            continue
+        rsteps, _ = read_log(rlog)
+        P = len(read_floats(out))
+        worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, rsteps))
+        check([x["loss"] for x in steps] == [x["loss"] for x in rsteps] and worst <= 2 * P * 2.0 ** -53
+              and open(out, "rb").read() == open(rout, "rb").read(),
+              f"{tag}: bitwise the losses and model of train_single {' '.join(ref_flags)}, its norms within "
+              f"{worst:.1e} (2 P 2^-53 = {2 * P * 2.0 ** -53:.1e})")
 
 
 def first_moment_norm(ckpt_dir):
