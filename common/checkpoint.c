@@ -401,11 +401,46 @@ static void check_no_gap(const char *manifest_path, const GPT2Tensor *tensor, in
         fatal("%s: rows %d..%d of %s are in no piece", manifest_path, first, end - 1, tensor->name);
 }
 
+// One part of one piece: bytes [begin, end) of a file.
+typedef struct {
+    int file, piece, part;
+    uint64_t begin, end;
+} ByteRange;
+
+static int by_file_then_offset(const void *pa, const void *pb) {
+    const ByteRange *a = pa, *b = pb;
+    if (a->file != b->file) return (a->file > b->file) - (a->file < b->file);
+    return (a->begin > b->begin) - (a->begin < b->begin);
+}
+
+// No two parts of the pieces share a byte: a manifest that points one piece's
+// EMA at its parameters (say) would load the weights as the EMA.
+static void check_no_shared_bytes(const char *manifest_path, const CkptManifest *m, const GPT2Layout *layout) {
+    static const char *const parts[CKPT_MAX_PARTS] = {"parameters", "AdamW m", "AdamW v", "EMA"};
+    size_t n = 0;
+    ByteRange *ranges = xmalloc((size_t)m->num_pieces * CKPT_MAX_PARTS * sizeof *ranges);
+    for (int i = 0; i < m->num_pieces; i++) {
+        const CkptPiece *q = &m->pieces[i];
+        uint64_t bytes = (uint64_t)q->row_count * (uint64_t)layout->tensors[q->tensor].cols * sizeof(float);
+        for (int k = 0; k < ckpt_parts(m); k++)
+            ranges[n++] = (ByteRange){q->file[k], i, k, q->offset[k], q->offset[k] + bytes};
+    }
+    qsort(ranges, n, sizeof *ranges, by_file_then_offset);
+    for (size_t j = 1; j < n; j++) {
+        const ByteRange *a = &ranges[j - 1], *b = &ranges[j];
+        if (a->file == b->file && b->begin < a->end)
+            fatal("%s: piece %d's %s and piece %d's %s share bytes %" PRIu64 "..%" PRIu64 " of %s: each part needs "
+                  "bytes of its own", manifest_path, a->piece, parts[a->part], b->piece, parts[b->part], b->begin,
+                  (a->end < b->end ? a->end : b->end) - 1, m->files[a->file]);
+    }
+    free(ranges);
+}
+
 // Every number the manifest gives is checked before a byte is read: each piece
-// names a tensor of this model and rows inside it, its three byte ranges lie
-// inside their files, its AdamW step is not past the checkpoint's, and the
-// pieces cover every row of every tensor exactly once (counting rows alone, a
-// repeated row could hide a missing one).
+// names a tensor of this model and rows inside it, its byte ranges lie inside
+// their files and share no byte with another's, its AdamW step is not past the
+// checkpoint's, and the pieces cover every row of every tensor exactly once
+// (counting rows alone, a repeated row could hide a missing one).
 static void check_pieces(const char *manifest_path, const CkptManifest *m, const GPT2Layout *layout) {
     static const char *const parts[CKPT_MAX_PARTS] = {"parameters", "AdamW m", "AdamW v", "EMA"};
     for (int i = 0; i < m->num_pieces; i++) {
@@ -429,6 +464,7 @@ static void check_pieces(const char *manifest_path, const CkptManifest *m, const
             fatal("%s: piece %d: AdamW step %d of %s is past the checkpoint's step %d", manifest_path, i,
                   q->adam_step, tensor->name, m->step);
     }
+    check_no_shared_bytes(manifest_path, m, layout);
     CkptPiece *sorted = xmalloc((size_t)m->num_pieces * sizeof *sorted);
     memcpy(sorted, m->pieces, (size_t)m->num_pieces * sizeof *sorted);
     qsort(sorted, (size_t)m->num_pieces, sizeof *sorted, by_tensor_then_row);
@@ -514,8 +550,9 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
         fatal("%s: the checkpoint has no EMA weights (it was saved without --ema): resume it without --ema",
               manifest_path);
     if (ema > 0 && ema != m->ema_decay)
-        fatal("%s: the checkpoint's EMA has decay %.9g, this run asks for --ema %.9g: give --ema %.9g to continue it",
-              manifest_path, m->ema_decay, ema, m->ema_decay);
+        fatal("%s: the checkpoint's EMA has decay %s, this run asks for --ema %s: give --ema %s to continue it",
+              manifest_path, ckpt_decay_text(m->ema_decay).text, ckpt_decay_text(ema).text,
+              ckpt_decay_text(m->ema_decay).text);
     for (int f = 0; f < m->num_files; f++) {  // missing or cut files fail here, before any reading
         char file_path[4200];
         xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);

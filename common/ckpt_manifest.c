@@ -39,10 +39,33 @@ static int next_decay(const char **p, float *value) {
     char *end;
     errno = 0;
     double v = strtod(*p, &end);
-    if (errno || !(v > 0 && v < 1)) return 0;
+    if (errno || !(v > 0 && v < 1) || !((float)v > 0 && (float)v < 1)) return 0;  // in (0, 1) as a float too
     *p = end;
     *value = (float)v;
     return 1;
+}
+
+DecayText ckpt_decay_text(float decay) {
+    DecayText d;
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(d.text, sizeof d.text, "%.*g", digits, decay);
+        if ((float)strtod(d.text, NULL) == decay) break;
+    }
+    return d;
+}
+
+// What a field's line must hold, for its error.
+static const char *field_form(const char *word) {
+    static const char *const forms[][2] = {
+        {"strategy", "'strategy NAME'"}, {"world_size", "'world_size N', N from 1 to 2^20"},
+        {"step", "'step N', N from 0 to 2^30"}, {"data_position", "'data_position TOKENS'"}, {"seed", "'seed N'"},
+        {"ema", "'ema DECAY', once and before the pieces, DECAY in (0, 1) as a float"},
+        {"config", "'config MAX_SEQ_LEN VOCAB LAYERS HEADS CHANNELS PADDED_VOCAB'"},
+        {"files", "'files N', once"}, {"file", "'file INDEX NAME BYTES', the indexes in order, after 'files'"},
+        {"pieces", "'pieces N', once"}, {"piece", "'piece TENSOR ROW ROWS' and per part FILE OFFSET CRC, then STEP"}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (strcmp(word, forms[i][0]) == 0) return forms[i][1];
+    return "";
 }
 
 static int next_int(const char **p, int *value, int max) {
@@ -140,7 +163,9 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
             ok = ok && next_int(&p, &q->adam_step, 1 << 30) == 0;
             if (!ok && q) {  // the commonest cause, named
                 set_error(err, err_len, "malformed 'piece' line %d (each piece lists %d parts: params, m, v%s)",
-                          pieces_seen, ckpt_parts(m), m->ema_decay > 0 ? " and the EMA, as the 'ema' line says" : "");
+                          pieces_seen, ckpt_parts(m), m->ema_decay > 0 ? " and the EMA, as the 'ema' line says"
+                                                                        : "; with an EMA a fourth, and an 'ema' line "
+                                                                          "before the pieces");
                 goto done;
             }
             pieces_seen += ok;
@@ -149,7 +174,10 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
             goto done;
         }
         while (*p == ' ') p++;
-        if (!ok || *p != '\n') { set_error(err, err_len, "malformed '%s' line", word); goto done; }
+        if (!ok || *p != '\n') {
+            set_error(err, err_len, "malformed '%s' line: %s", word, field_form(word));
+            goto done;
+        }
     }
     if (!m->strategy[0] || !m->world_size || !m->config.channels || !m->files || !m->pieces) {
         set_error(err, err_len, "a required field is missing");
@@ -184,7 +212,7 @@ char *ckpt_manifest_text(const CkptManifest *m, size_t *len) {
                                          "\nseed %" PRIu64 "\nconfig %d %d %d %d %d %d\n",
                           m->strategy, m->world_size, m->step, m->data_position, m->seed, c->max_seq_len,
                           c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
-    if (m->ema_decay > 0) n += (size_t)snprintf(text + n, cap - n, "ema %.9g\n", m->ema_decay);  // before the pieces
+    if (m->ema_decay > 0) n += (size_t)snprintf(text + n, cap - n, "ema %s\n", ckpt_decay_text(m->ema_decay).text);  // before the pieces
     n += (size_t)snprintf(text + n, cap - n, "files %d\n", m->num_files);
     for (int f = 0; f < m->num_files; f++)
         n += (size_t)snprintf(text + n, cap - n, "file %d %s %" PRIu64 "\n", f, m->files[f], m->file_sizes[f]);

@@ -51,6 +51,13 @@ typedef struct {
 static inline int ckpt_parts(const CkptManifest *m) { return m->ema_decay > 0 ? 4 : 3; }
 
 // Parses a manifest's text; on failure returns -1 with a message in err.
+// A decay as text: the fewest digits that read back as the same float (0.9,
+// not 0.899999976), as a user would type it for --ema.
+typedef struct {
+    char text[32];
+} DecayText;
+DecayText ckpt_decay_text(float decay);
+
 int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err, size_t err_len);
 void ckpt_manifest_free(CkptManifest *m);
 

@@ -295,6 +295,13 @@ static void canonical_path(const char *path, char *out, size_t size) {
     snprintf(out, size, "%s/%s", strcmp(resolved, "/") ? resolved : "", slash ? slash + 1 : path);
 }
 
+// 1 if both paths name one existing file, however reached (a symbolic or a hard
+// link, another spelling): the same device and inode.
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // The run's files, by flag: the outputs first (the first `outputs` of them), then
 // the inputs. NULL paths are absent.
 typedef struct {
@@ -318,7 +325,8 @@ static int run_files(const TrainOptions *o, RunFile *files, int *outputs) {
 }
 
 // No output (--out-model, --out-model-ema, --log, --trace) may be another of the
-// run's files, which writing it would destroy: another output, the data, the
+// run's files, by its path or, once it exists, by its identity (links), which
+// writing it would destroy: another output, the data, the
 // model it starts from, or what the checkpoints keep in --ckpt-dir (latest and
 // the step_N directories; a save replaces and prunes them).
 static void check_outputs_are_their_own(const TrainOptions *o) {
@@ -331,7 +339,7 @@ static void check_outputs_are_their_own(const TrainOptions *o) {
         for (int j = 0; j < n && mine[0]; j++) {
             if (strcmp(files[j].flag, files[i].flag) == 0) continue;
             canonical_path(files[j].path, other, sizeof other);
-            if (strcmp(mine, other) == 0)
+            if (strcmp(mine, other) == 0 || same_file(files[i].path, files[j].path))
                 fatal("%s %s: that is the file of %s %s: give the output a path of its own", files[i].flag,
                       files[i].path, files[j].flag, files[j].path);
         }
@@ -443,8 +451,8 @@ static void setup(Run *run) {
         double t0 = timer_now();
         checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema, &m);
         if (m.ema_decay > 0 && o->ema == 0 && run->comm.rank == 0)
-            fprintf(stderr, "shardlab: note: the checkpoint's EMA weights (--ema %.9g) are left unread: this run "
-                            "keeps none, and its own checkpoints will carry none\n", m.ema_decay);
+            fprintf(stderr, "shardlab: note: the checkpoint's EMA weights (--ema %s) are left unread: this run "
+                            "keeps none, and its own checkpoints will carry none\n", ckpt_decay_text(m.ema_decay).text);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
         if (o->dropout > 0 && m.seed != o->seed)

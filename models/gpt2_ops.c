@@ -288,7 +288,8 @@ static inline real_t exp_elementwise(real_t x) {
 #else
     // written with selects and a rounding constant, not fminf/fmaxf/floorf, which
     // the compiler only vectorises when told to bend IEEE rules
-    float clamped = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    // (a NaN takes 0's path through the integer conversion below, which a NaN would make undefined, and comes out NaN)
+    float clamped = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x == x ? x : 0.0f;
     const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
     float n = (clamped * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
     float r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 = 0.693145752 + 1.42860677e-6
@@ -297,9 +298,11 @@ static inline real_t exp_elementwise(real_t x) {
     int bits = ((int)n + 127) << 23;  // 2^n
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : p * scale;
+    return x < -87.0f ? 0.0f : x == x ? p * scale : x;
 #endif
 }
+
+real_t exp_element(real_t x) { return exp_elementwise(x); }
 
 // GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
 // written as x s with s = 1 / (1 + e^(-2u)) = (1 + tanh u) / 2: one exp, no

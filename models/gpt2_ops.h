@@ -61,6 +61,9 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 void dropout_apply(real_t *out, const real_t *in, const Dropout *drop, int B, int T, int C);
 
 // GELU, tanh approximation.
+// e^x as every element-wise loop here computes it (gpt2_ops.c): within 4 float
+// ulps of e^x on [-87, 88], 0 below, e^88 above, NaN for NaN. For tests.
+real_t exp_element(real_t x);
 void gelu_forward(real_t *out, const real_t *inp, int N);
 void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N);
 

@@ -196,6 +196,16 @@ fails "trainer: --log is a data file" "--log $tmp/byte/val.bin: that is the file
     "${train[@]}" --log "$tmp/byte/val.bin"
 fails "trainer: --trace's JSON is --out-model" "--out-model $tmp/tr.json: that is the file of --trace $tmp/tr.json" \
     "${train[@]}" --out-model "$tmp/tr.json" --trace "$tmp/tr"
+fails "trainer: a flag given twice" "^shardlab: --ema given twice" "${train[@]}" --ema 0.9 --ema 0.5
+fails "trainer: a switch given twice" "^shardlab: --recompute given twice" "${train[@]}" --recompute --recompute
+fails "plan: a flag given twice" "^shardlab: --ranks given twice" "$BUILD/plan" --config d2 --ranks 2 --ranks 3
+# the same file reached through a symbolic link, or a hard link: one file, whatever its names
+printf 'my log\n' > "$tmp/L3.jsonl" && ln -sf "$tmp/L3.jsonl" "$tmp/L3l.jsonl" && ln -f "$tmp/L3.jsonl" "$tmp/L3h.jsonl"
+fails "trainer: --log through a symbolic link to --out-model" "--out-model $tmp/L3.jsonl: that is the file of --log $tmp/L3l.jsonl" \
+    "${train[@]}" --log "$tmp/L3l.jsonl" --out-model "$tmp/L3.jsonl"
+fails "trainer: --out-model a hard link of --log" "--out-model $tmp/L3h.jsonl: that is the file of --log $tmp/L3.jsonl" \
+    "${train[@]}" --log "$tmp/L3.jsonl" --out-model "$tmp/L3h.jsonl"
+if [ "$(cat "$tmp/L3.jsonl")" = "my log" ]; then ok "the linked log was left as it was"; else bad "the linked log was left as it was"; fi
 if cmp -s "$tmp/byte/train.bin" "$tmp/train_before.bin" && cmp -s "$tmp/byte/val.bin" "$tmp/val_before.bin"; then
     ok "the refused outputs left the data as it was"
 else bad "the refused outputs left the data as it was"; fi
@@ -282,6 +292,13 @@ fails "llmc_check: debug state with the wrong magic" "not a debug state file" "$
 fails "trainer: unknown flag without a value" "unknown flag '--bogus'" "${train[@]}" --bogus
 fails "trainer: --lr inf" "--lr: 'inf' is not a finite number" "${train[@]}" --lr inf
 fails "trainer: --lr nan" "--lr: 'nan' is not a finite number" "${train[@]}" --lr nan
+# a learning rate that blows the weights up: NaN and inf flow through every op (no undefined behaviour under
+# UBSan, in make test-asan), and the run stops on the loss
+fails "trainer: --lr 1e30 stops on a NaN loss, nothing undefined on the way" "^shardlab: step 2: loss is -?nan; stopping" \
+    "${train[@]}" --lr 1e30 --steps 3
+fails "FSDP -np 2: --lr 1e30 with dropout and clipping stops on a NaN loss" "step 2: loss is -?nan; stopping" \
+    $MPIRUN -np 2 "$BUILD/train_fsdp" --config d2 --vocab 256 --data "$tmp/byte" --batch 4 --seq 16 --steps 3 --quiet \
+    --lr 1e30 --dropout 0.1 --grad-clip 1 --ema 0.9
 fails "trainer: --weight-decay inf" "--weight-decay: 'inf' is not a finite number" "${train[@]}" --weight-decay inf
 fails "trainer: --weight-decay 1e39 (beyond a float)" "--weight-decay: 1e39 is outside" "${train[@]}" --weight-decay 1e39
 fails "trainer: --lr that rounds to 0 in a float" "--lr: 1e-50 is too small for single precision" "${train[@]}" --lr 1e-50

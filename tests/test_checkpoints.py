@@ -172,7 +172,7 @@ check(ema_matches(f"{tmp}/ck_ema_fsdp4", "zero1", 3) and ema_matches(f"{tmp}/ck_
 ema_full = f"{tmp}/ema_full"
 ok = train("zero2", 3, "--steps", "10", *EMA, "--ckpt-dir", ema_full, "--save-full").returncode == 0
 check(ok and sorted(os.listdir(f"{ema_full}/step_00000010")) == ["ema.bin", "manifest.txt", "model.bin", "optimizer.bin"]
-      and "\nema 0.899999976\n" in open(f"{ema_full}/step_00000010/manifest.txt").read(),
+      and "\nema 0.9\n" in open(f"{ema_full}/step_00000010/manifest.txt").read(),
       "--ema --save-full: ema.bin beside model.bin and optimizer.bin, and the manifest gives the decay")
 check(ema_matches(ema_full, "fsdp", 2), "--ema's full checkpoint resumes into FSDP@2: the uninterrupted EMA")
 r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{ema_full}/step_00000010/ema.bin", "--steps", "1"],
@@ -182,13 +182,13 @@ r = train("fsdp", 2, "--steps", "20", *EMA, "--resume", f"{tmp}/ck_fsdp2")
 check(r.returncode != 0 and "the checkpoint has no EMA weights (it was saved without --ema)" in r.stderr,
       f"--ema resuming a checkpoint without EMA weights is refused: {r.stderr.strip()[:160]!r}")
 r = train("fsdp", 2, "--steps", "20", "--ema", "0.5", "--resume", f"{tmp}/ck_ema_fsdp4")
-check(r.returncode != 0 and "the checkpoint's EMA has decay 0.899999976, this run asks for --ema 0.5" in r.stderr,
+check(r.returncode != 0 and "the checkpoint's EMA has decay 0.9, this run asks for --ema 0.5" in r.stderr,
       f"--ema with another decay than the checkpoint's is refused: {r.stderr.strip()[:160]!r}")
 plain_log = f"{tmp}/ema_dropped.jsonl"
 r = train("zero3", 2, "--steps", "20", "--resume", f"{tmp}/ck_ema_fsdp4", "--log", plain_log)
 got = losses(plain_log) if r.returncode == 0 else {}
 check(sorted(got) == list(range(11, 21)) and all(abs(got[s] - ref[s]) <= 1e-5 * abs(ref[s]) for s in got)
-      and "the checkpoint's EMA weights (--ema 0.899999976) are left unread" in r.stderr,
+      and "the checkpoint's EMA weights (--ema 0.9) are left unread" in r.stderr,
       "a checkpoint with EMA weights resumes without --ema, saying they are left unread: losses match")
 
 # ---- --dropout: the masks are a function of the seed, the step and the row: nothing to save ----
@@ -353,6 +353,20 @@ fails_with(train("single", 1, "--steps", "12", "--resume", bad), "lie past the e
 bad = rewrite_manifest(base, "adam", edit_line("piece ", lambda f: f[:-1] + ["99"]))
 fails_with(train("single", 1, "--steps", "12", "--resume", bad), "piece 0: AdamW step 99 of wte is past the checkpoint's step 10",
            "an AdamW step past the checkpoint's")
+# a piece's part pointed at another part's bytes (its CRC copied with it): the weights would load as the moments
+bad = rewrite_manifest(base, "shared", edit_line("piece ", lambda f: f[:7] + f[4:7] + f[10:]))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "piece 0's parameters and piece 0's AdamW m share bytes",
+           "two parts of a piece on the same bytes")
+# a field's error names the field and its form
+bad = rewrite_manifest(base, "ema_tiny", lambda body: body.replace("\npieces ", "\nema 1e-50\npieces ", 1))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "malformed 'ema' line: 'ema DECAY', once and before the "
+           "pieces, DECAY in (0, 1) as a float", "an EMA decay that is 0 as a float")
+bad = rewrite_manifest(base, "world", edit_line("world_size", set_field(1, 0)))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "malformed 'world_size' line: 'world_size N'",
+           "a world_size of 0")
+bad = rewrite_manifest(ema_full, "no_ema_line", lambda body: body.replace("\nema 0.9\n", "\n", 1))
+fails_with(train("fsdp", 2, "--steps", "12", "--resume", bad, *EMA), "with an EMA a fourth, and an 'ema' line before the "
+           "pieces", "an EMA checkpoint whose 'ema' line is gone")
 # one piece listed twice in place of another: the row count adds up, the rows do not
 def repeat_a_piece(body):
     lines = body.split("\n")

@@ -70,9 +70,12 @@ static void backward(Tiny *t) {
 // For each tensor: move along a random direction d restricted to it, and compare
 // (L(p + h d) - L(p - h d)) / 2h with grad . d. In float, a directional check is
 // far better conditioned than one element at a time.
-START_TEST(test_gradients_match_finite_differences) {
+static void check_finite_differences(float dropout) {
     Tiny t;
     tiny_init(&t);
+    t.model.dropout = dropout;  // every site: the embeddings, attention, both projections
+    t.model.dropout_seed = 5;
+    t.model.dropout_step = dropout > 0 ? 3 : 0;
     backward(&t);
     const GPT2Layout *l = &t.model.layout;
     unsigned seed = 99;
@@ -105,6 +108,140 @@ START_TEST(test_gradients_match_finite_differences) {
         free(saved);
     }
     tiny_free(&t);
+}
+
+START_TEST(test_gradients_match_finite_differences) { check_finite_differences(0); }
+END_TEST
+
+// With dropout the loss is a fixed function of the parameters for a fixed seed,
+// step and rows (the masks do not change between the calls): every site's
+// backward must scale what it keeps by 1 / (1 - RATE) as its forward does.
+START_TEST(test_gradients_with_dropout_match_finite_differences) { check_finite_differences(0.2f); }
+END_TEST
+
+// The attention dropout's mask, recomputed here from its documentation
+// (dropout.h, gpt2_dropout): with q = k = 0 every position attends evenly to
+// those before it, and with v[t2] a one-hot column per (head, t2) the output
+// shows each probability the mask kept, scaled, and a 0 where it dropped one.
+// Two heads, two layers, two ranks' rows (row0 0 and 4): each its own mask.
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+START_TEST(test_attention_dropout_mask_is_the_documented_one) {
+    enum { B = 1, T = 4, NH = 2, HS = 4, C = NH * HS };
+    float qkv[B * T * 3 * C] = {0}, out[B * T * C], att[B * NH * T * T], scratch[B * NH * T * T];
+    for (int h = 0; h < NH; h++)
+        for (int t2 = 0; t2 < T; t2++) qkv[t2 * 3 * C + 2 * C + h * HS + t2] = 1;  // v[t2] = e(h, t2)
+    Tiny t;
+    tiny_init(&t);
+    t.model.dropout = 0.5f;
+    t.model.dropout_seed = 11;
+    t.model.dropout_step = 2;
+    int dropped = 0, kept = 0, differ_by_head = 0, differ_by_layer = 0, differ_by_rank = 0;
+    int seen[2][2][NH][T][T];
+    for (int layer = 0; layer < 2; layer++)
+        for (int rank = 0; rank < 2; rank++) {
+            t.model.row0 = 4 * rank;
+            Dropout storage;
+            const Dropout *drop = gpt2_dropout(&t.model, layer, DROPOUT_ATTENTION, &storage);
+            attention_forward(out, att, qkv, scratch, drop, B, T, C, NH);
+            uint64_t key = mix(11 ^ 0x64726F706F7574ull);  // the seed's own stream ("dropout")
+            key = mix(mix(key + 2) + (uint64_t)(4 * layer + DROPOUT_ATTENTION));
+            for (int h = 0; h < NH; h++)
+                for (int p = 0; p < T; p++)
+                    for (int t2 = 0; t2 <= p; t2++) {
+                        uint64_t row_key = mix(mix(key + (uint64_t)(4 * rank)) + (uint64_t)p);
+                        int keep = (uint32_t)(mix(row_key + (uint64_t)(h * T + t2)) >> 40) >= (uint32_t)(0.5 * 16777216.0);
+                        float want = keep ? 2.0f / (float)(p + 1) : 0;
+                        ck_assert_msg(fabsf(out[p * C + h * HS + t2] - want) <= 1e-6f,
+                                      "layer %d rank %d head %d: position %d, key %d: %g, the documented mask gives %g",
+                                      layer, rank, h, p, t2, out[p * C + h * HS + t2], want);
+                        seen[layer][rank][h][p][t2] = keep;
+                        keep ? kept++ : dropped++;
+                        differ_by_head += h == 1 && keep != seen[layer][rank][0][p][t2];
+                        differ_by_rank += rank == 1 && keep != seen[layer][0][h][p][t2];
+                        differ_by_layer += layer == 1 && keep != seen[0][rank][h][p][t2];
+                    }
+        }
+    ck_assert_msg(kept > 0 && dropped > 0 && differ_by_head > 0 && differ_by_layer > 0 && differ_by_rank > 0,
+                  "the masks differ by head (%d), layer (%d) and rank (%d); %d kept, %d dropped", differ_by_head,
+                  differ_by_layer, differ_by_rank, kept, dropped);
+    tiny_free(&t);
+}
+END_TEST
+
+// e^x against libm's in double over the whole range the loops use, within the
+// 4 ulps gpt2_ops.h promises (the series is within 6e-9; the rest is float
+// rounding of r, the series' terms and the final product): a range reduction
+// that lost ln 2's low part is off by 1.6e-4 at x = -80.
+START_TEST(test_exp_against_double) {
+    double worst = 0;
+    for (int i = 0; i <= 175000; i++) {
+        float x = fminf(-87.0f + (float)i * 1e-3f, 88.0f);
+        double want = exp((double)x), got = exp_element(x);
+        double ulps = fabs(got - want) / (nextafterf((float)want, INFINITY) - (float)want);
+        if (ulps > worst) worst = ulps;
+        ck_assert_msg(ulps <= 4, "exp(%a) = %a, libm %a: %.1f ulps", x, got, want, ulps);
+    }
+    ck_assert(exp_element(-88.0f) == 0 && exp_element(-1e30f) == 0 && exp_element(1e30f) == exp_element(88.0f));
+    ck_assert(isnan(exp_element(NAN)) && exp_element(INFINITY) == exp_element(88.0f) && exp_element(-INFINITY) == 0);
+    ck_assert_msg(worst > 0, "the comparison ran");
+}
+END_TEST
+
+// GELU's tanh form and its derivative against the same formulas in double
+// (libm's exp), over [-87, 88]: within 4 + 4|u| float ulps (u is a float, and
+// e^(-2u) multiplies its rounding by 2|u|), or 1e-36 absolute where it vanishes
+// (e^(-2u) stops at e^88: x / e^88 is left).
+START_TEST(test_gelu_against_double) {
+    enum { N = 17501 };
+    static float x[N], out[N], dout[N], dx[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -87.0f + (float)i * 0.01f;
+        dout[i] = 1.0f;
+        dx[i] = 0;
+    }
+    gelu_forward(out, x, N);
+    gelu_backward(dx, x, dout, N);
+    for (int i = 0; i < N; i++) {
+        // (1 + tanh u) / 2 = 1 / (1 + e^(-2u)) = sg, and 1 - sg, each without cancellation
+        double v = x[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v), e = exp(-2 * fabs(u));
+        double sg = u >= 0 ? 1 / (1 + e) : e / (1 + e), one_minus = u >= 0 ? e / (1 + e) : 1 / (1 + e);
+        double want = v * sg;
+        double want_dx = sg + 2 * v * sg * one_minus * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+        // u itself is a float (a few ulps of it): e^(-2u) carries 2|u| times u's relative error
+        double rel = (4 + 4 * fabs(u)) * 6e-8;
+        ck_assert_msg(fabs(out[i] - want) <= rel * fabs(want) + 1e-36, "gelu(%g) = %.9g, want %.9g", v, out[i], want);
+        ck_assert_msg(fabs(dx[i] - want_dx) <= rel * fmax(1, fabs(want_dx)) + 1e-36, "gelu'(%g) = %.9g, want %.9g", v,
+                      dx[i], want_dx);
+    }
+}
+END_TEST
+
+// The softmax subtracts each row's largest logit first: logits far above e^x's
+// range (+100, +1000) give the same loss and probabilities as the same logits
+// near 0, and the loss is finite.
+START_TEST(test_softmax_is_shift_invariant) {
+    enum { V = 19, Vp = 24 };
+    float logits[Vp], shifted[Vp], probs[Vp], probs_shifted[Vp], loss, loss_shifted;
+    int target = 7;
+    for (float shift = 100; shift <= 1000; shift *= 10) {
+        for (int i = 0; i < Vp; i++) {
+            logits[i] = i < V ? 0.25f * (float)((i * 7) % 11) - 1 : 0;
+            shifted[i] = i < V ? logits[i] + shift : 0;
+        }
+        softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
+        softmax_crossentropy_forward(&loss_shifted, probs_shifted, shifted, &target, 1, 1, V, Vp);
+        ck_assert_msg(isfinite(loss_shifted) && fabsf(loss_shifted - loss) <= 1e-5f * loss,
+                      "shift %g: loss %.7g, unshifted %.7g", shift, loss_shifted, loss);
+        for (int i = 0; i < V; i++)
+            ck_assert_msg(fabsf(probs_shifted[i] - probs[i]) <= 1e-5f, "shift %g: p[%d] %g against %g", shift, i,
+                          probs_shifted[i], probs[i]);
+    }
 }
 END_TEST
 
@@ -294,6 +431,11 @@ int main(void) {
     TCase *tc = tcase_create("gpt2");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_gradients_match_finite_differences);
+    tcase_add_test(tc, test_gradients_with_dropout_match_finite_differences);
+    tcase_add_test(tc, test_attention_dropout_mask_is_the_documented_one);
+    tcase_add_test(tc, test_exp_against_double);
+    tcase_add_test(tc, test_gelu_against_double);
+    tcase_add_test(tc, test_softmax_is_shift_invariant);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
     tcase_add_test(tc, test_gelu_lanes_match_the_remainder);

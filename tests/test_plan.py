@@ -298,6 +298,17 @@ def block_groups(numel, layers, flags):
     return [list(range(l, min(l + size, layers))) for l in range(0, layers, size)]
 
 
+# --wrap-min-params at exactly one block's parameters: a block alone reaches it (one block a unit); one more
+# parameter takes two blocks a unit
+numel, _ = layout_of(["--config", "d2", "--vocab", "256", "--ranks", "2"])
+block = sum(v for t, v in numel.items() if t.startswith("h0."))
+for least, units in ((block, 2), (block + 1, 1), (block - 1, 2)):
+    out = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "2", "--wrap-min-params",
+                          str(least)], capture_output=True, text=True)
+    said = next((line for line in out.stderr.splitlines() + out.stdout.splitlines() if "unit(s) of blocks" in line), "")
+    check(out.returncode == 0 and f"{units} unit(s) of blocks" in said,
+          f"plan --wrap-min-params {least} (one block holds {block}): {units} unit(s) of blocks ({said.strip()[-60:]})")
+
 # the units as a student would group them: a block each, J blocks (4 = 3 + 1), and the size policy
 for config, unit_flags in ((["--config", "d2", "--vocab", "256"], []), (["--config", "d4", "--vocab", "300"], []),
                            (["--config", "d4", "--vocab", "300"], ["--unit-blocks", "3"]),

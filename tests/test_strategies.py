@@ -747,10 +747,17 @@ def check_ema(tmp, model, common, ref_steps):
     emas = {}
     for name, command in (("single", [f"{BUILD}/train_single"]), ("fsdp", strategy_command("fsdp", 3, []))):
         path, ckpt = os.path.join(tmp, f"bf16_{name}_ema.bin"), os.path.join(tmp, f"bf16_{name}_ckpt")
-        check(run([*command, *common, *bf16, "--out-model-ema", path, "--ckpt-dir", ckpt, "--save-full"]) == 0,
-              f"{name} --precision bf16 --ema runs")
+        log, weights = os.path.join(tmp, f"bf16_{name}.jsonl"), os.path.join(tmp, f"bf16_{name}_weights.bin")
+        check(run([*command, *common, *bf16, "--eval-ema", "--out-model-ema", path, "--ckpt-dir", ckpt, "--save-full",
+                   "--log", log, "--out-model", weights]) == 0, f"{name} --precision bf16 --ema runs")
         saved = os.path.join(ckpt, f"step_{STEPS:08d}", "ema.bin")
         emas[name] = (read_params(path), read_params(saved)) if os.path.exists(saved) else ([], [])
+        # the bf16 working copy is rounded from the EMA for its evaluation and its file, not left the weights'
+        vals = [(x["val_loss"], x["val_loss_ema"]) for x in read_log(log)[0] if x["val_loss"] is not None] \
+            if os.path.exists(log) else []
+        check(vals and all(a != b for a, b in vals) and open(path, "rb").read() != open(weights, "rb").read(),
+              f"{name} bf16 --ema: the EMA evaluates otherwise than the weights ({vals[:1]}) and --out-model-ema "
+              "is not --out-model")
     finer = lambda values: sum(1 for x in values if struct.pack("f", x)[:2] != b"\0\0")
     diffs = [abs(a - b) for a, b in zip(emas["single"][0], emas["fsdp"][0])]
     differing = sum(1 for d in diffs if d > 0) / max(len(diffs), 1)
@@ -1153,8 +1160,9 @@ def main():
     ref_params = read_params(ref_model)
     check(ref_steps[-1]["loss"] < ref_steps[0]["loss"], "the reference run learns")
     check_reference(common, ref_steps, ref_params)
-    if QUICK:  # make test-quick: every strategy at N = 2 (ZeRO-3 and FSDP with --prefetch 0 and 1), nothing else
+    if QUICK:  # make test-quick: every strategy at N = 2 (ZeRO-3 and FSDP with --prefetch 0 and 1), FSDP at N = 3
         runs = [(s, 2, 1, 0) for s in ("ddp", "zero1", "zero2")] + [(s, 2, 1, k) for s in ("zero3", "fsdp") for k in (0, 1)]
+        runs += [("fsdp", 3, 1, 0)]  # where N divides no tensor: padding, and sums of three
         check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
         CHECKS.finish()
     runs = [(s, n, 1, 0) for s in ("ddp", "zero1", "zero2") for n in (1, 2, 3, 4)] + \

@@ -95,6 +95,13 @@ static int set_value(const CliOption *o, const char *text, char *err, size_t err
     return 0;
 }
 
+// 1 if `arg` is a flag of spec that takes a value (the next argument is that value).
+static int takes_value(const CliSpec *spec, const char *arg) {
+    for (int k = 0; k < spec->num_options; k++)
+        if (strcmp(arg, spec->options[k].flag) == 0) return spec->options[k].kind != CLI_SWITCH;
+    return 0;
+}
+
 CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
     const char *program = argv[0];
     for (int i = 1; i < argc; i++) {
@@ -116,6 +123,9 @@ CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
         for (int k = 0; k < spec->num_options && !o; k++)
             if (strcmp(arg, spec->options[k].flag) == 0) o = &spec->options[k];
         if (!o) return cli_error(program, speak, "unknown flag '%s'", arg);
+        for (int j = 1; j < i; j++)  // a flag given twice: which one would count is a guess, so neither does
+            if (strcmp(argv[j], arg) == 0 && (j == 1 || !takes_value(spec, argv[j - 1])))
+                return cli_error(program, speak, "%s given twice", arg);
         if (spec->given) spec->given[o - spec->options] = 1;
         if (o->kind == CLI_SWITCH) {
             *(int *)o->dest = 1;
