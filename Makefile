@@ -69,7 +69,7 @@ CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_mo
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-quick test-portable test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
+.PHONY: all gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
 all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 gpu: $(CUDA_BINS)
@@ -148,9 +148,10 @@ $(BUILD)/tests/test_layers: $(BUILD)/obj/f64/tests/test_layers.o $(BUILD)/obj/f6
 
 # `deps` first, then a fresh make: the compiler flags come from pkg-config, which
 # only knows the libraries once they are installed.
+# SUITE="strategies plan" runs those parts alone (tests/run_tests.sh lists the keys).
 test: deps
 	$(MAKE) all
-	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_tests.sh
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE="$(SUITE)" bash tests/run_tests.sh
 
 # The fast tier, a few minutes: unit tests, the diffs, and every strategy at N = 2
 # against train_single (tests/run_quick.sh). `make test` runs all of it and more.
@@ -165,9 +166,16 @@ test-portable: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_portable.sh
 
-# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, built at
+# the production optimisation level (what runs is what ships, and it is faster).
 test-asan:
-	$(MAKE) BUILD=build-asan GPU=0 OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	$(MAKE) BUILD=build-asan GPU=0 OPT="$(OPT) -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+# What a sanitized build cannot check, on the plain build: the timing table
+# (bench), the address-space limits and the CUDA build's command lines (cli).
+test-plain: deps
+	$(MAKE) all
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE="bench cli" bash tests/run_tests.sh
 
 # The communication engine's two threads under ThreadSanitizer: test_comm at 2
 # to 4 ranks, stopping at the first race (Open MPI's own hand-offs are

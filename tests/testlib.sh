@@ -14,9 +14,10 @@ bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 
 # run NAME COMMAND...: passes when the command exits 0 (within RUN_TIMEOUT s)
 run() {
-    local name=$1
+    local name=$1 start=$SECONDS
     shift
-    if timeout "${RUN_TIMEOUT:-600}" "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; tail -n 40 "$tmp/out"; fi
+    if timeout "${RUN_TIMEOUT:-600}" "$@" >"$tmp/out" 2>&1; then ok "$name ($((SECONDS - start)) s)"
+    else bad "$name ($((SECONDS - start)) s)"; tail -n 40 "$tmp/out"; fi
     grep -E '^[0-9]+%: Checks|^[a-z]+: [0-9]+ passed, [0-9]+ failed|^FAIL' "$tmp/out" || true
 }
 
@@ -51,6 +52,87 @@ run_unit_tests() {
         run "$t" "$BUILD/tests/$t"
     done
     run "test_diffs: the strategy files diff to their concept" python3 tests/test_diffs.py
+}
+
+# setting FLAG VALUE ARGS...: prints ARGS with FLAG's value VALUE (in place of
+# the one they give, else added), for a command that changes one flag of a shared
+# set: a flag given twice is refused. Use unquoted, $(setting ...): no spaces in
+# the arguments.
+setting() {
+    local flag=$1 value=$2 found=0 out=()
+    shift 2
+    while [ $# -gt 0 ]; do
+        if [ "$1" = "$flag" ]; then out+=("$flag" "$value"); found=1; shift 2; else out+=("$1"); shift; fi
+    done
+    [ $found = 1 ] || out+=("$flag" "$value")
+    echo "${out[@]}"
+}
+
+# shared_inputs: $tmp/small.txt (a short text) and $tmp/byte (it, prepared with the
+# byte tokenizer), the inputs several parts train on: linked from
+# $SHARDLAB_TEST_DATA where run_tests.sh made them once, else made here.
+shared_inputs() {
+    if [ -n "${SHARDLAB_TEST_DATA:-}" ]; then
+        ln -s "$SHARDLAB_TEST_DATA/small.txt" "$tmp/small.txt" && ln -s "$SHARDLAB_TEST_DATA/byte" "$tmp/byte"
+        return
+    fi
+    printf 'hello world, hello shardlab. ' > "$tmp/small.txt"
+    for i in $(seq 6); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "$tmp/s2" "$tmp/small.txt"; done
+    "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/byte" > /dev/null
+}
+
+# The parts of make test that run side by side: `part KEY NAME COMMAND...` queues
+# one (skipped unless $SUITE is empty or names KEY); `run_parts` runs the queue
+# in $TEST_JOBS streams (default 2: the machine's cores), each stream taking the
+# next part not yet started, then prints every part's result and output summary
+# in the queue's order, as if they had run one after another. The parts must not
+# share files: each keeps its own scratch directory.
+part_keys=()
+part_names=()
+part() {
+    local key=$1 name=$2
+    shift 2
+    wanted "$key" || return 0
+    local i=${#part_names[@]}
+    part_keys+=("$key")
+    part_names+=("$name")
+    printf '%q ' "$@" > "$tmp/part$i.cmd"
+}
+
+# 1 if SUITE is empty or lists KEY (SUITE="strategies labs").
+wanted() {
+    [ -z "${SUITE:-}" ] && return 0
+    local k
+    for k in ${SUITE//,/ }; do [ "$k" = "$1" ] && return 0; done
+    return 1
+}
+
+run_parts() {
+    local n=${#part_names[@]} jobs=${TEST_JOBS:-2} s i
+    echo 0 > "$tmp/part_next"
+    for s in $(seq "$jobs"); do
+        (
+            while :; do
+                i=$(flock "$tmp/part_next" sh -c 'i=$(cat "$1"); echo $((i + 1)) > "$1"; echo $i' _ "$tmp/part_next")
+                [ "$i" -lt "$n" ] || break
+                start=$SECONDS
+                timeout "${RUN_TIMEOUT:-900}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1
+                echo "$? $((SECONDS - start))" > "$tmp/part$i.rc"
+            done
+        ) &
+    done
+    wait
+    for i in $(seq 0 $((n - 1))); do
+        local rc secs
+        read -r rc secs < "$tmp/part$i.rc"
+        echo "== ${part_names[$i]}"
+        if [ "$rc" -eq 0 ]; then ok "${part_names[$i]} ($secs s)"
+        else bad "${part_names[$i]} ($secs s, status $rc)"; grep -E '^(FAIL|not ok)' "$tmp/part$i.out" | head -n 40
+             tail -n 20 "$tmp/part$i.out"; fi
+        grep -E '^[0-9]+%: Checks|^[a-z]+: [0-9]+ passed, [0-9]+ failed|^[0-9]+ passed, [0-9]+ failed' "$tmp/part$i.out" || true
+    done
+    part_keys=()
+    part_names=()
 }
 
 finish() {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench_step's per-op table accounts for the step it timed (timing: run alone, not beside other parts).
+# One part of make test (tests/run_tests.sh runs the parts side by side); alone:
+#   BUILD=build MPIRUN="mpirun ..." bash tests/suites/bench.sh
+# Ends with "N passed, M failed".
+cd "$(dirname "$0")/../.."
+. tests/testlib.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+echo "== bench_step: the per-op table accounts for the step it timed"
+# Plausibility, not speed: every op kind has a row with time in each pass it
+# runs in, the rows add up to the step, and what no row timed ("other") is small.
+if timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 2 >"$tmp/bench" 2>&1 &&
+   python3 - "$tmp/bench" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ops = ["encoder", "layernorm", "matmul qkv", "attention", "matmul attproj", "residual", "matmul fc", "gelu",
+       "matmul fcproj", "matmul lm head", "softmax + xent"]
+rows = {}
+for line in text.splitlines():
+    m = re.match(r"  (\S.*?)\s+(-|[\d.]+)\s+(-|[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)%$", line)
+    if m:
+        assert m[1] not in rows, f"row '{m[1]}' twice"
+        rows[m[1]] = [None if v == "-" else float(v) for v in m.groups()[1:]]
+missing = [name for name in ops + ["adamw", "zero grads", "other", "step"] if name not in rows]
+assert not missing, f"rows missing: {missing}"
+step = rows["step"][2]
+assert abs(step - float(re.search(r"step ([\d.]+) ms", text)[1])) < 0.051, "the table's step is not the step timed"
+eps = 0.002 * (len(ops) + 4)  # each printed value is rounded to 0.001 ms
+for name in ops:
+    forward, backward, total, _ = rows[name]
+    assert forward > 0, f"{name}: no forward time"
+    assert (backward == 0) if name == "residual" else (backward > 0), f"{name}: backward time {backward}"
+    assert abs(forward + backward - total) < 0.002, f"{name}: forward + backward != total"
+assert abs(sum(rows[n][0] for n in ops) - rows["step"][0]) < eps, "forward column does not add up"
+assert abs(sum(rows[n][1] for n in ops) - rows["step"][1]) < eps, "backward column does not add up"
+parts = ops + ["adamw", "zero grads", "other"]
+assert abs(sum(rows[n][2] for n in parts) - step) < eps, "the rows do not add up to the step"
+other = rows["other"][2]
+assert -eps < other < 0.1 * step, f"other is {other} ms of a {step} ms step"
+PY
+then ok "bench_step: per-op rows for every op kind, adding up to the step"
+else bad "bench_step: per-op rows for every op kind, adding up to the step"; cat "$tmp/bench"; fi
+
+finish

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The homework check and the labs' tools: their refusals, make check on the project's own files, lab-start.
+# One part of make test (tests/run_tests.sh runs the parts side by side); alone:
+#   BUILD=build MPIRUN="mpirun ..." bash tests/suites/labs.sh
+# Ends with "N passed, M failed".
+cd "$(dirname "$0")/../.."
+. tests/testlib.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+echo "== the homework check and the labs"
+help_ok "check.py --help" python3 labs/check.py --help
+help_ok "lab.py --help" python3 labs/lab.py --help
+fails "check.py: an unknown strategy" "--strategy: give one of ddp, zero1, zero2, zero3, fsdp" python3 labs/check.py \
+    --strategy zero4 --ranks 2
+fails "check.py: no ranks" "--ranks: give a number of ranks from 1 to 16" python3 labs/check.py --strategy fsdp --ranks 0
+fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.py --strategy fsdp --ranks 2 --bogus 1
+fails "check.py: a trainer flag the strategy does not take" "--args: --prefetch: ddp does not take it" \
+    python3 labs/check.py --strategy ddp --ranks 2 --args "--prefetch 2"
+fails "check.py: a flag the check does not pass on" "--args: --steps is not a flag the check passes on" \
+    python3 labs/check.py --strategy ddp --ranks 2 --args "--steps 5"
+fails "lab.py: an unknown lab" "grade: give one of the labs: ddp, zero12, zero3, fsdp, prefetch" python3 labs/lab.py grade lab9
+fails "lab.py: an unknown command" "unknown command 'begin'" python3 labs/lab.py begin fsdp
+fails "make check without STRATEGY" "give STRATEGY=ddp" make --no-print-directory check BUILD="$BUILD" GPU=0
+# make check on the project's own strategies passes every check, at N = 2 and with flags; a planted bug fails the
+# checks it should, saying what it means
+if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_fsdp" >"$tmp/out" 2>&1 &&
+   grep -q "check: 7 of 7 checks pass" "$tmp/out" &&
+   MPIRUN="$MPIRUN" python3 labs/check.py --strategy zero3 --ranks 3 --args "--prefetch 2 --precision bf16 --grad-accum 2" \
+       --build "$BUILD" --work "$tmp/check_zero3" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out"
+then ok "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"
+else bad "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"; cat "$tmp/out"; fi
+# the newer flags: dropout and the EMA (train_single takes them too), units and whole small tensors
+if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_new" \
+       --args "--dropout 0.1 --ema 0.9 --unit-blocks 2 --shard-min-numel 1000" >"$tmp/out" 2>&1 &&
+   grep -q "check: 7 of 7 checks pass" "$tmp/out"
+then ok "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"
+else bad "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"; cat "$tmp/out"; fi
+fails "check.py: a dropout rate outside [0, 1)" "--args: --dropout 1.5: give a number in \[0, 1\)" \
+    python3 labs/check.py --strategy fsdp --ranks 2 --args "--dropout 1.5"
+mkdir -p "$tmp/labtree" && cp -r labs ddp zero3 fsdp "$tmp/labtree/" && rm -rf "$tmp/labtree/labs/work"
+if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "make lab-grade LAB=fsdp" "$tmp/out" &&
+   grep -q 'fatal("lab fsdp: start_gather is not written yet' "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
+   grep -q "TODO(lab fsdp): pack this rank's slice" "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
+   ! grep -q "comm_all_gather_start" "$tmp/labtree/labs/work/fsdp/fsdp.c"
+then ok "lab-start: the working copy has the lab's functions emptied to a TODO"
+else bad "lab-start: the working copy has the lab's functions emptied to a TODO"; cat "$tmp/out"; fi
+fails "lab-start: an existing working copy is kept" "exists: your work is kept" python3 "$tmp/labtree/labs/lab.py" start fsdp
+
+finish
