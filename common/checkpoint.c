@@ -464,7 +464,6 @@ static void check_pieces(const char *manifest_path, const CkptManifest *m, const
             fatal("%s: piece %d: AdamW step %d of %s is past the checkpoint's step %d", manifest_path, i,
                   q->adam_step, tensor->name, m->step);
     }
-    check_no_shared_bytes(manifest_path, m, layout);
     CkptPiece *sorted = xmalloc((size_t)m->num_pieces * sizeof *sorted);
     memcpy(sorted, m->pieces, (size_t)m->num_pieces * sizeof *sorted);
     qsort(sorted, (size_t)m->num_pieces, sizeof *sorted, by_tensor_then_row);
@@ -484,6 +483,7 @@ static void check_pieces(const char *manifest_path, const CkptManifest *m, const
         check_no_gap(manifest_path, tensor, next_row, tensor->rows);
     }
     free(sorted);
+    check_no_shared_bytes(manifest_path, m, layout);  // after the rows: a piece listed twice is named as such
 }
 
 // The flags that make a model of this config: a preset's, or a --model file's shape.

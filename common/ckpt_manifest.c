@@ -161,7 +161,8 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
                 if (ok) q->crc[k] = (uint32_t)crc_value;
             }
             ok = ok && next_int(&p, &q->adam_step, 1 << 30) == 0;
-            if (!ok && q) {  // the commonest cause, named
+            while (ok && *p == ' ') p++;
+            if ((!ok || *p != '\n') && q) {  // the commonest cause, named
                 set_error(err, err_len, "malformed 'piece' line %d (each piece lists %d parts: params, m, v%s)",
                           pieces_seen, ckpt_parts(m), m->ema_decay > 0 ? " and the EMA, as the 'ema' line says"
                                                                         : "; with an EMA a fourth, and an 'ema' line "

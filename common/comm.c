@@ -489,8 +489,7 @@ static void add_call(CommStats *stats, CommOp op, size_t count, uint64_t sent, u
 }
 
 // The engine's form of an element type and its sum. Reductions go through the
-// node's shared memory where the group has it (comm_node.h), unless they are
-// small enough for MPI's latency to win.
+// node's shared memory where the group has it (comm_node.h), whatever their size.
 static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
     int bf = dtype == DTYPE_BF16;
     int reduction = op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE;

@@ -148,9 +148,9 @@ void comm_use_device_buffers(Comm *comm, int gpus_on_node);
 
 // Buffers hold `count` elements of `dtype` (dtype.h): fp32, or bf16, whose sums
 // are worked out in fp32 and rounded, one rounding per pairwise sum. The order of
-// the additions: rank order 0, 1, ..., N-1 where the group is on one node, the
-// engine runs its thread (not inline), node_reductions is on and the buffers are
-// 64 KiB or more (comm_node.h); else MPI's algorithm's; NCCL its own.
+// the additions: rank order 0, 1, ..., N-1, whatever the size, where the group is
+// on one node, the engine runs its thread (not inline) and node_reductions is on
+// (comm_node.h); else MPI's algorithm's; NCCL its own.
 //
 // In place: every rank ends with the sum (or average) over ranks of buf.
 void comm_all_reduce(Comm *comm, void *buf, size_t count, DType dtype, CommReduceOp op);

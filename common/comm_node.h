@@ -1,9 +1,10 @@
 // comm_node.h: reductions among the ranks of one machine at the speed of its
 // memory, through a window of shared memory (comm_node.c). The engine of
-// common/comm.c uses them for all-reduce, reduce-scatter and reduce of 64 KiB or
-// more when every rank of a group is on one node and its thread runs them (not
-// the inline engine; not with SHARDLAB_COMM_REDUCE=mpi); MPI's own reductions run far below the speed
-// at which MPI moves the same bytes (docs/communication.md).
+// common/comm.c uses them for every all-reduce, reduce-scatter and reduce when
+// every rank of a group is on one node and its thread runs them (not the inline
+// engine; not with SHARDLAB_COMM_REDUCE=mpi): they sum in rank order, so a run's
+// bits do not depend on MPI's choice of algorithm, and MPI's own reductions run
+// far below the speed at which MPI moves the same bytes (docs/communication.md).
 #ifndef SHARDLAB_COMM_NODE_H
 #define SHARDLAB_COMM_NODE_H
 

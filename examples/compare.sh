@@ -30,6 +30,27 @@ RUNS=${RUNS:-runs}
 STRATEGIES=${STRATEGIES:-ddp zero1 zero2 zero3 fsdp}
 PRECISION=${PRECISION:-fp32}
 read -r -a extra <<< "${ARGS:-}"
+# A trainer refuses a flag given twice: the ones compare sets itself come from its settings.
+for flag in ${extra[@]+"${extra[@]}"}; do
+    case "$flag" in
+        --config|--vocab|--data|--steps|--batch|--seq|--precision|--eval-every|--eval-batches|--log|--trace|--out-model)
+            setting=$(case "$flag" in --config) echo CONFIG;; --steps) echo STEPS;; --batch) echo BATCH;;
+                      --seq) echo SEQ;; --precision) echo PRECISION;; *) echo "";; esac)
+            echo "compare: ARGS: $flag is compare's own${setting:+ (give $setting=...)}: leave it out of ARGS" >&2
+            exit 1 ;;
+    esac
+done
+# "${args[@]}" without FLAG and its value, into `kept`.
+without() {
+    local flag=$1 skip=0 a
+    shift
+    kept=()
+    for a in "$@"; do
+        if (( skip )); then skip=0; continue; fi
+        if [ "$a" = "$flag" ]; then skip=1; [ "$flag" = --eval-ema ] && skip=0; continue; fi
+        kept+=("$a")
+    done
+}
 case "$PRECISION" in
     fp32|bf16) ;;
     *) echo "compare: PRECISION=$PRECISION: give fp32 or bf16" >&2; exit 1 ;;
@@ -76,7 +97,8 @@ echo "== single rank (the reference)"
 "$BUILD/train_single" "${common[@]}" --log "$RUN/single.jsonl" --trace "$RUN/single.trace" --out-model "$RUN/single.bin"
 if [ "$PRECISION" = bf16 ]; then
     echo "== single rank in fp32 (how far bf16 goes)"
-    "$BUILD/train_single" "${common[@]}" --precision fp32 --log "$RUN/single_fp32.jsonl"
+    without --precision "${common[@]}"
+    "$BUILD/train_single" "${kept[@]}" --precision fp32 --log "$RUN/single_fp32.jsonl"
 fi
 for strategy in "${strategies[@]}"; do
     echo "== $strategy on $RANKS ranks"
@@ -95,8 +117,9 @@ if (( RANKS > cores && cores > 1 )); then
     while (( BATCH % speed_ranks != 0 )); do speed_ranks=$((speed_ranks - 1)); done
     if (( speed_ranks > 1 )); then
         mkdir -p "$RUN/speed"
-        speed_common=()  # without validation, so without ARGS's --eval-ema either
-        for flag in "${common[@]}"; do [ "$flag" = --eval-ema ] || speed_common+=("$flag"); done
+        # fewer steps, without validation, so without ARGS's --eval-ema either
+        without --eval-ema "${common[@]}" && without --eval-every "${kept[@]}" && without --steps "${kept[@]}"
+        speed_common=("${kept[@]}")
         for strategy in "${strategies[@]}"; do
             echo "== $strategy on $speed_ranks ranks, one per core (speed)"
             case "$strategy" in

@@ -258,7 +258,8 @@ def main():
     # reduction sums in rank order. Without that path (SHARDLAB_COMM_REDUCE=mpi, the inline engine) the sums
     # run in MPI's order, and a rounding-level difference can become an lr-sized AdamW step: the bounds below.
     exact = os.environ.get("SHARDLAB_COMM_REDUCE") != "mpi" and os.environ.get("SHARDLAB_COMM_ENGINE") != "inline"
-    # (an AdamW step moves a parameter by at most lr (1 - b1) / sqrt(1 - b2) = 3.2 lr: two runs, 6.4 lr a step)
+    # (an AdamW step moves a parameter by about lr at most in the first steps, |m/sqrt(v)| <= 1.004 for three:
+    # two runs 6.4 lr a step apart is a margin of 3)
     loss_tol, param_tol = (0, 0) if exact else (1e-5, 6.4 * 1e-4 * STEPS)
     build, mpirun = o["build"], shlex.split(o["mpirun"])
     trainer_name = "train_ddp" if strategy in ("zero1", "zero2") else f"train_{strategy}"
@@ -328,9 +329,9 @@ def main():
                f"{ref_steps[first_bad]['loss']:.6f}: " + ("the forward already differs (are the gathered parameters "
                                                          "whole and in place before each unit runs?)" if first_bad == 0
                                                          else "step 1 agreed, so the gradients or the update differ"))
-    # The norm adds each rank's squares in double, in an order that follows who keeps what: n terms in double
-    # are at most n 2^-53 of the sum apart, whatever the order (n = the model's parameters). Exactly one bit
-    # of the float gradient moved shows as 2^-24 (6e-8) in the norm, far outside.
+    # The norm adds each rank's squares in double, in an order that follows who keeps what: any order of n
+    # positive terms is within (n-1) 2^-53 of the exact sum, two orders within 2n 2^-53 (n = the parameters).
+    # What moves the norm (a sum, a lost gradient) shows far outside; one element a bit off is the model check's.
     norms = [(a["grad_norm"], b["grad_norm"]) for a, b in zip(steps, ref_steps)]
     P = len(read_params(ref_model))
     norm_tol = 2 * P * 2.0 ** -53 if exact else max(loss_tol, 1e-5)
@@ -375,11 +376,11 @@ def main():
     lower = any("peaked below" in w for w in wrong)
     checks.add("memory", not wrong, "every rank's peak per category is the planner's" if not wrong else
                "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "") + ": " +
-               ("above: a buffer allocated where the reference allocates none, or kept longer" if higher else "") +
+               ("above: a buffer allocated where the planned step allocates none, or kept longer" if higher else "") +
                ("; " if higher and lower else "") +
-               ("below: a buffer the reference holds at that moment was never allocated or freed early (a gather "
+               ("below: a buffer the planned step holds at that moment was never allocated or freed early (a gather "
                 "or prefetch that never starts, a copy skipped)" if lower else "") +
-               f" (build/plan ... --timeline {strategy} shows the reference's step event by event)")
+               f" (build/plan ... --timeline {strategy} shows the planned step event by event)")
     traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--traffic"), "--grad-clip", "1e9",
                               "--traffic"], capture_output=True, text=True)
     if traffic.returncode != 0:
@@ -395,9 +396,9 @@ def main():
             want_op = expected.get((rank["rank"], op), [0, 0, 0, 0])
             if op != "barrier" and got_op != want_op:
                 wrong.append(f"rank {rank['rank']} {op}: {got_op[0]} calls of {got_op[1]:,} elements in all, "
-                             f"{got_op[2]:,} bytes sent; the reference: {want_op[0]} calls, {want_op[1]:,} elements, "
+                             f"{got_op[2]:,} bytes sent; the planner: {want_op[0]} calls, {want_op[1]:,} elements, "
                              f"{want_op[2]:,} bytes")
-    checks.add("traffic", not wrong, "every rank's collectives in the last step are the reference's (calls, "
+    checks.add("traffic", not wrong, "every rank's collectives in the last step are the planner's (calls, "
                "elements, bytes)" if not wrong else "; ".join(wrong[:2]) +
                (f" (and {len(wrong) - 2} more)" if len(wrong) > 2 else "") +
                ": which collective, how many elements and how often are the strategy's own (docs/communication.md)")

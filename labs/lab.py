@@ -97,7 +97,9 @@ def start(lab_name, lab):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(skeleton(open(os.path.join(ROOT, lab["file"])).read(), lab_name, lab))
-    print(f"lab {lab_name}: write {', '.join(lab['functions'])} in {os.path.relpath(path, ROOT)} "
+    source = open(os.path.join(ROOT, lab["file"])).read()
+    print(f"lab {lab_name}: write {', '.join([*lab['functions'], *later_answers(source, lab_name)])} in "
+          f"{os.path.relpath(path, ROOT)} "
           f"(labs/{lab['page']}), then: make lab-grade LAB={lab_name}")
 
 

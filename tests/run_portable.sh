@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Exact on other machines, here (make test-portable): what differs between CPUs is
 # the matrix kernel OpenBLAS picks and the threads a rank gets, so the suite runs
-# under other kernels and thread counts than the machine's own. Every strategy at
-# N = 1..4 must stay bit for bit its reference (train_single --as-ranks N) under each.
-#   - the equivalence tier (every strategy against its reference, its memory and
-#     traffic) under each kernel with 1, 2 and 3 threads a rank;
+# under other kernels and thread counts than the machine's own: every strategy must
+# stay bit for bit its reference (train_single --as-ranks N) under each.
+#   - the equivalence tier (every strategy at N = 2, FSDP at N = 3, against its
+#     reference, with its memory and traffic) under each kernel, with 1, 2 or 3
+#     threads a rank (one count per kernel: every count is seen);
 #   - lab-selftest under a kernel other than the machine's own.
 # (make check for every strategy at N = 1..4 and the labs' planted bugs under each
 # kernel: tests/test_labs.py, part of make test.)

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 
-from testlib import Checks, read_log, run, write_learnable_shard
+from testlib import Checks, read_log, run, with_flags, write_learnable_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
 from check import reference_flags  # noqa: E402  the one place that knows how each strategy averages
@@ -781,7 +781,7 @@ def check_dropout(tmp, model, common, ref_steps, ref_params):
     without dropout (evaluation drops nothing) while the training losses are not; a different --seed gives other
     masks."""
     def single(tag, *flags):
-        return run_logged(tag, [f"{BUILD}/train_single", *common, *flags], os.path.join(tmp, f"{tag}.jsonl"),
+        return run_logged(tag, [f"{BUILD}/train_single", *with_flags(common, *flags)], os.path.join(tmp, f"{tag}.jsonl"),
                           os.path.join(tmp, f"{tag}.bin"))
     zero = single("dropout0", "--dropout", "0")
     ref = single("dropout", "--dropout", "0.1")
@@ -1169,18 +1169,26 @@ def main():
            [(s, n, 1, k) for s in ("zero3", "fsdp") for n in (1, 2, 3, 4) for k in (0, 1, 2)] + \
            [("fsdp", n, 0, k) for n in (2, 3, 4) for k in (0, 1)] + \
            [("zero3", 3, 1, 9), ("fsdp", 2, 1, 9), ("fsdp", 3, 0, 9)]  # D past the L = 2 blocks: capped at L
-    check_strategy_runs(tmp, common, runs, ref_steps, ref_params)
-    check_accumulation(tmp, model, data)
-    check_trace_overlap(tmp, model, data)
-    check_trace_memory(tmp, model, data)
-    check_precision(tmp, common)
-    check_hybrid(tmp, common, ref_steps, ref_params)
-    check_units(tmp, common, ref_steps, ref_params)
-    check_ema(tmp, model, common, ref_steps)
-    check_dropout(tmp, model, common, ref_steps, ref_params)
-    check_replicas(tmp, common, ref_steps, ref_params)
-    check_fused_classifier(tmp, common)
-    check_offload(tmp, common)
+    # SHARDLAB_TEST_ONLY="check_ema check_hybrid": those checks alone (after the reference's), to try a change quickly
+    only = os.environ.get("SHARDLAB_TEST_ONLY", "").split()
+    for name, run_check in (("check_strategy_runs", lambda: check_strategy_runs(tmp, common, runs, ref_steps, ref_params)),
+                            ("check_accumulation", lambda: check_accumulation(tmp, model, data)),
+                            ("check_trace_overlap", lambda: check_trace_overlap(tmp, model, data)),
+                            ("check_trace_memory", lambda: check_trace_memory(tmp, model, data)),
+                            ("check_precision", lambda: check_precision(tmp, common)),
+                            ("check_hybrid", lambda: check_hybrid(tmp, common, ref_steps, ref_params)),
+                            ("check_units", lambda: check_units(tmp, common, ref_steps, ref_params)),
+                            ("check_ema", lambda: check_ema(tmp, model, common, ref_steps)),
+                            ("check_dropout", lambda: check_dropout(tmp, model, common, ref_steps, ref_params)),
+                            ("check_replicas", lambda: check_replicas(tmp, common, ref_steps, ref_params)),
+                            ("check_fused_classifier", lambda: check_fused_classifier(tmp, common)),
+                            ("check_offload", lambda: check_offload(tmp, common))):
+        if not only or name in only:
+            run_check()
+    known = {"check_strategy_runs", "check_accumulation", "check_trace_overlap", "check_trace_memory", "check_precision",
+             "check_hybrid", "check_units", "check_ema", "check_dropout", "check_replicas", "check_fused_classifier",
+             "check_offload"}
+    check(set(only) <= known, f"SHARDLAB_TEST_ONLY names checks there are ({sorted(set(only) - known)} are not)")
     CHECKS.finish()
 
 

@@ -39,7 +39,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
 from check import reference_flags  # noqa: E402
-from testlib import Checks, read_log, run, write_learnable_shard
+from testlib import Checks, read_log, run, with_flags, write_learnable_shard
 
 BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
 L, NH, C, V, MAXT = 2, 2, int(sys.argv[3]) if len(sys.argv) > 3 else 38, 101, 37
@@ -149,7 +149,7 @@ def check_clip_against_optimizer(tmp, common):
 def check_schedule(tmp, common):
     lr, W, S, min_lr = 2e-3, 3, 10, 2e-4
     log = os.path.join(tmp, "cosine.jsonl")
-    rc = run([*trainer("fsdp", 2), *common[:-2], "--steps", str(S), "--lr", str(lr), "--warmup", str(W),
+    rc = run([*trainer("fsdp", 2), *with_flags(common[:-2], "--steps", str(S), "--lr", str(lr)), "--warmup", str(W),
               "--lr-schedule", "cosine", "--min-lr", str(min_lr), "--log", log])
     check(rc == 0, "fsdp N=2 --lr-schedule cosine runs")
     if rc == 0:
@@ -167,10 +167,11 @@ def check_schedule(tmp, common):
         outs = []
         for k, f in enumerate((flags, same)):
             out = os.path.join(tmp, f"sched{k}.bin")
-            check(run([*trainer("single", 1), *common[:-2], "--steps", "1", *f, "--out-model", out]) == 0, f"{what}: runs")
+            check(run([*trainer("single", 1), *with_flags(common[:-2], "--steps", "1", *f), "--out-model", out]) == 0,
+                  f"{what}: runs")
             outs.append(open(out, "rb").read())
         check(outs[0] == outs[1], f"{what} (bitwise the same model)")
-    run([*trainer("single", 1), *common[:-2], "--steps", "1", "--lr", "2e-3", "--out-model", plain])
+    run([*trainer("single", 1), *with_flags(common[:-2], "--steps", "1", "--lr", "2e-3"), "--out-model", plain])
     check(open(plain, "rb").read() != outs[1], "and another lr gives another model (the comparison can fail)")
 
 

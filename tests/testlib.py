@@ -22,6 +22,27 @@ class Checks:
         sys.exit(1 if self.failures else 0)
 
 
+SWITCHES = {"--recompute", "--quiet", "--eval-ema", "--offload-optimizer", "--fused-classifier", "--fused-attention",
+            "--save-full"}
+
+
+def with_flags(args, *flags):
+    """args with each of `flags` (FLAG VALUE pairs, or a switch) set: a flag args gives takes the new value in its
+    place, one it does not give is added. The trainers refuse a flag given twice."""
+    out, pending, i = list(args), [], 0
+    while i < len(flags):
+        width = 1 if flags[i] in SWITCHES else 2
+        pending.append(flags[i:i + width])
+        i += width
+    for flag in pending:
+        if flag[0] in out:
+            at = out.index(flag[0])
+            out[at:at + len(flag)] = flag
+        else:
+            out += flag
+    return out
+
+
 def run(cmd):
     """Runs cmd; on failure prints it with the end of its output. Returns the exit status."""
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
