@@ -159,12 +159,12 @@ test-quick: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_quick.sh
 
-# The equivalence tier, make check at N = 1..4 and the labs under other OpenBLAS
-# kernels and thread counts than this machine's (tests/run_portable.sh): the
-# bits must not depend on the CPU.
+# The equivalence tier and the labs under other OpenBLAS kernels and thread
+# counts than this machine's (tests/run_portable.sh; part of make test, and so of
+# CI's sanitized pass): the bits must not depend on the CPU.
 test-portable: deps
 	$(MAKE) all
-	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_portable.sh
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE=portable bash tests/run_tests.sh
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, built at
 # the production optimisation level (what runs is what ships, and it is faster).
@@ -172,10 +172,10 @@ test-asan:
 	$(MAKE) BUILD=build-asan GPU=0 OPT="$(OPT) -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # What a sanitized build cannot check, on the plain build: the timing table
-# (bench), the address-space limits and the CUDA build's command lines (cli).
+# (bench), the address-space limits and the CUDA build's command lines (plain).
 test-plain: deps
 	$(MAKE) all
-	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE="bench cli" bash tests/run_tests.sh
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE="bench plain" bash tests/run_tests.sh
 
 # The communication engine's two threads under ThreadSanitizer: test_comm at 2
 # to 4 ranks, stopping at the first race (Open MPI's own hand-offs are

@@ -2,7 +2,7 @@
 # Runs every test (make test): the unit tests, then the parts below, side by side
 # in two streams (TEST_JOBS), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
-#   unit comm cli bench strategies training agree tcp plan labs checkpoints compare
+#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable
 # Ends with "N passed, M failed" and a non-zero status on failure.
 # Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
 cd "$(dirname "$0")/.."
@@ -32,9 +32,12 @@ part checkpoints "checkpoints: exact resume, resharding, faults" \
     python3 tests/test_checkpoints.py "$BUILD" "$tmp/byte" "$MPIRUN"
 part plan "planner against measured accounting" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
 part compare "make compare on tiny runs: plots and report" bash tests/suites/compare.sh
+part portable "other CPUs: every strategy bit for bit its reference under other BLAS kernels and thread counts" \
+    bash tests/run_portable.sh
 part training "training features: clipping, schedule, recompute, data order" \
     python3 tests/test_training.py "$BUILD" "$MPIRUN"
 part cli "command-line errors and --help" bash tests/suites/cli.sh
+part plain "what a sanitizer cannot check: an address-space limit, the CUDA command lines" bash tests/suites/plain.sh
 part labs "lab-selftest: every skeleton fails, the project's own files get every point" \
     python3 labs/lab.py selftest --build "$BUILD" --mpirun "$MPIRUN"
 part comm "communication layer under mpirun, llmc_check, the smallest shapes" bash tests/suites/comm.sh

@@ -126,10 +126,18 @@ run_parts() {
         local rc secs
         read -r rc secs < "$tmp/part$i.rc"
         echo "== ${part_names[$i]}"
-        if [ "$rc" -eq 0 ]; then ok "${part_names[$i]} ($secs s)"
-        else bad "${part_names[$i]} ($secs s, status $rc)"; grep -E '^(FAIL|not ok)' "$tmp/part$i.out" | head -n 40
+        if [ "$rc" -eq 0 ]; then echo "ok   ${part_names[$i]} ($secs s)"
+        else echo "FAIL ${part_names[$i]} ($secs s, status $rc)"; grep -E '^(FAIL|not ok)' "$tmp/part$i.out" | head -n 40
              tail -n 20 "$tmp/part$i.out"; fi
         grep -E '^[0-9]+%: Checks|^[a-z]+: [0-9]+ passed, [0-9]+ failed|^[0-9]+ passed, [0-9]+ failed' "$tmp/part$i.out" || true
+        # a shell suite's checks count one by one, as they did in one script; a driver counts once
+        local counts
+        counts=$(tail -n 1 "$tmp/part$i.out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' || true)
+        if [ -n "$counts" ]; then
+            passed=$((passed + ${counts%% passed*}))
+            local f=${counts##*, }
+            failed=$((failed + ${f%% failed} + (rc != 0 && ${f%% failed} == 0)))
+        elif [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
     done
     part_keys=()
     part_names=()
