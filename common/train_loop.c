@@ -114,7 +114,7 @@ static void set_micro_batch(Run *run, const DataLoader *loader, int micro, int s
 static double mean_over_ranks(Run *run, const double *loss) {
     double sum = 0;
     for (int r = 0; r < run->as_ranks; r++) sum += loss[r];
-    return comm_metric_average(&run->comm, run->as_ranks == 1 ? sum : sum / run->as_ranks);
+    return comm_metric_average(&run->comm, sum / run->as_ranks);  // (x / 1 is x: one rank's is unchanged)
 }
 
 // The validation loss, the mean over --eval-batches batches; with `ema`, of the

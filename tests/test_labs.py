@@ -10,6 +10,7 @@ Usage: test_labs.py BUILD_DIR "MPIRUN ..." """
 import os
 import re
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from testlib import Checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "labs"))
+import check as grader  # noqa: E402
 import lab  # noqa: E402
 
 BUILD, MPIRUN = sys.argv[1], sys.argv[2]
@@ -86,7 +88,6 @@ def grade(build, strategy, n, env, work, seconds=None):
 
 def check_rows_named():
     """A model failure names the rows that differ: wte (Vp, C) and wpe (maxT, C) rows of C values each."""
-    import check as grader
     C, Vp = 128, 256
     tensors = [("wte", 0, Vp * C), ("wpe", Vp * C, Vp * C + 1024 * C), ("lnfw", Vp * C + 1024 * C, Vp * C + 1025 * C)]
     want = [0.0] * (Vp * C + 1025 * C)
@@ -117,11 +118,10 @@ def check_page_commands():
     """A page cannot name a flag a tool refuses: every build/plan command the pages give runs (the template of
     labs/README.md with each lab run's N, K and flags), every make check names a strategy and --args the check
     takes, every make lab-* a lab."""
-    import check as grader
     commands = page_commands()
     check(len(commands) >= 10, f"the labs' pages give commands ({len(commands)} found)")
     for page, command in commands:
-        words = shlex_split(command.replace("[the run's flags]", "FLAGS"))
+        words = shlex.split(command.replace("[the run's flags]", "FLAGS"))
         if words[0] == "build/plan":
             if "FLAGS" in words:  # the README's template: each lab run's N, K and flags
                 for n, k, flags in grader_runs():
@@ -154,11 +154,6 @@ def grader_runs():
             k = int(flags[flags.index("--grad-accum") + 1]) if "--grad-accum" in flags else 1
             out.append((run["ranks"], k, flags))
     return out
-
-
-def shlex_split(text):
-    import shlex
-    return shlex.split(text)
 
 
 def main():
