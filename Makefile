@@ -8,13 +8,13 @@ RANKS    ?= 4
 PRECISION ?= fp32
 PKGS      = ompi-c openblas
 # OpenBLAS's OpenMP build: its threads and the layers' loops are one OpenMP pool
-# (common/threads.c), found first at run time too (rpath), whichever OpenBLAS
+# (run/threads.c), found first at run time too (rpath), whichever OpenBLAS
 # the system's alternatives point at.
 PKG_CONFIG = PKG_CONFIG_PATH=/usr/lib/$(shell $(CC) -print-multiarch)/openblas-openmp/pkgconfig pkg-config
 OPENBLAS_LIBDIR = $(shell $(PKG_CONFIG) --variable=libdir openblas 2>/dev/null)
 # -fno-math-errno: sqrt and the like set no errno, so they are one instruction and
 # the loops that call them vectorise; every result stays the same.
-CFLAGS   += -std=c11 $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -D_GNU_SOURCE -MMD -MP \
+CFLAGS   += -std=c11 -I. $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -D_GNU_SOURCE -MMD -MP \
             $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(OPENBLAS_LIBDIR) -fopenmp -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
@@ -29,21 +29,24 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
                libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
 
-# Sources shared by the CPU and the CUDA build (and the dry device's), and those
-# of each build alone. The dry device (build/plan: the strategies' own code on
-# buffers with no memory behind them, on a simulated network) is a third build
-# of the same core.
-CPU_ONLY  = common/device_cpu.c common/comm_nccl_stub.c models/gpt2_cpu.c
-DRY_ONLY  = common/device_dry.c models/gpt2_dry.c common/dry_run.c
-CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard common/*.c common/util/*.c)) models/gpt2.c \
-            models/gpt2_ops.c models/gpt2_io.c ddp/ddp.c ddp/zero12.c zero3/zero3.c fsdp/fsdp.c
-CUDA_SRCS = common/device_cuda.cu common/comm_nccl.cu models/gpt2_cuda.cu models/gpt2_cuda_ops.cu \
-            models/attention_cuda.cu
+# Sources by folder, from the bottom layer up (docs/README.md has the map): every
+# .c of these folders is in the library, and the CUDA build adds every .cu. The
+# CPU build, the CUDA build and the dry device's (build/plan: the strategies'
+# own code on buffers with no memory behind them, on a simulated network) share
+# all of it but the few files each device has alone.
+# A strategy is a folder with a plugin.c (kit/strategy.h); each gets a trainer,
+# build/train_<folder>, from examples/train.c.
+STRATEGY_DIRS = $(patsubst %/plugin.c,%,$(wildcard */plugin.c))
+TRAINERS  = $(STRATEGY_DIRS:%=train_%)
+LIB_DIRS  = util device comm models kit $(STRATEGY_DIRS) run
+CPU_ONLY  = device/device_cpu.c comm/nccl_stub.c models/gpt2_cpu.c
+DRY_ONLY  = device/device_dry.c models/gpt2_dry.c plan/dry_run.c
+CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
+CUDA_SRCS = $(wildcard $(addsuffix /*.cu,$(LIB_DIRS)))
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
-DRY_OBJS  = $(CORE_OBJS) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/common/comm_nccl_stub.o
-PROGRAMS = prepare tokenize init_model plan llmc_check sample train_single train_ddp train_zero3 train_fsdp \
-           bench_step bench_comm
+DRY_OBJS  = $(CORE_OBJS) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/comm/nccl_stub.o
+PROGRAMS = prepare tokenize init_model plan llmc_check sample $(TRAINERS) bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c tests/test_comm_gpu.c,$(wildcard tests/test_*.c))
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/test_layers $(BUILD)/tests/comm_misuse \
@@ -61,11 +64,11 @@ GPU_CC   := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/
 comma    := ,
 GENCODE   = $(if $(GPU_CC),-gencode arch=compute_$(GPU_CC)$(comma)code=sm_$(GPU_CC),\
             -gencode arch=compute_80$(comma)code=sm_80 -gencode arch=compute_90$(comma)code=sm_90)
-NVCCFLAGS = -std=c++17 -O3 $(GENCODE) -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
+NVCCFLAGS = -std=c++17 -O3 -I. $(GENCODE) -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 \
             -lcublas -lcudart -lnccl -lstdc++
 CUDA_BUILD = $(BUILD)/cuda
-CUDA_PROGRAMS = train_single train_ddp train_zero3 train_fsdp llmc_check init_model
+CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
@@ -78,10 +81,15 @@ $(CUDA_BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# Each library is made afresh (rm first): `ar` would keep the member of a file
+# since moved or removed.
 $(CUDA_BUILD)/libshardlab_cuda.a: $(CORE_OBJS) $(CUDA_SRCS:%.cu=$(CUDA_BUILD)/obj/%.o)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(CUDA_BUILD)/%: $(BUILD)/obj/examples/%.o $(CUDA_BUILD)/libshardlab_cuda.a
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+
+$(CUDA_BUILD)/train_%: $(BUILD)/obj/trainers/train_%.o $(CUDA_BUILD)/libshardlab_cuda.a
 	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
 
 $(CUDA_BUILD)/bench_gpu: $(CUDA_BUILD)/obj/examples/bench_gpu.o $(CUDA_BUILD)/libshardlab_cuda.a
@@ -115,17 +123,25 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# One trainer per strategy folder, from one source.
+$(BUILD)/obj/trainers/train_%.o: examples/train.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSTRATEGY=$* -c $< -o $@
+
+$(BUILD)/train_%: $(BUILD)/obj/trainers/train_%.o $(BUILD)/libshardlab.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 $(BUILD)/libshardlab.a: $(LIB_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/%: $(BUILD)/obj/examples/%.o $(BUILD)/libshardlab.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/libshardlab_dry.a: $(DRY_OBJS)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 # build/plan and the step-time model's test run on the dry device.
-$(BUILD)/plan: $(BUILD)/obj/examples/plan.o $(BUILD)/libshardlab_dry.a
+$(BUILD)/plan: $(BUILD)/obj/plan/plan.o $(BUILD)/libshardlab_dry.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/test_step_time: $(BUILD)/obj/tests/test_step_time.o $(BUILD)/libshardlab_dry.a
@@ -190,11 +206,11 @@ test-tsan-comm:
 # Fuzz the checkpoint manifest and token shard readers with libFuzzer (clang) for
 # FUZZ_SECONDS each, starting from the corpora in tests/fuzz/.
 FUZZ_SECONDS ?= 30
-FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+FUZZ_CFLAGS = -std=c11 -I. -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
-	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c common/ckpt_manifest.c common/util/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
-	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c common/data.c common/util/mt19937.c common/util/errors.c -o $(BUILD)/fuzz/fuzz_shard
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c run/ckpt_manifest.c util/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
+	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c run/data.c util/mt19937.c util/errors.c -o $(BUILD)/fuzz/fuzz_shard
 	for target in manifest shard; do \
 	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target && \
 	    $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
@@ -218,9 +234,13 @@ clean:
 	rm -rf build build-asan build-tsan
 
 .SECONDARY:
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# The header dependencies of the objects of today's sources (one left from a file
+# since moved or removed would ask make for that file).
+DEP_SRCS = $(wildcard */*.c */*/*.c)
+-include $(wildcard $(DEP_SRCS:%.c=$(BUILD)/obj/%.d) $(DEP_SRCS:%.c=$(BUILD)/obj/f64/%.d) \
+                    $(TRAINERS:%=$(BUILD)/obj/trainers/%.d))
 
-# A homework check: STRATEGY (ddp, zero1, zero2, zero3, fsdp) at RANKS ranks, with
+# A homework check: STRATEGY (one of build/plan --strategies) at RANKS ranks, with
 # the trainer flags in ARGS, against train_single on a tiny model, check by check
 # (labs/check.py): losses, gradient norms, final model (bit for bit those of
 # train_single --as-ranks N), memory per category and collectives against build/plan,
@@ -228,7 +248,7 @@ clean:
 # trainers to (default BUILD's own; the build of an unchanged tree catches a change
 # that moves the reference too).
 check:
-	@[ -n "$(STRATEGY)" ] || { echo "make check: give STRATEGY=ddp|zero1|zero2|zero3|fsdp (and RANKS=N, ARGS=\"...\")" >&2; exit 2; }
+	@[ -n "$(STRATEGY)" ] || { echo "make check: give STRATEGY=name (build/plan --strategies lists them; and RANKS=N, ARGS=\"...\")" >&2; exit 2; }
 	$(MAKE) all
 	python3 labs/check.py --strategy $(STRATEGY) --ranks $(RANKS) --args "$(ARGS)" --build $(BUILD) \
 	    --reference $(or $(REFERENCE),$(BUILD)) --mpirun "$(MPIRUN)"

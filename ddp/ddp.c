@@ -15,15 +15,10 @@
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
-//
-// The tied wte is used by unit 0 and by the head; its gradient sums both uses
-// in place and travels with unit 0's bucket, after the last of them.
 #include <stdlib.h>
 
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/resident.h"
-#include "../common/unit_buffers.h"
+#include "kit/kit.h"
+#include "ddp/ddp.h"
 
 typedef struct {
     GPT2 *model;
@@ -31,7 +26,17 @@ typedef struct {
     MemAccount *mem;
     Resident resident;               // every tensor whole: the full replica
     CommHandle *reduces;             // (num_units) each unit's gradient all-reduce in flight
+    AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
+
+// The unit's parameters, whole, now: resident for good, nothing to fetch.
+static void gather_unit(State *s, int unit, int direction) {
+    (void)s, (void)unit, (void)direction;
+}
+
+static void release_unit(State *s, int unit) {
+    (void)s, (void)unit;  // nothing to release either
+}
 
 // Starts averaging the unit's bucket (its gradients, side by side) over all ranks.
 static void start_reduce(State *s, int unit) {
@@ -46,17 +51,24 @@ static void finish_reduce(State *s, int unit) {
     resident_unit_final(&s->resident, unit);
 }
 
-// Parameters are always resident: nothing to fetch or release.
-static void before_forward(void *state, int unit) { (void)state; (void)unit; }
-static void after_forward(void *state, int unit) { (void)state; (void)unit; }
-static void before_backward(void *state, int unit) { (void)state; (void)unit; }
+static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
+static void after_forward(void *state, int unit) {
+    State *s = state;
+    release_unit(s, unit);
+}
+
+// Fetch the unit again (here for good); its gradients are the replica's own.
+static void before_backward(void *state, int unit) {
+    State *s = state;
+    gather_unit(s, unit, -1);
+}
 
 // The unit's gradients are final once its backward is done (the tied wte's only
 // after unit 0): start averaging them under the units below, nudging the buckets in
 // flight. Earlier micro-batches only add in: one all-reduce of their sum, K times cheaper.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
-    if (last_micro_batch) {
+    if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
         start_reduce(s, unit);
         for (int u = unit + 1; u < s->model->layout.num_units; u++) comm_progress(s->comm, &s->reduces[u]);
     }
@@ -72,11 +84,13 @@ static void step(void *state, AdamWConfig config) {
     resident_step(&s->resident, s->model->layout.num_tensors, config);
 }
 
-// Unit by unit: every replica is the same, rank 0's is the model.
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) {
+        gather_unit(s, u, 0);
         if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
+        release_unit(s, u);
     }
 }
 
@@ -97,11 +111,13 @@ static int local_grads(void *state, GradSpan *spans) {
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
 }
 
 static void destroy(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     free(s->reduces);
     free(s);
@@ -114,6 +130,7 @@ Strategy ddp_init(const StrategyContext *ctx) {
     s->model = model;
     s->comm = ctx->comm;
     s->mem = ctx->mem;
+    s->accum_mode = ACCUM_NO_SYNC;  // the gradients are whole anyway: micro-batches add up in place
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;

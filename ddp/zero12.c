@@ -1,6 +1,6 @@
 // zero12.c: ZeRO stages 1 and 2 by flat ranges. All P parameters, concatenated
 // in llm.c's order and padded to N*R elements, are cut into N contiguous ranges
-// of R = ceil(P/N) elements (common/partition.c); rank r owns range r: it alone
+// of R = ceil(P/N) elements (kit/partition.c); rank r owns range r: it alone
 // keeps that range's AdamW moments and runs the optimizer on it. Every rank
 // still holds the whole model's parameters, as in DDP. After each unit's
 // backward, every gradient tensor homed in that unit (one bucket, as in DDP) is
@@ -32,16 +32,10 @@
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master of the range joins its AdamW state: params 2 N R, grads 2 P or
 // 2 R, AdamW 12 R, and half the bytes on the wire.
-//
-// The tied wte is used by unit 0 and by the head; its gradient sums both uses
-// and travels with unit 0's bucket, after the last of them.
 #include <stdlib.h>
 
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/resident.h"
-#include "../common/unit_buffers.h"
-#include "ddp.h"
+#include "kit/kit.h"
+#include "ddp/ddp.h"
 
 typedef struct {
     GPT2 *model;
@@ -55,6 +49,15 @@ typedef struct {
     AccumMode accum_mode;            // with micro-batches: reduce each one (ZeRO-2), or keep full gradients
 } State;
 
+// The unit's parameters, whole, now: resident for good, nothing to fetch.
+static void gather_unit(State *s, int unit, int direction) {
+    (void)s, (void)unit, (void)direction;
+}
+
+static void release_unit(State *s, int unit) {
+    (void)s, (void)unit;  // nothing to release either
+}
+
 // Starts the reduce of every tensor homed in the unit: one per range it crosses,
 // onto that range's owner, in place (the owner's piece of the gradient it sent
 // becomes the average).
@@ -64,11 +67,11 @@ static void start_reduce(State *s, int unit) {
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         if (tensor->home_unit != unit) continue;
-        int first_owner = zero12_owner(P, s->comm->world, tensor->offset);
+        int first_owner = flat_range_owner(P, s->comm->world, tensor->offset);
         for (int k = s->piece_start[t]; k < s->piece_start[t + 1]; k++) {
             int owner = first_owner + (k - s->piece_start[t]);
             size_t begin, end;
-            zero12_overlap(P, s->comm->world, owner, tensor->offset, tensor->numel, &begin, &end);
+            flat_range_overlap(P, s->comm->world, owner, tensor->offset, tensor->numel, &begin, &end);
             void *piece = dtype_at(s->model->grads[t], begin - tensor->offset, s->model->grad_dtype);
             s->reduces[k] = comm_reduce_start(s->comm, piece, owner == s->comm->rank ? piece : NULL, end - begin,
                                               s->model->grad_dtype, owner, COMM_AVG);
@@ -88,7 +91,7 @@ static void finish_reduce(State *s, int unit) {
         for (int k = s->piece_start[t]; k < s->piece_start[t + 1]; k++) comm_wait(s->comm, &s->reduces[k]);
         if (s->stage == 1) continue;
         size_t begin, end;
-        if (zero12_overlap(P, s->comm->world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end) > 0)
+        if (flat_range_overlap(P, s->comm->world, s->comm->rank, tensor->offset, tensor->numel, &begin, &end) > 0)
             device_add_as(resident_grad_at(&s->resident, begin), dtype_at(s->model->grads[t], begin - tensor->offset, dtype),
                           end - begin, dtype);
         free_full_grads(s->model, s->mem, t, 1);
@@ -96,14 +99,17 @@ static void finish_reduce(State *s, int unit) {
     resident_unit_final(&s->resident, unit);
 }
 
-// Parameters are always resident: nothing to fetch or release.
-static void before_forward(void *state, int unit) { (void)state; (void)unit; }
-static void after_forward(void *state, int unit) { (void)state; (void)unit; }
+static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
+static void after_forward(void *state, int unit) {
+    State *s = state;
+    release_unit(s, unit);
+}
 
 // ZeRO-2: zeroed full-size gradient buffers for the unit (or the ones an earlier
 // micro-batch kept, without a reduce, to add into).
 static void before_backward(void *state, int unit) {
     State *s = state;
+    gather_unit(s, unit, -1);
     if (s->stage == 2) alloc_unit_grads(s->model, s->mem, unit, 1);
 }
 
@@ -144,11 +150,13 @@ static void step(void *state, AdamWConfig config) {
     gather_ranges(s);
 }
 
-// Unit by unit: every replica is the same, rank 0's is the model.
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) {
+        gather_unit(s, u, 0);
         if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
+        release_unit(s, u);
     }
 }
 
@@ -164,10 +172,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 // elements hold this rank's own, unreduced partial sums.
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    size_t P = s->model->layout.num_params, lo = s->resident.lo, hi = lo + s->resident.state_numel;
-    spans[0].count = lo < P ? (hi < P ? hi : P) - lo : 0;
-    spans[0].grads = spans[0].count > 0 ? resident_grad_at(&s->resident, lo) : s->resident.grads;
-    spans[0].share = 1;
+    spans[0] = resident_grad_span(&s->resident, 1);
     return 1;
 }
 
@@ -175,12 +180,14 @@ static int local_grads(void *state, GradSpan *spans) {
 // and every range goes to everyone, as after a step.
 static void swap_ema(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
     gather_ranges(s);
 }
 
 static void destroy(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     free(s->piece_start);
     free(s->reduces);
@@ -200,24 +207,14 @@ Strategy zero12_init(const StrategyContext *ctx) {
     CHECK(s->stage == 1 || s->stage == 2, "zero12_init: stage %d", s->stage);
     s->accum_mode = s->stage == 1 ? ACCUM_NO_SYNC : ctx->accum_mode;  // ZeRO-1 keeps whole gradients anyway
     resident_init_range(&s->resident, model, world, s->comm->rank, s->stage == 1, s->mem);
-    s->piece_start = xcalloc((size_t)layout->num_tensors + 1, sizeof(int));
-    for (int t = 0; t < layout->num_tensors; t++) {
-        const GPT2Tensor *tensor = &layout->tensors[t];
-        int first_owner = zero12_owner(P, world, tensor->offset);
-        int last_owner = zero12_owner(P, world, tensor->offset + tensor->numel - 1);
-        s->piece_start[t + 1] = s->piece_start[t] + last_owner - first_owner + 1;
-        // the model reads and writes the replica directly, for good
-        model->params[t] = dtype_at(s->resident.params, tensor->offset, model->param_dtype);
-        model->grads[t] = s->stage == 1 ? resident_grad_at(&s->resident, tensor->offset) : NULL;
-    }
+    s->piece_start = flat_range_pieces(layout, world);
     s->reduces = xcalloc((size_t)s->piece_start[layout->num_tensors], sizeof(CommHandle));
-    // every rank makes the whole model from the source, so the replicas start
-    // identical: its replica (in the working dtype) and its range's master (and EMA)
-    float *host = xmalloc(P * sizeof(float));
-    for (int t = 0; t < layout->num_tensors; t++)
-        param_source_rows(&ctx->source, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);
-    resident_load_replica(&s->resident, host, P);
-    free(host);
+    for (int t = 0; t < layout->num_tensors; t++) {
+        // the model reads and writes the replica directly, for good (ZeRO-2: not its gradients)
+        model->params[t] = resident_params(&s->resident, t);
+        model->grads[t] = resident_grads(&s->resident, t);
+    }
+    resident_load_replica(&s->resident, &ctx->source);
     strategy_note(ctx, "zero%d: %d ranges of %zu elements (P = %zu, %zu of padding)\n", s->stage, world,
                   s->resident.state_numel, P, s->resident.params_numel - P);
     return STRATEGY_TABLE(s->stage == 1 ? "zero1" : "zero2", s);

@@ -2,7 +2,7 @@
 // backend. For each size from 1 KiB to 64 MiB: time per call (slowest rank),
 // algorithm bandwidth (bytes / time) and bus bandwidth (algbw times the ring
 // factor: 2(N-1)/N all-reduce, (N-1)/N reduce-scatter and all-gather, 1 otherwise).
-// Where reductions go through the node's shared memory (common/comm_node.c), MPI's
+// Where reductions go through the node's shared memory (comm/node.c), MPI's
 // own reduction is timed beside each size in the same run (mpi_* columns).
 //   mpirun -np 4 build/bench_comm [--max-mib 64]
 // With --overlap-ms X it measures instead how much of an all-reduce the
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/comm.h"
-#include "../common/threads.h"
-#include "../common/util/errors.h"
-#include "../common/util/timer.h"
+#include "util/cli.h"
+#include "comm/comm.h"
+#include "run/threads.h"
+#include "util/errors.h"
+#include "util/timer.h"
 
 static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) {
     double start = timer_now();
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     }
     int N = comm.world, node = comm_node_shared(&comm) && comm.node_reductions;
     if (comm.rank == 0)
-        printf("# bench_comm: %d ranks, backend %s%s\n", N, comm.backend == COMM_BACKEND_NCCL ? "nccl" : "mpi",
+        printf("# bench_comm: %d ranks, backend %s%s\n", N, comm_backend_name(&comm),
                node ? "; reductions through the node's shared memory, MPI's own beside them (mpi_*)" : "");
     for (int op = 0; op < COMM_BARRIER; op++) {
         double factor = op == COMM_ALL_REDUCE ? 2.0 * (N - 1) / N

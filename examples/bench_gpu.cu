@@ -8,7 +8,7 @@
 //   3. one more step with each op timed (models/gpt2.h's op_times): where the
 //      step's time goes;
 //   4. with --offload-optimizer, the step with the optimizer in pinned host
-//      memory (common/resident.h), each unit's update begun after its backward
+//      memory (kit/resident.h), each unit's update begun after its backward
 //      as train_single's is, and the host link's latency and bandwidth
 //      fitted to pinned copies both ways, for build/plan --time --host-link.
 //   build/cuda/bench_gpu [--config d12] [--batch 16] [--seq 1024] [--steps 10] [--precision fp32|bf16]
@@ -19,16 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/cuda_check.h"
-#include "../common/device.h"
-#include "../common/device_cuda.h"
+#include "util/cli.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "device/device_cuda.h"
 extern "C" {  // C headers without a C++ guard
-#include "../common/passes.h"
-#include "../common/resident.h"
-#include "../common/step_time.h"
+#include "run/passes.h"
+#include "kit/resident.h"
+#include "comm/sim_clock.h"
 }
-#include "../models/gpt2.h"
+#include "models/gpt2.h"
 
 // Values in [-1, 1) from a hash of the index: tensor cores run faster on zeros,
 // so a peak measured on zeroed matrices would flatter it.
@@ -73,7 +73,7 @@ static double time_gemms(cudaDataType_t type, cublasComputeType_t compute, int n
 
 // Pinned host to device and back, 4 KB to 256 MB, each size's best of 5: one
 // copy is one hop of a chain between two "ranks" (alpha + bytes / beta), fitted
-// as step_time.h fits a link.
+// as comm/sim_clock.h fits a link.
 static Link host_link(void) {
     enum { SIZES = 17, REPS = 5 };
     size_t most = (size_t)1 << 28;
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
     model.param_dtype = model.grad_dtype = dtype;
     model.offload_optimizer = offload;
     const GPT2Layout *layout = &model.layout;
-    // every tensor whole, kept as train_single keeps it (common/single.c)
+    // every tensor whole, kept as train_single keeps it (single/single.c)
     Resident resident;
     size_t *count = (size_t *)xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
         offload_early_begin(&model, 0, &early);  // offloaded, each unit's update begins after its backward
         for (int u = layout->num_units - 1; u >= 0; u--) {
             gpt2_backward_unit(&model, u);
-            resident_unit_final(&resident, u);  // as train_single's (common/single.c)
+            resident_unit_final(&resident, u);  // as train_single's (single/single.c)
         }
         CUDA_CHECK(cudaEventRecord(adamw_start, 0));
         resident_step(&resident, layout->num_tensors, early.config);  // AdamW (what is left), the gradients zeroed

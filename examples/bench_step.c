@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/util/errors.h"
-#include "../common/optim.h"
-#include "../common/threads.h"
-#include "../common/util/timer.h"
-#include "../models/gpt2.h"
+#include "util/cli.h"
+#include "util/errors.h"
+#include "device/optim.h"
+#include "run/threads.h"
+#include "util/timer.h"
+#include "models/gpt2.h"
 
 // The n^3 sgemm the step is compared with. It runs for half a second after each
 // step, so that on a shared machine both sides see the same load, and the best

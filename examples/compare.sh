@@ -27,7 +27,21 @@ MPIRUN=${MPIRUN:-mpirun}
 # The default corpus ships with every Debian system: the license texts of base-files.
 TEXT=${TEXT:-/usr/share/common-licenses}
 RUNS=${RUNS:-runs}
-STRATEGIES=${STRATEGIES:-ddp zero1 zero2 zero3 fsdp}
+# The strategies and their trainers: build/plan --strategies (run/registry.h).
+declare -A trainer_of preset_of
+ladder=()
+registry=$("$BUILD/plan" --strategies) || { echo "compare: $BUILD/plan --strategies failed (make builds it)" >&2; exit 1; }
+# (fields split at '|': tabs, being white space to read, would merge an empty preset away)
+while IFS='|' read -r name trainer preset; do
+    ladder+=("$name") trainer_of[$name]=$trainer preset_of[$name]=$preset
+done < <(awk -F'\t' '!/^#/ {print $1 "|" $3 "|" $4}' <<< "$registry")
+STRATEGIES=${STRATEGIES:-${ladder[*]}}
+# The command that trains STRATEGY, into `trainer` (zero1: train_ddp --zero-stage 1).
+trainer_for() {
+    local preset
+    read -r -a preset <<< "${preset_of[$1]}"
+    trainer=("$BUILD/${trainer_of[$1]}" ${preset[@]+"${preset[@]}"})
+}
 PRECISION=${PRECISION:-fp32}
 read -r -a extra <<< "${ARGS:-}"
 # A trainer refuses a flag given twice: the ones compare sets itself come from its settings.
@@ -57,15 +71,15 @@ case "$PRECISION" in
 esac
 read -r -a strategies <<< "$STRATEGIES"
 if (( ${#strategies[@]} == 0 )); then
-    echo "compare: STRATEGIES is empty (choose from ddp zero1 zero2 zero3 fsdp)" >&2
+    echo "compare: STRATEGIES is empty (choose from ${ladder[*]})" >&2
     exit 1
 fi
 seen=" "
 for strategy in "${strategies[@]}"; do
-    case "$strategy" in
-        ddp|zero1|zero2|zero3|fsdp) ;;
-        *) echo "compare: STRATEGIES: unknown strategy '$strategy' (choose from ddp zero1 zero2 zero3 fsdp)" >&2; exit 1 ;;
-    esac
+    if [ -z "${trainer_of[$strategy]+set}" ]; then
+        echo "compare: STRATEGIES: unknown strategy '$strategy' (choose from ${ladder[*]})" >&2
+        exit 1
+    fi
     if [[ "$seen" == *" $strategy "* ]]; then
         echo "compare: STRATEGIES: '$strategy' is listed twice" >&2
         exit 1
@@ -102,10 +116,7 @@ if [ "$PRECISION" = bf16 ]; then
 fi
 for strategy in "${strategies[@]}"; do
     echo "== $strategy on $RANKS ranks"
-    case "$strategy" in
-        zero1|zero2) trainer=("$BUILD/train_ddp" --zero-stage "${strategy#zero}") ;;  # the ddp trainer's ZeRO stages
-        *) trainer=("$BUILD/train_$strategy") ;;
-    esac
+    trainer_for "$strategy"
     $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
 # More ranks than cores take turns on the cores: their tokens/s and waits measure the
@@ -122,10 +133,7 @@ if (( RANKS > cores && cores > 1 )); then
         speed_common=("${kept[@]}")
         for strategy in "${strategies[@]}"; do
             echo "== $strategy on $speed_ranks ranks, one per core (speed)"
-            case "$strategy" in
-                zero1|zero2) trainer=("$BUILD/train_ddp" --zero-stage "${strategy#zero}") ;;
-                *) trainer=("$BUILD/train_$strategy") ;;
-            esac
+            trainer_for "$strategy"
             $MPIRUN -np "$speed_ranks" "${trainer[@]}" "${speed_common[@]}" --steps $(( STEPS < 10 ? STEPS : 10 )) \
                 --eval-every 0 --quiet --log "$RUN/speed/$strategy.jsonl"
         done

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../common/util/cli.h"
-#include "../common/util/errors.h"
-#include "../models/gpt2.h"
-#include "../models/gpt2_io.h"
+#include "util/cli.h"
+#include "util/errors.h"
+#include "models/gpt2.h"
+#include "models/gpt2_io.h"
 
 int main(int argc, char **argv) {
     GPT2Config c = {0};

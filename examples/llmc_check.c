@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../models/gpt2.h"
-#include "../models/gpt2_io.h"
+#include "util/cli.h"
+#include "device/device.h"
+#include "util/errors.h"
+#include "models/gpt2.h"
+#include "models/gpt2_io.h"
 
 static const double ABS_TOL = 1e-4, REL_TOL = 1e-3;
 

@@ -13,7 +13,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import (CATEGORIES, HOST_CATEGORIES, MB, NAMES, PHASE_WORDS, memory_step_panel,  # noqa: E402
-                    memory_step_plot)
+                    memory_step_plot, registry)
 
 
 def fail(msg):
@@ -42,10 +42,7 @@ def parse_args(argv):
             if mine[i] == "--build":
                 build = mine[i + 1]
             else:
-                strategy, _, rank = mine[i + 1].partition(":")
-                if strategy not in NAMES or strategy == "single" or not rank.isdigit():
-                    fail(f"--panel {mine[i + 1]}: give STRATEGY:RANK (ddp, zero1, zero2, zero3, fsdp)")
-                panels.append((strategy, int(rank)))
+                panels.append(mine[i + 1])
             i += 2
         elif mine[i].startswith("-"):
             fail(f"unknown flag '{mine[i]}' (plot_timeline.py --help)")
@@ -58,6 +55,13 @@ def parse_args(argv):
         fail(f"NAME {positional[1]!r}: letters, digits, '_', '.' and '-' only (it names the plot's files)")
     if not os.path.isfile(os.path.join(build, "plan")):
         fail(f"--build {build}: no plan there (make builds it)")
+    ladder = registry(build)  # the strategies build/plan plans, and their titles
+    NAMES.update({name: entry["title"] for name, entry in ladder.items()})
+    for i, panel in enumerate(panels):
+        strategy, _, rank = panel.partition(":")
+        if strategy not in ladder or not rank.isdigit():
+            fail(f"--panel {panel}: give STRATEGY:RANK ({', '.join(ladder)})")
+        panels[i] = (strategy, int(rank))
     return positional[0], positional[1], build, panels, plan_flags
 
 

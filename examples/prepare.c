@@ -8,10 +8,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../common/util/cli.h"
-#include "../common/data.h"
-#include "../common/util/errors.h"
-#include "../common/tokenizer.h"
+#include "util/cli.h"
+#include "run/data.h"
+#include "util/errors.h"
+#include "run/tokenizer.h"
 
 // mkdir -p: the output directory and any missing parents.
 static void make_directories(const char *path) {

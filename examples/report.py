@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns a comparison run directory into plots (gnuplot, PNG and SVG) and a report.
 
-    python3 examples/report.py RUN_DIR [--build build] [--strategies ddp,zero1,zero2,zero3,fsdp]
+    python3 examples/report.py RUN_DIR [--build build] [--strategies LIST]
 
 RUN_DIR holds single.jsonl and <strategy>.jsonl for each strategy compared (trainer logs),
 and <strategy>.trace.tsv (step timelines). Writes RUN_DIR/plots/*.png|svg, RUN_DIR/data/*.tsv,
@@ -17,16 +17,25 @@ import statistics
 import subprocess
 import sys
 
-ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp"]  # the ZeRO ladder, in order
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "labs"))
+from check import registry  # noqa: E402  build/plan --strategies: the ladder, in order (run/registry.h)
+
 CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
 HOST_CATEGORIES = ["host_optim", "host_staging"]  # after the device's in build/plan --tsv; not stacked with them
 COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
-COLORS = {"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2", "zero3": "#d62728",
-          "fsdp": "#2ca02c"}
+class StrategyColors(dict):
+    """A colour per strategy: the ladder's own, and one from EXTRA_COLORS for a strategy the registry adds."""
+    def __missing__(self, name):
+        return EXTRA_COLORS[sum(map(ord, name)) % len(EXTRA_COLORS)]
+
+
+COLORS = StrategyColors({"single": "#555555", "ddp": "#1f77b4", "zero1": "#8c564b", "zero2": "#e377c2",
+                         "zero3": "#d62728", "fsdp": "#2ca02c"})
+EXTRA_COLORS = ["#17becf", "#bcbd22", "#7f7f7f", "#9467bd"]
 MB = 1e6
 PALETTE = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]  # a colour per category
 MODEL_STATE = ["params", "grads", "optim"]  # what the ZeRO stages shard, one after another
-NAMES = {"single": "single", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}
+NAMES = {"single": "single"}  # a strategy's title in prose and legends: the registry's, added by main
 
 
 def fail(msg):
@@ -271,7 +280,7 @@ def plot_units(build, cfg, world, logs, strategies, data, plots):
     at this run's N and rows per rank, build/plan's peak per rank (ZeRO-3: its fullest rank) and collective calls
     per step (rank 0's), and build/plan --time's step time at N = 8, 64 and 1024 (machines of this run's ranks,
     compute at train_single's median rate, the default links)."""
-    sharded = [s for s in ("zero3", "fsdp") if s in strategies]
+    sharded = [s for s in strategies if "--unit-blocks" in registry(build)[s]["flags"]]
     rows_per_rank = cfg["batch"] // world
     steps = [x["tokens_per_s"] for x in logs["single"][0]]
     rate = statistics.median(steps[1:] if len(steps) > 1 else steps)
@@ -356,7 +365,7 @@ def plot_sharding(build, cfg, world, logs, data, plots):
             holds.append((f[1], int(f[2]), int(f[3]), int(f[4])))
         elif f[0] == "pad":
             pads.append((f[1], int(f[2]), int(f[3]), int(f[4])))
-    strategies = [s for s in ALL_STRATEGIES if any(h[0] == s for h in holds)]
+    strategies = [s for s in registry(build) if any(h[0] == s for h in holds)]
     row = {(s, rank): (len(strategies) - 1 - k) * (world + 1) + (world - 1 - rank)
            for k, s in enumerate(strategies) for rank in range(world)}
     scale = 1e6  # elements along x in millions
@@ -393,18 +402,18 @@ def write_tsv(path, header, rows):
 USAGE = """usage: report.py RUN_DIR [--build DIR] [--strategies LIST]
   plots (PNG and SVG) and a report (report.md, report.html) from a make compare run
   --build DIR        where build/plan is (default build)
-  --strategies LIST  the strategies compared, comma-separated (default ddp,zero1,zero2,zero3,fsdp)
+  --strategies LIST  the strategies compared, comma-separated (default: every one of build/plan --strategies)
   --help             print this and exit"""
 
 
-def parse_strategies(text):
+def parse_strategies(text, ladder):
     names = text.split(",")
     for name in names:
-        if name not in ALL_STRATEGIES:
-            fail(f"--strategies: unknown strategy '{name}' (choose from {','.join(ALL_STRATEGIES)})")
+        if name not in ladder:
+            fail(f"--strategies: unknown strategy '{name}' (choose from {','.join(ladder)})")
     if len(set(names)) != len(names):
         fail(f"--strategies: a strategy is listed twice in '{text}'")
-    return [s for s in ALL_STRATEGIES if s in names]  # ladder order
+    return [s for s in ladder if s in names]  # ladder order
 
 
 def parse_args(argv):
@@ -412,7 +421,7 @@ def parse_args(argv):
     if "--help" in argv or "-h" in argv:
         print(USAGE)
         sys.exit(0)
-    build, strategies, positional, i = "build", ALL_STRATEGIES, [], 0
+    build, strategies, positional, i = "build", None, [], 0
     while i < len(argv):
         if argv[i] in ("--build", "--strategies"):
             if i + 1 >= len(argv):
@@ -420,7 +429,7 @@ def parse_args(argv):
             if argv[i] == "--build":
                 build = argv[i + 1]
             else:
-                strategies = parse_strategies(argv[i + 1])
+                strategies = argv[i + 1]
             i += 2
         elif argv[i].startswith("-"):
             fail(f"unknown flag '{argv[i]}' (report.py --help)")
@@ -430,7 +439,9 @@ def parse_args(argv):
     if len(positional) != 1:
         fail("give one RUN_DIR (report.py --help)")
     gnuplot_safe(os.path.abspath(positional[0]), "the run directory")
-    return positional[0], build, strategies
+    ladder = registry(build)
+    NAMES.update({name: entry["title"] for name, entry in ladder.items()})
+    return positional[0], build, parse_strategies(strategies, list(ladder)) if strategies else list(ladder)
 
 
 def main():
@@ -645,11 +656,12 @@ set key outside bottom center horizontal
 plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, logs, data, plots)
-    if {"zero3", "fsdp"} & set(strategies):
+    if any("--unit-blocks" in registry(build)[s]["flags"] for s in strategies):
         plot_units(build, cfg, world, logs, strategies, data, plots)
     speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores
     speed = {s: read_log(os.path.join(speed_dir, f"{s}.jsonl")) for s in strategies} if os.path.isdir(speed_dir) else None
-    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed)
+    placements = {s: registry(build)[s]["placement"] for s in strategies}  # whole tensors: an unevenness to tell
+    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed, placements)
 
 
 def time_sliced(summary):
@@ -677,7 +689,7 @@ def exposed_share(time):
     return time["comm_wait_s"] / total if total > 0 else 0.0
 
 
-def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed):
+def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed, placements):
     runs = ["single"] + strategies
     table = []
     for s in runs:
@@ -747,10 +759,10 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          f"with {measured['world_size']} ranks on {measured.get('cores_on_node', '?')} cores: "
                          + ", ".join(f"{NAMES[s]} {100 * exposed[s]:.0f}%" for s in strategies)
                          + " (the largest rank's; ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
-    if "zero3" in row:
-        z3 = [r["mem"]["params"]["peak"] for r in logs["zero3"][1]["ranks"]]
-        imbalance = max(z3) / (sum(z3) / len(z3)) if sum(z3) else 1.0
-        sentences.append(f"ZeRO-3's whole-tensor ownership is uneven: its fullest rank holds "
+    for s in (s for s in strategies if placements[s] == "whole_tensors"):
+        held = [r["mem"]["params"]["peak"] for r in logs[s][1]["ranks"]]
+        imbalance = max(held) / (sum(held) / len(held)) if sum(held) else 1.0
+        sentences.append(f"{NAMES[s]}'s whole-tensor ownership is uneven: its fullest rank holds "
                          f"{100 * (imbalance - 1):.0f}% more parameters than the average rank.")
     sentences = [x for x in sentences if x]
     machine = platform.processor() or platform.machine()

@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/util/random.h"
-#include "../common/tokenizer.h"
-#include "../models/gpt2.h"
-#include "../models/gpt2_io.h"
+#include "util/cli.h"
+#include "device/device.h"
+#include "util/errors.h"
+#include "util/random.h"
+#include "run/tokenizer.h"
+#include "models/gpt2.h"
+#include "models/gpt2_io.h"
 
 // The next token from one position's logits (the first V of Vp): the largest at
 // temperature 0 (the first of equal ones), else a draw from softmax(logits / temperature)

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/cli.h"
-#include "../common/util/errors.h"
-#include "../common/tokenizer.h"
+#include "util/cli.h"
+#include "util/errors.h"
+#include "run/tokenizer.h"
 
 int main(int argc, char **argv) {
     const char *kind = NULL, *vocab = NULL, *path = NULL;

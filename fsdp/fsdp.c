@@ -1,49 +1,39 @@
-// fsdp.c: Fully Sharded Data Parallel by dim-0 slicing. Every tensor is cut
-// along dim 0 into N equal slices (dim 0 padded up to a multiple of N with rows
-// that stay zero); rank r keeps slice r of every tensor, of its gradient and of
-// its AdamW state. Before a unit runs (forward, and again backward) one
-// all-gather over a flat buffer rebuilds the unit's full tensors; after forward
-// they are freed (or kept until backward with --reshard-after-forward 0, the
-// ZeRO-2-like trade of memory for traffic). After the unit's backward one
-// reduce-scatter leaves each rank the averaged gradient of its own slices.
+// fsdp.c: Fully Sharded Data Parallel by dim-0 slicing: rank r keeps slice r (dim 0 cut into
+// N equal slices, padded with zero rows) of every tensor, its gradient and its AdamW state.
+// Before a unit runs (forward, and again backward) one all-gather rebuilds its full tensors,
+// freed after forward (--reshard-after-forward 0: kept until backward); after its backward
+// one reduce-scatter leaves each rank the averaged gradient of its own slices.
 //
 //   qkvw (3C, C):  rows 0..k-1 -> rank 0 | rows k..2k-1 -> rank 1 | ... (padded)
 //   before unit u:  pack my slices -> all-gather -> unpack full tensors
 //   after  unit u:  pack full grads by rank -> reduce-scatter(avg) -> my slices +=
-//
-// Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one
-// reduce-scatter of pad(P), plus wte once more in each for its second use (the
-// head); one all-gather fewer when not resharding after forward.
+// Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one reduce-
+// scatter of pad(P), wte once more in each (the head); one all-gather fewer unresharded.
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
 //
-// --prefetch D: the next D units' all-gathers start before unit u computes, and unit
-// u's reduce-scatter is waited for after the next unit's backward: the same collectives,
-// travelling under compute. --shard-group M (hybrid): all of the above within groups of M
-// ranks, the reduced slices then averaged across the groups (common/shard_groups.h).
-// --shard-min-numel NUMEL: smaller tensors kept whole on every rank (common/replicas.h).
+// With --prefetch D the next D units' gathers are started before unit u
+// computes, and unit u's reduces are waited for only after the next unit's
+// backward: the same collectives, travelling under compute.
+// --shard-group M: all of it within groups of M ranks, slices then averaged across the
+// groups (kit/shard_groups.h); --shard-min-numel NUMEL: small tensors whole (kit/replicas.h).
 #include <stdlib.h>
 
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/replicas.h"
-#include "../common/resident.h"
-#include "../common/shard_groups.h"
-#include "../common/unit_buffers.h"
-#include "fsdp.h"
+#include "kit/kit.h"
+#include "fsdp/fsdp.h"
 
 typedef struct {
     GPT2 *model;
-    Comm *comm;                      // the ranks that shard the model: all N, or this rank's --shard-group
+    Comm *comm;
     MemAccount *mem;
-    ShardGroups groups;              // --shard-group M < N: the groups, and the replicas across them
+    ShardGroups groups;              // --shard-group M < N: comm is this rank's group of M, replicas across them
     int reshard_after_forward;
-    Resident resident;               // this rank's slice of every tensor (fsdp_slice_numel), padding included
+    Resident resident;               // this rank's slice of every tensor (row_slice_numel), padding included
     Replicas replicas;               // --shard-min-numel: the tensors kept whole on every rank instead
     TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
-    int prefetch;                    // units ahead whose all-gather starts before they run
+    int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
@@ -67,9 +57,8 @@ static void start_gather(State *s, int unit) {
     g->handle = comm_all_gather_start(s->comm, g->send, g->recv, g->recv_numel, dtype);
 }
 
-// Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds
-// rank 0's pack, then rank 1's, ...; slice r of tensor t goes to rows
-// [r*k, (r+1)*k) of a new full buffer.
+// Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds rank 0's
+// pack, then rank 1's, ...; slice r of tensor t goes to rows [r*k, (r+1)*k) of a full buffer.
 static void finish_gather(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->param_dtype;
@@ -129,17 +118,15 @@ static void start_reduce(State *s, int unit) {
     r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->send_numel, dtype, COMM_AVG);
 }
 
-// Waits for the unit's reduce-scatter, if one is in flight (--shard-group: and averages
-// it across the groups). Copy-out: my slices add into my resident gradient (the tied wte
-// arrives twice: from the head and from unit 0); everyone frees the full gradients.
+// Waits for the unit's reduce-scatter, if one is in flight (and across the groups). Copy-out: my
+// slices add into my resident gradient (the tied wte twice); everyone frees the full gradients.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
     InFlight *r = &s->reduces[unit];
     size_t at = 0;
     replicas_finish_reduce(&s->replicas, unit);
-    if (!inflight_wait(r, s->comm)) return;
-    shard_groups_average(&s->groups, r->recv, r->recv_numel, dtype);
+    if (!shard_groups_wait(&s->groups, r)) return;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] == TENSOR_REPLICATED) continue;  // its gradient is its own, for good
@@ -157,8 +144,8 @@ static void after_forward(void *state, int unit) {
     if (s->reshard_after_forward) release_unit(s, unit);
 }
 
-// Fetch the unit again where released, and give it zeroed full-size (padded) gradient
-// buffers (or, to add into, the ones an earlier micro-batch kept without a reduce).
+// Fetch the unit again, and give it zeroed full-size gradient buffers (or the
+// ones an earlier micro-batch kept, without a reduce, to add into).
 static void before_backward(void *state, int unit) {
     State *s = state;
     gather_unit(s, unit, -1);
@@ -179,7 +166,7 @@ static void after_backward(void *state, int unit, int last_micro_batch) {
     release_unit(s, unit);
 }
 
-// Unit 0's reduce-scatter may still be in flight.
+// Unit 0's reduces may still be in flight.
 static void finish_grads(void *state) { finish_reduce(state, 0); }
 
 static void step(void *state, AdamWConfig config) {
@@ -188,7 +175,7 @@ static void step(void *state, AdamWConfig config) {
     replicas_step(&s->replicas, config);
 }
 
-// Unit by unit: fetch, let rank 0 copy what is at home in the unit (no padding), release.
+// Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
 static void gather_full_model(void *state, float *flat) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) {
@@ -198,38 +185,34 @@ static void gather_full_model(void *state, float *flat) {
     }
 }
 
-// Rank r keeps rows [r*k, (r+1)*k) of every tensor, less the padding rows
-// (r: its rank in its shard group; the first group writes them).
+// Rank r keeps rows [r*k, (r+1)*k) of every tensor, less padding (r: in its shard group).
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
     if (replicas_rows(&s->replicas, t, rows)) return 1;
-    int first, count = fsdp_real_rows(&s->model->layout.tensors[t], s->comm->world, s->comm->rank, &first);
+    int first, count = row_slice_real_rows(&s->model->layout.tensors[t], s->comm->world, s->comm->rank, &first);
     if (count == 0) return 0;
     *rows = resident_rows(&s->resident, t, first, count, shard_groups_first(&s->groups));
     return 1;
 }
 
-// This rank's slices, padding rows (zero) included; the first group's are the
-// share of the norm (every group holds the same). Then the whole tensors.
+// This rank's slices, padding (zero) included, its first group's the norm's; then the whole tensors.
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
     spans[0] = resident_grad_span(&s->resident, shard_groups_first(&s->groups));
-    spans[1] = replicas_grad_span(&s->replicas);
-    return 2;
+    return 1 + replicas_grad_span(&s->replicas, &spans[1]);
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // kept since a forward: stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
     replicas_swap_ema(&s->replicas);
 }
 
 static void destroy(void *state) {
     State *s = state;
-    // without resharding, a forward-only pass (evaluation) leaves its units gathered
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     replicas_free(&s->replicas);
     shard_groups_free(&s->groups);
@@ -245,7 +228,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     const GPT2Layout *layout = &model->layout;
     const FsdpOptions *options = ctx->options;
     s->model = model;
-    s->comm = shard_groups_init(&s->groups, ctx, options->shard_group);
+    s->comm = shard_groups_init(&s->groups, ctx, "fsdp", options->shard_group);
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
     s->reshard_after_forward = options->reshard_after_forward;
@@ -256,12 +239,12 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     replicas_init(&s->replicas, ctx, options->shard_min_numel, s->tensor_state);  // but the small ones
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++)
-        count[t] = replicas_slice_numel(&s->replicas, t, fsdp_slice_numel(&layout->tensors[t], s->comm->world));
+        count[t] = replicas_slice_numel(&s->replicas, t, row_slice_numel(&layout->tensors[t], s->comm->world));
     resident_init(&s->resident, model, count, s->mem);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {
         // each rank makes its own rows; rows past the end (padding) stay zero
-        int first, rows = fsdp_real_rows(&layout->tensors[t], s->comm->world, s->comm->rank, &first);
+        int first, rows = row_slice_real_rows(&layout->tensors[t], s->comm->world, s->comm->rank, &first);
         if (rows > 0 && s->resident.flat.count[t] > 0)  // not a tensor kept whole
             resident_load_rows(&s->resident, layout, &ctx->source, t, first, rows);
     }

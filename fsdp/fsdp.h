@@ -1,8 +1,10 @@
-// fsdp.h: FSDP's own options, set by its flags in examples/train_fsdp.c.
+// fsdp.h: FSDP's own options, set by its flags (fsdp/plugin.c).
 #ifndef SHARDLAB_FSDP_H
 #define SHARDLAB_FSDP_H
 
 #include <stdint.h>
+
+#include "kit/kit.h"
 
 typedef struct {
     int reshard_after_forward;  // free a unit's gathered parameters after its forward (1) or keep them (0)
@@ -11,5 +13,8 @@ typedef struct {
                                 // consecutive ranks are replicas that all-reduce their reduced slices (hybrid)
     uint64_t shard_min_numel;   // tensors of fewer elements are kept whole on every rank (0: none; replicas.h)
 } FsdpOptions;
+
+Strategy fsdp_init(const StrategyContext *ctx);
+StrategyPlugin fsdp_plugin(void);
 
 #endif

@@ -2,7 +2,8 @@
 """The homework check: one strategy against train_single on a tiny model, check by check.
 usage: check.py --strategy S --ranks N [--args "FLAGS"] [--build DIR] [--reference DIR] [--mpirun "CMD"]
                 [--work DIR] [--json FILE]
-  S: ddp, zero1, zero2, zero3 or fsdp; FLAGS: extra trainer flags (--prefetch 2 --precision bf16 ...)
+  S: a strategy of build/plan --strategies (ddp, zero1, zero2, zero3, fsdp); FLAGS: extra trainer flags
+     (--prefetch 2 --precision bf16 ...)
   --build      where the trainers under test are (default build)
   --reference  where the train_single and build/plan to hold them to are (default: --build's): the build of an
                unchanged tree holds a changed one to the project's own numbers
@@ -14,9 +15,10 @@ rows per rank, averaged as S averages them), then checks: the runs finish (each 
 seconds, default 120; a run that hangs is stopped with its ranks); every step's loss is the reference's and its
 gradient norm within the rounding of the norm's own sums; the final model is the reference's, bit for bit; each rank's memory per
 category equals what build/plan predicts; each rank's collectives in the last step equal build/plan
---traffic's; with ZeRO-3 or FSDP and prefetch on, collectives travel while the rank computes. A failed
+--traffic's; with a strategy that prefetches (--prefetch) on, collectives travel while the rank computes. A failed
 check says where it differs and what that usually means. Exit status 0 only when every check passes."""
 import array
+import functools
 import json
 import os
 import shlex
@@ -24,19 +26,21 @@ import shutil
 import subprocess
 import sys
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema"]
-# The trainer flags --args may hold: its values, and the strategies that take it (None: all, train_single too).
-FLAGS = {"--prefetch": ("count", ("zero3", "fsdp")), "--reshard-after-forward": (("0", "1"), ("fsdp",)),
-         "--shard-group": ("group", ("fsdp",)), "--grad-accum": ("positive", None),
-         "--accum-mode": (("sync-each", "no-sync"), None), "--precision": (("fp32", "bf16"), None),
-         "--reduce-dtype": (("fp32", "bf16"), None), "--recompute": (None, None),
-         "--dropout": ("fraction", None), "--ema": ("fraction", None),
-         "--unit-blocks": ("positive", ("zero3", "fsdp")), "--wrap-min-params": ("positive", ("zero3", "fsdp")),
-         "--shard-min-numel": ("count", ("fsdp",))}
+# The trainer flags --args may hold, and their values (None: a switch). A strategy's own flags (the registry's
+# `flags`) go to the strategies that take them; the others to every trainer, train_single too.
+FLAGS = {"--prefetch": "count", "--reshard-after-forward": ("0", "1"), "--shard-group": "group",
+         "--grad-accum": "positive", "--accum-mode": ("sync-each", "no-sync"), "--precision": ("fp32", "bf16"),
+         "--reduce-dtype": ("fp32", "bf16"), "--recompute": None, "--dropout": "fraction", "--ema": "fraction",
+         "--unit-blocks": "positive", "--wrap-min-params": "positive", "--shard-min-numel": "count"}
+# A strategy flag and train_single's flag that says the same to the reference (single/single.c): hybrid groups,
+# whole small tensors.
+REFERENCE_TWINS = {"--shard-group": "--as-groups", "--shard-min-numel": "--as-whole-below"}
 # What the planner is not told: dropout moves no bytes and holds none; the EMA's bytes are memory, not traffic.
 NOT_PLANNED = {"--dropout": ("--tsv", "--traffic"), "--ema": ("--traffic",)}
-# What a wrong final model most often means, per strategy.
+# What a wrong final model most often means, per strategy (a strategy without a line: GENERIC_HINT).
+GENERIC_HINT = ("is every gradient averaged (not summed) where the strategy reduces it, every collective waited for "
+                "before its buffer is read, and every updated piece brought back before the next forward?")
 HINTS = {
     "ddp": "are the buckets all-reduced as an average (COMM_AVG), and every one waited for before the step?",
     "zero1": "does each range's owner receive its range's averaged gradient (a reduce to the owner), and does "
@@ -73,13 +77,41 @@ def parse_args(argv):
             fail(f"{flag} needs a value")
         opts[flag[2:]] = argv[i + 1]
         i += 2
-    if opts["strategy"] not in STRATEGIES:
-        fail(f"--strategy: give one of {', '.join(STRATEGIES)} (got {opts['strategy']})")
     if not (opts["ranks"] or "").isdigit() or not 1 <= int(opts["ranks"]) <= 16:
         fail(f"--ranks: give a number of ranks from 1 to 16 (got {opts['ranks']})")
     opts["ranks"] = int(opts["ranks"])
     opts["reference"] = opts["reference"] or opts["build"]
+    strategies = registry(opts["reference"])
+    if opts["strategy"] not in strategies:
+        fail(f"--strategy: give one of {', '.join(strategies)} (got {opts['strategy']})")
     return opts
+
+
+@functools.lru_cache(maxsize=None)
+def registry(build):
+    """The strategies as BUILD/plan --strategies lists them (run/registry.h), in order: name -> title, trainer,
+    preset (the trainer's flags that make it), reference (train_single's flags that make its reference), shards
+    (the model states it divides by N), placement (replicated, flat_ranges, whole_tensors, row_slices: where they
+    live), flags (its trainer's own)."""
+    plan = os.path.join(build, "plan")
+    if not os.path.isfile(plan):
+        fail(f"{plan} is not there (make builds it): it lists the strategies")
+    r = subprocess.run([plan, "--strategies"], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{plan} --strategies failed: {r.stderr.strip()[-300:]}")
+    out = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("#"):
+            continue
+        name, title, trainer, preset, reference, shards, placement, flags = line.split("\t")
+        out[name] = {"title": title, "trainer": trainer, "preset": preset.split(), "reference": reference.split(),
+                     "shards": shards.split(), "placement": placement, "flags": flags.split()}
+    return out
+
+
+def default_build():
+    """The build a test or tool names in $BUILD (make test sets it), else build."""
+    return os.environ.get("BUILD") or "build"
 
 
 def flag_value(flags, name, default):
@@ -97,16 +129,18 @@ def plan_flags(flags, mode):
     """The flags build/plan takes in `mode` (--tsv, --traffic): those it plans, with their values."""
     out, i = [], 0
     while i < len(flags):
-        width = 1 if FLAGS[flags[i]][0] is None else 2
+        width = 1 if FLAGS[flags[i]] is None else 2
         if mode not in NOT_PLANNED.get(flags[i], ()):
             out += flags[i:i + width]
         i += width
     return out
 
 
-def split_args(text, strategy, n):
+def split_args(text, strategy, n, build=None):
     """--args checked before anything runs: (the strategy's flags, train_single's), strategy-only flags to the
     strategy alone. A flag the check does not pass on, a strategy that does not take it, or a bad value stops."""
+    strategies = registry(build or default_build())
+    own = {flag for entry in strategies.values() for flag in entry["flags"]}  # some strategy's own
     try:
         flags = shlex.split(text)
     except ValueError as e:
@@ -117,8 +151,9 @@ def split_args(text, strategy, n):
         if flag not in FLAGS:
             fail(f"--args: {flag} is not a flag the check passes on (it takes {', '.join(FLAGS)}; the model, batch "
                  "and steps are the check's own)")
-        values, takers = FLAGS[flag]
-        if takers and strategy not in takers:
+        values = FLAGS[flag]
+        takers = [name for name, entry in strategies.items() if flag in entry["flags"]]
+        if flag in own and strategy not in takers:
             fail(f"--args: {flag}: {strategy} does not take it ({' and '.join(takers)} do)")
         pair = [flag]
         if values is not None:
@@ -137,28 +172,26 @@ def split_args(text, strategy, n):
         if flag in mine:
             fail(f"--args: {flag} given twice")
         mine += pair
-        if not takers:
+        if flag not in own:
             single += pair
         i += len(pair)
     return mine, single
 
 
-def reference_flags(strategy, n, flags):
+def reference_flags(strategy, n, flags, build=None):
     """train_single's flags that make it the reference of `strategy` at `n` ranks with the trainer flags `flags`,
     bit for bit: the ranks' rows as micro-batches of their own, averaged where and when the strategy averages them
-    (common/single.c)."""
-    out = ["--as-ranks", str(n)]
-    if strategy in ("zero3", "fsdp"):
-        out += ["--as-reduce", "use"]  # every unit's gradients after its backward: the tied wte twice
-    if strategy in ("ddp", "zero1"):
-        out += ["--accum-mode", "no-sync"]  # whole gradients: micro-batches add up locally, reduced once
-    elif "--accum-mode" in flags:
+    (single/single.c). The registry says how the strategy averages (its `reference`: --as-reduce use for every
+    unit's gradients after its backward, --accum-mode no-sync for whole gradients reduced once); an --accum-mode
+    it does not fix is the run's; hybrid groups and whole small tensors have their twins (REFERENCE_TWINS)."""
+    out = ["--as-ranks", str(n), *registry(build or default_build())[strategy]["reference"]]
+    if "--accum-mode" not in out and "--accum-mode" in flags:
         out += ["--accum-mode", flag_value(flags, "--accum-mode", "sync-each")]
     group = int(flag_value(flags, "--shard-group", "0"))
     if 0 < group < n:
-        out += ["--as-groups", str(group)]
+        out += [REFERENCE_TWINS["--shard-group"], str(group)]
     if int(flag_value(flags, "--shard-min-numel", "0")) > 0:
-        out += ["--as-whole-below", flag_value(flags, "--shard-min-numel", "0")]
+        out += [REFERENCE_TWINS["--shard-min-numel"], flag_value(flags, "--shard-min-numel", "0")]
     return out
 
 
@@ -251,7 +284,8 @@ def where_models_differ(got, want, tolerance, tensors, holds, strategy):
 def main():
     o = parse_args(sys.argv[1:])
     strategy, n = o["strategy"], o["ranks"]
-    mine, single_flags = split_args(o["args"], strategy, n)
+    mine, single_flags = split_args(o["args"], strategy, n, o["reference"])
+    entry = registry(o["reference"])[strategy]
     extra = mine
     accum = int(flag_value(extra, "--grad-accum", "1"))
     # Bit for bit (docs/testing.md): the reference is train_single --as-ranks N, and on one machine every
@@ -262,7 +296,7 @@ def main():
     # two runs 6.4 lr a step apart is a margin of 3)
     loss_tol, param_tol = (0, 0) if exact else (1e-5, 6.4 * 1e-4 * STEPS)
     build, mpirun = o["build"], shlex.split(o["mpirun"])
-    trainer_name = "train_ddp" if strategy in ("zero1", "zero2") else f"train_{strategy}"
+    trainer_name = entry["trainer"]
     for path, flag in ((f"{o['reference']}/train_single", "--reference"), (f"{build}/{trainer_name}", "--build"),
                        (f"{build}/prepare", "--build"), (f"{o['reference']}/plan", "--reference")):
         if not os.path.isfile(path):
@@ -294,16 +328,15 @@ def main():
               "--weight-decay", "0.1", "--grad-clip", "1e9", "--quiet"]
     checks = Checks()
     print(f"check: {strategy} at N = {n} {' '.join(extra)} against train_single "
-          f"{' '.join(reference_flags(strategy, n, mine))}: d2, batch {batch} x 16, "
+          f"{' '.join(reference_flags(strategy, n, mine, o['reference']))}: d2, batch {batch} x 16, "
           f"{STEPS} steps (logs in {work})", flush=True)
     ref_log, ref_model = f"{work}/single.jsonl", f"{work}/single.bin"
     # under the same launcher as the strategy, so that a run at N = 1 has the same threads, and the same sums
-    r = run([*mpirun, "-np", "1", f"{o['reference']}/train_single", *common, *single_flags, *reference_flags(strategy, n, mine),
+    r = run([*mpirun, "-np", "1", f"{o['reference']}/train_single", *common, *single_flags, *reference_flags(strategy, n, mine, o["reference"]),
              "--log", ref_log, "--out-model", ref_model], f"{work}/single.txt")
     if r.returncode != 0:
         fail(f"train_single failed (the reference; see {work}/single.txt): {r.stderr.strip()[-300:]}")
-    trainer = [f"{build}/train_{strategy}"] if strategy not in ("zero1", "zero2") else \
-        [f"{build}/train_ddp", "--zero-stage", strategy[-1]]
+    trainer = [f"{build}/{trainer_name}", *entry["preset"]]
     log, model, trace = f"{work}/{strategy}.jsonl", f"{work}/{strategy}.bin", f"{work}/{strategy}.trace"
     r = run([*mpirun, "-np", str(n), *trainer, *common, *mine, "--log", log, "--out-model", model, "--trace", trace],
             f"{work}/{strategy}.txt")
@@ -351,7 +384,7 @@ def main():
         f"the model has {len(got)} values, train_single's {len(want)}"
     checks.add("model", where is None, (f"after {STEPS} steps every parameter is train_single's, bit for bit" if exact
                else f"after {STEPS} steps every parameter within {param_tol:g} of train_single's") if where is None else
-               f"after {STEPS} steps {where}: {HINTS[strategy]} (This is the first tensor in llm.c's order that "
+               f"after {STEPS} steps {where}: {HINTS.get(strategy, GENERIC_HINT)} (This is the first tensor in llm.c's order that "
                "differs; after a step a wrong gradient anywhere moves the others too, so it may be a consequence: "
                "where the gradient or traffic check fails too, start there.)")
     plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch)]
@@ -403,7 +436,7 @@ def main():
                (f" (and {len(wrong) - 2} more)" if len(wrong) > 2 else "") +
                ": which collective, how many elements and how often are the strategy's own (docs/communication.md)")
     prefetch = int(flag_value(extra, "--prefetch", "1"))
-    if strategy in ("zero3", "fsdp") and prefetch > 0 and n > 1:
+    if "--prefetch" in entry["flags"] and prefetch > 0 and n > 1:
         spans = [line.rstrip("\n").split("\t") for line in open(trace + ".tsv") if not line.startswith("#")]
         compute = {}
         for rk, st, cat, name, a, b in spans:

@@ -18,11 +18,22 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+
+import check  # labs/check.py: the homework check, and the registry of strategies
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LABS = json.load(open(os.path.join(HERE, "labs.json")))
-SOURCES = ["Makefile", "common", "models", "ddp", "zero3", "fsdp", "examples"]  # what the trainers are built from
+NOT_SOURCES = {"tests", "labs", "docs", "runs"}  # folders of the root the trainers are not built from
+
+
+def sources():
+    """What the trainers are built from: the Makefile and every folder of the root that holds C or CUDA sources."""
+    folders = [name for name in sorted(os.listdir(ROOT)) if os.path.isdir(os.path.join(ROOT, name))
+               and name not in NOT_SOURCES and not name.startswith((".", "build"))
+               and any(f.endswith((".c", ".h", ".cu")) for f in os.listdir(os.path.join(ROOT, name)))]
+    return ["Makefile", *folders]
 
 
 def fail(msg):
@@ -103,18 +114,19 @@ def start(lab_name, lab):
           f"(labs/{lab['page']}), then: make lab-grade LAB={lab_name}")
 
 
-def build_with(lab_name, lab, student_file, build):
+def build_with(lab_name, lab, student_file, build, trees=None):
     """The trainers built from the project's sources with `student_file` in place of the lab's file, reusing
-    the project's objects so that only that file compiles. Returns the build directory."""
-    tree = os.path.join(ROOT, build, "lab", lab_name)
+    the project's objects so that only that file compiles, in a tree under `trees` (default BUILD/lab). Returns
+    the build directory."""
+    tree = os.path.join(trees or os.path.join(ROOT, build, "lab"), lab_name)
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
-    for name in SOURCES:
+    for name in sources():
         src = os.path.join(ROOT, name)
         (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, os.path.join(tree, name))
     shutil.copytree(os.path.join(ROOT, build, "obj"), os.path.join(tree, "build", "obj"))
     shutil.copyfile(student_file, os.path.join(tree, lab["file"]))  # a new time stamp: it alone recompiles
-    trainer = "train_ddp" if lab["strategy"] in ("ddp", "zero1", "zero2") else f"train_{lab['strategy']}"
+    trainer = check.registry(os.path.join(ROOT, build))[lab["strategy"]]["trainer"]
     r = subprocess.run(["make", "-C", tree, "GPU=0", "BUILD=build", "build/train_single", f"build/{trainer}",
                         "build/prepare"], capture_output=True, text=True)
     # the compiler names the copy in the tree (ddp/ddp.c:40): name the student's file instead
@@ -124,11 +136,11 @@ def build_with(lab_name, lab, student_file, build):
     return os.path.join(tree, "build"), r.returncode == 0, errors
 
 
-def grade(lab_name, lab, student_file, build, mpirun, quiet=False):
+def grade(lab_name, lab, student_file, build, mpirun, quiet=False, trees=None):
     """Builds and checks; returns (points, max points, {check: passed?} of every run)."""
     say = (lambda *a: None) if quiet else print
     total = sum(points for run in lab["runs"] for points in run_points(lab, run).values())
-    lab_build, built, errors = build_with(lab_name, lab, student_file, build)
+    lab_build, built, errors = build_with(lab_name, lab, student_file, build, trees)
     if not built:
         say(f"lab {lab_name}: your file does not compile:\n  " + "\n  ".join(errors[:8]))
         say(f"lab {lab_name}: 0 of {total} points")
@@ -168,9 +180,10 @@ def run_points(lab, run):
 
 def selftest(build, mpirun):
     ok = True
+    os.makedirs(os.path.join(ROOT, build, "lab"), exist_ok=True)
+    trees = tempfile.mkdtemp(prefix="selftest_", dir=os.path.join(ROOT, build, "lab"))  # its own: two may run at once
     for lab_name, lab in LABS.items():
-        skeleton_path = os.path.join(ROOT, build, "lab", f"{lab_name}_skeleton_{os.path.basename(lab['file'])}")
-        os.makedirs(os.path.dirname(skeleton_path), exist_ok=True)
+        skeleton_path = os.path.join(trees, f"{lab_name}_skeleton_{os.path.basename(lab['file'])}")
         with open(skeleton_path, "w") as f:
             f.write(skeleton(open(os.path.join(ROOT, lab["file"])).read(), lab_name, lab))
         handout = open(skeleton_path).read()
@@ -181,18 +194,19 @@ def selftest(build, mpirun):
         print(f"{'FAIL' if given else 'ok  '} lab {lab_name}: the handout holds no later lab's answer"
               + (f" ({', '.join(given)})" if given else ""))
         ok &= not given
-        got, total, outcome = grade(lab_name, lab, skeleton_path, build, mpirun, quiet=True)
+        got, total, outcome = grade(lab_name, lab, skeleton_path, build, mpirun, quiet=True, trees=trees)
         empty_ok = outcome and got < total and not any(v for k, v in outcome.items() if k.endswith(": runs"))
         print(f"{'ok  ' if empty_ok else 'FAIL'} lab {lab_name}: the skeleton builds and fails its runs: "
               f"{got} of {total} points")
-        real = os.path.join(ROOT, build, "lab", f"{lab_name}_real_{os.path.basename(lab['file'])}")
+        real = os.path.join(trees, f"{lab_name}_real_{os.path.basename(lab['file'])}")
         shutil.copyfile(os.path.join(ROOT, lab["file"]), real)
-        got_real, total_real, outcome_real = grade(lab_name, lab, real, build, mpirun, quiet=True)
+        got_real, total_real, outcome_real = grade(lab_name, lab, real, build, mpirun, quiet=True, trees=trees)
         full = got_real == total_real and total_real > 0
         print(f"{'ok  ' if full else 'FAIL'} lab {lab_name}: the project's own {lab['file']} gets "
               f"{got_real} of {total_real} points"
               + ("" if full else ": " + ", ".join(k for k, v in outcome_real.items() if not v)))
         ok &= bool(empty_ok) and full
+    shutil.rmtree(trees, ignore_errors=True)
     return 0 if ok else 1
 
 

@@ -26,9 +26,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "../common/cuda_check.h"
-#include "../common/device_cuda.h"
-#include "gpt2_cuda_ops.h"
+#include "device/cuda_check.h"
+#include "device/device_cuda.h"
+#include "models/gpt2_cuda_ops.h"
 
 #define TILE 64          // query or key rows a block holds
 #define HEAD_PAD 64      // the head size, zero-padded in shared memory (hs <= HEAD_PAD)

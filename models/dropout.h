@@ -3,7 +3,7 @@
 // Under data parallelism the equivalence holds only if an element's mask depends
 // on which token of the GLOBAL batch it belongs to, never on which rank runs it
 // or how the batch is cut into micro-batches. So a mask is not drawn from a
-// generator with state: it is a pure function (counter-based, common/util/random.h)
+// generator with state: it is a pure function (counter-based, util/random.h)
 // of the seed, the step, the place in the model (layer, site), the token's row
 // in the global batch, its position, and the element's index there. Any rank,
 // the CPU or a GPU, recomputes it the same wherever it is needed: in the forward,
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "../common/util/random.h"
+#include "util/random.h"
 
 // Where nanoGPT drops: the embeddings' sum, the attention probabilities, and the
 // output of each residual branch (attention's projection, the MLP's).

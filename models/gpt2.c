@@ -1,7 +1,7 @@
 // gpt2.c: GPT-2's layout (which tensors exist and which unit reads them), its
 // initial values, its activation buffers and its batch. The forward and backward
 // of each unit are in gpt2_cpu.c (CPU build) and gpt2_cuda.cu (CUDA build).
-#include "gpt2.h"
+#include "models/gpt2.h"
 
 #include <limits.h>
 #include <math.h>
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/util/random.h"
+#include "device/device.h"
+#include "util/errors.h"
+#include "util/random.h"
 
 static const char *const kind_names[GPT2_NUM_KINDS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",

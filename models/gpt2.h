@@ -23,10 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/dtype.h"
-#include "../common/memory.h"
-#include "../common/optim.h"
-#include "dropout.h"
+#include "device/dtype.h"
+#include "device/memory.h"
+#include "device/optim.h"
+#include "models/dropout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -187,7 +187,7 @@ typedef struct {
 void gpt2_print_op_times(const GPT2OpTimes *ops, const GPT2StepTimes *step);
 
 // --offload-optimizer's updates begun before the step (offload_early_begin in
-// common/passes.h): the step's AdamW settings, and the host's seconds on them
+// run/passes.h): the step's AdamW settings, and the host's seconds on them
 // inside the backward, which the training loop counts as optimizer time.
 typedef struct {
     AdamWConfig config;
@@ -205,11 +205,11 @@ typedef struct {
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
     float ema_decay;           // --ema: whoever keeps the weights keeps their moving average beside
-                               // them (common/resident.h), updated after each step; 0: none
+                               // them (kit/resident.h), updated after each step; 0: none
     int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
-                               // master, in host memory and updates it on the CPU (common/resident.h)
+                               // master, in host memory and updates it on the CPU (kit/resident.h)
     OffloadEarly *offload_early;  // NULL, or from the last micro-batch's backward to the step: offloaded
-                               // updates begin as gradient shares are final (common/resident.h)
+                               // updates begin as gradient shares are final (kit/resident.h)
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
@@ -233,7 +233,7 @@ typedef struct {
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over the micro-batch's B*T tokens
     GPT2OpTimes *op_times;     // NULL (off), or where the ops add their time (bench_step, bench_gpu)
-    struct SimClock *clock;    // NULL, or the virtual clock the dry device's units advance (step_time.h)
+    struct SimClock *clock;    // NULL, or the virtual clock the dry device's units advance (comm/sim_clock.h)
 } GPT2;
 
 // "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).

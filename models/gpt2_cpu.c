@@ -2,10 +2,10 @@
 // the layers in gpt2_ops.c. gpt2_cuda.cu is the same on a GPU.
 #include <string.h>
 
-#include "../common/util/errors.h"
-#include "../common/util/timer.h"
-#include "gpt2.h"
-#include "gpt2_ops.h"
+#include "util/errors.h"
+#include "util/timer.h"
+#include "models/gpt2.h"
+#include "models/gpt2_ops.h"
 
 // The parameter (or gradient) of `kind` in block `l` through the pointer table.
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cuda_check.h"
-#include "../common/device.h"
-#include "gpt2.h"
-#include "gpt2_cuda_ops.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "models/gpt2.h"
+#include "models/gpt2_cuda_ops.h"
 
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]

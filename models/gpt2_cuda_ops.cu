@@ -4,10 +4,10 @@
 // row-major (rows, cols) matrix is its (cols, rows) transpose: see matmul below.
 #include <cuda_runtime.h>
 
-#include "../common/cuda_check.h"
-#include "../common/device.h"
-#include "../common/device_cuda.h"
-#include "gpt2_cuda_ops.h"
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "device/device_cuda.h"
+#include "models/gpt2_cuda_ops.h"
 
 #define WARP 32
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "../common/dtype.h"
-#include "dropout.h"
+#include "device/dtype.h"
+#include "models/dropout.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,11 +1,11 @@
-#include "gpt2_io.h"
+#include "models/gpt2_io.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/errors.h"
+#include "util/errors.h"
 
 static void read_header(FILE *f, const char *path, int32_t header[LLMC_HEADER_INTS]) {
     if (fread(header, sizeof(int32_t), LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gpt2.h"
+#include "models/gpt2.h"
 
 #define GPT2_CHECKPOINT_MAGIC 20240326
 #define GPT2_CHECKPOINT_VERSION_FP32 3

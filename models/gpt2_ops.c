@@ -1,12 +1,12 @@
 // gpt2_ops.c: GPT-2's layers on the CPU. Loops are written out for the cheap
 // element-wise layers; every matrix product goes through BLAS gemm.
 //
-// Threads (OpenMP, the same pool as OpenBLAS's: common/threads.c) split the
+// Threads (OpenMP, the same pool as OpenBLAS's: run/threads.c) split the
 // loops over rows or elements, whose results do not depend on which thread
 // computes them. Sums over rows (the bias and layernorm parameter gradients) are
 // split by columns instead: each column still adds its rows in order, so every
 // result is the same bit for bit whatever the number of threads.
-#include "gpt2_ops.h"
+#include "models/gpt2_ops.h"
 
 #include <cblas.h>
 #include <omp.h>

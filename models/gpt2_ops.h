@@ -12,7 +12,7 @@
 #ifndef SHARDLAB_GPT2_OPS_H
 #define SHARDLAB_GPT2_OPS_H
 
-#include "dropout.h"
+#include "models/dropout.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/comm.h"
-#include "../common/util/errors.h"
+#include "comm/comm.h"
+#include "util/errors.h"
 
 int main(int argc, char **argv) {
     Comm comm;

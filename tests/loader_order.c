@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/data.h"
-#include "../common/util/errors.h"
+#include "run/data.h"
+#include "util/errors.h"
 
 int main(int argc, char **argv) {
     if (argc != 9) fatal("usage: %s SHARD B T RANK WORLD sequential|llmc SKIP COUNT", argv[0]);

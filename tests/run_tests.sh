@@ -2,7 +2,7 @@
 # Runs every test (make test): the unit tests, then the parts below, side by side
 # in two streams (TEST_JOBS), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
-#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable
+#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout
 # Ends with "N passed, M failed" and a non-zero status on failure.
 # Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
 cd "$(dirname "$0")/.."
@@ -42,6 +42,8 @@ part labs "lab-selftest: every skeleton fails, the project's own files get every
     python3 labs/lab.py selftest --build "$BUILD" --mpirun "$MPIRUN"
 part comm "communication layer under mpirun, llmc_check, the smallest shapes" bash tests/suites/comm.sh
 part labs "the homework check and the labs' tools" bash tests/suites/labs.sh
+part layout "a strategy is one folder: ddp/ copied, one registry line, graded at N = 1..4" \
+    python3 tests/test_copy_strategy.py "$BUILD" "$MPIRUN"
 part agree "ranks that disagree on options, model or data" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
 part tcp "the network path: TCP gives the shared-memory run's results" \
     python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"

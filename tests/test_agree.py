@@ -141,7 +141,7 @@ usage = subprocess.run([f"{BUILD}/train_ddp", "--help"], capture_output=True, te
 ddp_flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", usage.stdout + usage.stderr)) - {"--help"}
 check(ddp_flags - flags == {"--zero-stage"}, f"train_ddp's own flags: {sorted(ddp_flags - flags)}")
 for flag in sorted(flags - CASES.keys()):
-    check(False, f"{flag}: no disagreement case here (add one, and compare it in common/agree.c)")
+    check(False, f"{flag}: no disagreement case here (add one, and compare it in run/agree.c)")
 
 for flag, (mine, theirs) in CASES.items():
     r = job((1, tmp, args(mine)), (1, tmp, args(theirs)))

@@ -1,12 +1,12 @@
-// The caching allocator (common/cache.c) and the accountant on top of it
-// (common/memory.c): reuse, zero-fill, reserved bytes by hand, dry books.
+// The caching allocator (device/cache.c) and the accountant on top of it
+// (device/memory.c): reuse, zero-fill, reserved bytes by hand, dry books.
 #include <check.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../common/cache.h"
-#include "../common/memory.h"
-#include "check_main.h"
+#include "device/cache.h"
+#include "device/memory.h"
+#include "tests/check_main.h"
 
 static int all_zero(const unsigned char *p, size_t bytes) {
     for (size_t i = 0; i < bytes; i++)

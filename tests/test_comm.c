@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/comm.h"
-#include "../common/trace.h"
-#include "../common/util/timer.h"
+#include "comm/comm.h"
+#include "run/trace.h"
+#include "util/timer.h"
 
 static Comm comm;
 
@@ -208,15 +208,15 @@ START_TEST(test_non_blocking_overlaps_work) {
             comm_progress(&comm, &hb);
         }
     }
-    comm_wait(&comm, &hb);
-    comm_wait(&comm, &ha);
+    ck_assert_int_eq(comm_wait(&comm, &hb), 1);  // it was in flight
+    ck_assert_int_eq(comm_wait(&comm, &ha), 1);
     ck_assert(work > 0);
     ck_assert(!ha.active && !hb.active);
     for (size_t i = 0; i < n; i++) {
         ck_assert_float_eq(a[i], (float)(N * (N - 1) / 2));
         ck_assert_float_eq(b[i], (float)(i % 7));
     }
-    comm_wait(&comm, &ha);  // waiting twice is harmless
+    ck_assert_int_eq(comm_wait(&comm, &ha), 0);  // waiting twice is harmless: nothing in flight
     free(a);
     free(b);
 }
@@ -376,7 +376,7 @@ START_TEST(test_results_bitwise_equal_to_mpi) {
 }
 END_TEST
 
-// Through the node's shared memory (comm_node.c) a reduction is the sum in rank
+// Through the node's shared memory (comm/node.c) a reduction is the sum in rank
 // order 0, 1, ..., N-1, bit for bit: checked against every rank's input gathered
 // and added here, in fp32 and in bf16 (each partial sum rounded), on a size of
 // one chunk and on one of several chunks whose pieces do not divide evenly.

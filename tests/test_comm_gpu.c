@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/comm.h"
-#include "../common/device.h"
-#include "../common/util/errors.h"
+#include "comm/comm.h"
+#include "device/device.h"
+#include "util/errors.h"
 
 static int failures;
 

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/data.h"
-#include "check_main.h"
+#include "run/data.h"
+#include "tests/check_main.h"
 
 static char shard_path[64];
 

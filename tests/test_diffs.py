@@ -11,13 +11,13 @@ import sys
 
 from testlib import Checks
 
-# (file a, file b, the pair's name in docs/strategies.md, the most changed lines allowed). FSDP's
-# budget holds its hybrid groups and its whole small tensors (--shard-group, --shard-min-numel), one
-# call each into common/, beside the slicing itself.
-PAIRS = [("ddp/ddp.c", "ddp/zero12.c", "DDP–ZeRO-1/2", 230),
-         ("ddp/ddp.c", "zero3/zero3.c", "DDP–ZeRO-3", 200),
-         ("ddp/ddp.c", "fsdp/fsdp.c", "DDP–FSDP", 250),
-         ("zero3/zero3.c", "fsdp/fsdp.c", "ZeRO-3–FSDP", 200)]
+# (file a, file b, the pair's name in docs/strategies.md, the most changed lines allowed). The options
+# (FSDP's hybrid groups and whole small tensors, --shard-group, --shard-min-numel) are one call each into
+# kit/, no-ops when unused, so the budgets pay for the concepts.
+PAIRS = [("ddp/ddp.c", "ddp/zero12.c", "DDP–ZeRO-1/2", 180),
+         ("ddp/ddp.c", "zero3/zero3.c", "DDP–ZeRO-3", 180),
+         ("ddp/ddp.c", "fsdp/fsdp.c", "DDP–FSDP", 220),
+         ("zero3/zero3.c", "fsdp/fsdp.c", "ZeRO-3–FSDP", 180)]
 # lines every function has, that say nothing about which function diff matched
 TRIVIAL = {"", "}", "{", "State *s = state;"}
 DEFINITION = re.compile(r"^(?:static\s+)?[A-Za-z_][\w\s*]*?\b([A-Za-z_]\w*)\s*\(")

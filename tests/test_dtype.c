@@ -5,10 +5,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../common/device.h"
-#include "../common/dtype.h"
-#include "../common/optim.h"
-#include "check_main.h"
+#include "device/device.h"
+#include "device/dtype.h"
+#include "device/optim.h"
+#include "tests/check_main.h"
 
 static float float_of_bits(uint32_t bits) {
     float f;

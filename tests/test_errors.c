@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/util/errors.h"
-#include "check_main.h"
+#include "util/errors.h"
+#include "tests/check_main.h"
 
 // Runs fn(arg) in a child whose stderr is a packet-mode pipe (O_DIRECT), where
 // each read returns exactly one write: `first` gets the child's first write to

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/device.h"
-#include "../common/optim.h"
-#include "../models/gpt2.h"
-#include "../models/gpt2_cuda_ops.h"
-#include "../models/gpt2_ops.h"
-#include "check_main.h"
+#include "device/device.h"
+#include "device/optim.h"
+#include "models/gpt2.h"
+#include "models/gpt2_cuda_ops.h"
+#include "models/gpt2_ops.h"
+#include "tests/check_main.h"
 
 static MemAccount mem;
 

@@ -136,8 +136,8 @@ def check_page_commands():
         elif words[1] == "check" and len(words) > 2:
             given = dict(w.split("=", 1) for w in words[2:])
             try:
-                grader.split_args(given.get("ARGS", ""), given["STRATEGY"], int(given.get("RANKS", "4")))
-                fine = given["STRATEGY"] in grader.STRATEGIES
+                grader.split_args(given.get("ARGS", ""), given["STRATEGY"], int(given.get("RANKS", "4")), BUILD)
+                fine = given["STRATEGY"] in grader.registry(BUILD)
             except SystemExit:
                 fine = False
             check(fine, f"{page}: {command} names a strategy and flags the check takes")

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../models/gpt2_ops.h"
-#include "check_main.h"
+#include "models/gpt2_ops.h"
+#include "tests/check_main.h"
 
 static double frand(unsigned *state) {
     *state = *state * 1664525u + 1013904223u;

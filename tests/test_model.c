@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/timer.h"
-#include "../models/gpt2.h"
-#include "../models/gpt2_ops.h"
-#include "check_main.h"
+#include "util/timer.h"
+#include "models/gpt2.h"
+#include "models/gpt2_ops.h"
+#include "tests/check_main.h"
 
 typedef struct {
     MemAccount mem;

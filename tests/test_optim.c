@@ -2,8 +2,8 @@
 #include <check.h>
 #include <math.h>
 
-#include "../common/optim.h"
-#include "check_main.h"
+#include "device/optim.h"
+#include "tests/check_main.h"
 
 START_TEST(test_adamw_first_step_by_hand) {
     // step 1: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2, so the update is

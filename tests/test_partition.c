@@ -7,8 +7,8 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "../common/partition.h"
-#include "check_main.h"
+#include "kit/partition.h"
+#include "tests/check_main.h"
 
 static void plain_partition(const GPT2Layout *layout, int world, int *owner) {
     int n = layout->num_tensors;
@@ -34,7 +34,7 @@ static void check_against_plain(GPT2Config c, int world) {
     gpt2_layout_init(&layout, c);
     int *got = malloc((size_t)layout.num_tensors * sizeof(int));
     int *want = malloc((size_t)layout.num_tensors * sizeof(int));
-    zero3_partition(&layout, world, got);
+    whole_tensor_owners(&layout, world, got);
     plain_partition(&layout, world, want);
     for (int t = 0; t < layout.num_tensors; t++)
         ck_assert_msg(got[t] == want[t], "N=%d: %s owned by rank %d, expected %d", world, layout.tensors[t].name,
@@ -61,21 +61,21 @@ END_TEST
 // Element by element: the owner of e is the rank whose range holds it, and a
 // span's overlap with each rank adds up to the span.
 static void check_flat_ranges(size_t P, int world) {
-    size_t S = zero12_range_numel(P, world);
+    size_t S = flat_range_numel(P, world);
     ck_assert_msg(S * (size_t)world >= P && (S - 1) * (size_t)world < P,
                   "P=%zu N=%d: S=%zu is not ceil(P/N)", P, world, S);
     size_t expect_begin = 0;
     for (int r = 0; r < world; r++) {
         size_t begin, end;
-        zero12_range(P, world, r, &begin, &end);
+        flat_range(P, world, r, &begin, &end);
         ck_assert_msg(begin == expect_begin && end - begin == S, "P=%zu N=%d rank %d: [%zu, %zu)", P, world, r,
                       begin, end);
         expect_begin = end;
     }
     for (size_t e = 0; e < P; e++) {
-        int owner = zero12_owner(P, world, e);
+        int owner = flat_range_owner(P, world, e);
         size_t begin, end;
-        zero12_range(P, world, owner, &begin, &end);
+        flat_range(P, world, owner, &begin, &end);
         ck_assert_msg(begin <= e && e < end, "P=%zu N=%d: element %zu given to rank %d [%zu, %zu)", P, world, e,
                       owner, begin, end);
     }
@@ -84,11 +84,11 @@ static void check_flat_ranges(size_t P, int world) {
         size_t first = spans[k][0], count = spans[k][1], total = 0;
         if (first + count > P) continue;
         for (int r = 0; r < world; r++) {
-            size_t begin, end, n = zero12_overlap(P, world, r, first, count, &begin, &end), want = 0;
-            for (size_t e = first; e < first + count; e++) want += zero12_owner(P, world, e) == r;
+            size_t begin, end, n = flat_range_overlap(P, world, r, first, count, &begin, &end), want = 0;
+            for (size_t e = first; e < first + count; e++) want += flat_range_owner(P, world, e) == r;
             ck_assert_msg(n == want && end - begin == n, "P=%zu N=%d rank %d: overlap of [%zu, +%zu) is %zu, want %zu",
                           P, world, r, first, count, n, want);
-            if (n) ck_assert_msg(zero12_owner(P, world, begin) == r && zero12_owner(P, world, end - 1) == r,
+            if (n) ck_assert_msg(flat_range_owner(P, world, begin) == r && flat_range_owner(P, world, end - 1) == r,
                                  "P=%zu N=%d rank %d: overlap [%zu, %zu) outside the range", P, world, r, begin, end);
             total += n;
         }
@@ -102,8 +102,8 @@ START_TEST(test_zero12_flat_ranges) {
         for (int world = 1; world <= 13; world++) check_flat_ranges(sizes[i], world);
     check_flat_ranges(1031, 1024);
     check_flat_ranges(5, 1024);  // more ranks than elements: the ranges past P are all padding
-    ck_assert_uint_eq(zero12_range_numel(124475904, 1024), 121559);
-    ck_assert_int_eq(zero12_owner(124475904, 1024, 124475903), 1023);
+    ck_assert_uint_eq(flat_range_numel(124475904, 1024), 121559);
+    ck_assert_int_eq(flat_range_owner(124475904, 1024, 124475903), 1023);
 }
 END_TEST
 

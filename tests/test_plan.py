@@ -27,6 +27,9 @@ import tempfile
 
 from testlib import Checks
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "labs"))
+from lab import sources as lab_sources  # noqa: E402  what the trainers are built from
+
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 CATS = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers", "ema",
         "host_optim", "host_staging"]
@@ -241,8 +244,7 @@ PLANTED = "    if (s->reshard_after_forward && unit != 0) release_unit(s, unit);
 src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 tree = os.path.join(tmp, "planted")
 os.makedirs(tree, exist_ok=True)
-subprocess.run(["cp", "-r", *[os.path.join(src, d) for d in ("Makefile", "common", "models", "ddp", "zero3", "fsdp",
-                                                              "examples")], tree], check=True)
+subprocess.run(["cp", "-r", *[os.path.join(src, d) for d in lab_sources()], tree], check=True)
 fsdp_c = os.path.join(tree, "fsdp", "fsdp.c")
 code = open(fsdp_c).read()
 stock_line = "    if (s->reshard_after_forward) release_unit(s, unit);"

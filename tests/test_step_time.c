@@ -1,16 +1,16 @@
-// The step-time model (common/step_time.c) on cases worked out by hand: the
+// The step-time model (comm/sim_clock.c) on cases worked out by hand: the
 // alpha-beta cost of each collective; fitting a link back from its own
 // timings; and whole steps, each strategy's own code run dry on the virtual
-// clock (common/dry_run.h), where the timeline can be followed on paper.
+// clock (plan/dry_run.h), where the timeline can be followed on paper.
 #include <check.h>
 #include <math.h>
 
-#include "../common/dry_run.h"
-#include "../common/step_time.h"
-#include "../ddp/ddp.h"
-#include "../fsdp/fsdp.h"
-#include "../zero3/zero3.h"
-#include "check_main.h"
+#include "plan/dry_run.h"
+#include "comm/sim_clock.h"
+#include "ddp/ddp.h"
+#include "fsdp/fsdp.h"
+#include "zero3/zero3.h"
+#include "tests/check_main.h"
 
 static const Link LINK = {2e-6, 1e9};  // 2 us per message step, 1 GB/s
 

@@ -365,7 +365,7 @@ def reference_run(common, strategy, n, flags):
         if flags[i] not in STRATEGY_ONLY:
             single += flags[i:i + width]
         i += width
-    # under the launcher, as the strategy's ranks are: the same threads (common/threads.h), so the same sums
+    # under the launcher, as the strategy's ranks are: the same threads (run/threads.h), so the same sums
     command = [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, *single, *reference_flags(strategy, n, flags)]
     if tuple(command) not in REFERENCES:
         name = f"ref{len(REFERENCES)}"

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util/json.h"
-#include "../common/tokenizer.h"
-#include "check_main.h"
+#include "util/json.h"
+#include "run/tokenizer.h"
+#include "tests/check_main.h"
 
 static Tokenizer gpt2;
 

@@ -2,9 +2,9 @@
 #include <check.h>
 #include <string.h>
 
-#include "../common/optim.h"
-#include "../models/gpt2.h"
-#include "check_main.h"
+#include "device/optim.h"
+#include "models/gpt2.h"
+#include "tests/check_main.h"
 
 START_TEST(test_fifty_steps_lower_the_loss) {
     GPT2Config c = {.max_seq_len = 16, .vocab_size = 13, .padded_vocab_size = 16, .num_layers = 2,

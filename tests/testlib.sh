@@ -44,7 +44,8 @@ help_ok() {
         ok "$name"; else bad "$name"; head -5 "$tmp/out" "$tmp/err"; fi
 }
 
-# The Check suites of the unit tests, which run_tests.sh and run_quick.sh both start with.
+# The Check suites of the unit tests and the source checks, which run_tests.sh and
+# run_quick.sh both start with.
 run_unit_tests() {
     echo "== unit tests"
     for t in test_layers test_model test_optim test_dtype test_step_time test_data test_io test_tokenizer test_train \
@@ -52,6 +53,7 @@ run_unit_tests() {
         run "$t" "$BUILD/tests/$t"
     done
     run "test_diffs: the strategy files diff to their concept" python3 tests/test_diffs.py
+    run "test_layout: folders by layer, no include circle" python3 tests/test_layout.py
 }
 
 # setting FLAG VALUE ARGS...: prints ARGS with FLAG's value VALUE (in place of

@@ -1,6 +1,6 @@
 // zero3.c: ZeRO stage 3 by tensor ownership. Each parameter tensor (layer 3's
 // qkvw is one tensor) is owned whole by one rank, chosen to balance bytes
-// (common/partition.c); only the owner keeps it, its gradient and AdamW state.
+// (kit/partition.c); only the owner keeps it, its gradient and AdamW state.
 // Before a unit runs (forward, and again backward) each of its tensors is
 // broadcast from its owner into a temporary full buffer, freed right after;
 // after its backward each gradient is averaged onto its owner by a reduce.
@@ -18,16 +18,13 @@
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
 //
-// With --prefetch D the next D units' broadcasts are started before unit u
+// With --prefetch D the next D units' gathers are started before unit u
 // computes, and unit u's reduces are waited for only after the next unit's
 // backward: the same collectives, travelling under compute.
 #include <stdlib.h>
 
-#include "../common/device.h"
-#include "../common/util/errors.h"
-#include "../common/resident.h"
-#include "../common/unit_buffers.h"
-#include "zero3.h"
+#include "kit/kit.h"
+#include "zero3/zero3.h"
 
 typedef struct {
     GPT2 *model;
@@ -36,7 +33,7 @@ typedef struct {
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
     TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
-    int prefetch;                    // units ahead whose broadcasts start before they run
+    int prefetch;                    // units ahead whose gathers start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
 } State;
@@ -106,8 +103,7 @@ static void finish_reduce(State *s, int unit) {
     DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!s->reduces[t].active) continue;
-        comm_wait(s->comm, &s->reduces[t]);
+        if (!comm_wait(s->comm, &s->reduces[t])) continue;
         if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
         free_full_grads(s->model, s->mem, t, 1);
     }
@@ -115,7 +111,10 @@ static void finish_reduce(State *s, int unit) {
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
-static void after_forward(void *state, int unit) { release_unit(state, unit); }
+static void after_forward(void *state, int unit) {
+    State *s = state;
+    release_unit(s, unit);
+}
 
 // Fetch the unit again, and give it zeroed full-size gradient buffers (or the
 // ones an earlier micro-batch kept, without a reduce, to add into).
@@ -175,11 +174,13 @@ static int local_grads(void *state, GradSpan *spans) {
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
 }
 
 static void destroy(void *state) {
     State *s = state;
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     free(s->owner);
     free(s->tensor_state);
@@ -197,8 +198,8 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
-    zero3_partition(layout, s->comm->world, s->owner);
-    zero3_note_balance(ctx, s->owner);
+    whole_tensor_owners(layout, s->comm->world, s->owner);
+    note_owner_balance(ctx, "zero3", s->owner);
     s->prefetch = strategy_prefetch(ctx, "zero3", ((const Zero3Options *)ctx->options)->prefetch);
     s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/ckpt_manifest.h"
+#include "run/ckpt_manifest.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CkptManifest m;

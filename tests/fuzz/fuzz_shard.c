@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../../common/data.h"
+#include "run/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint16_t *tokens;

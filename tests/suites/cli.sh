@@ -72,7 +72,7 @@ mkdir -p "$tmp/byte_bare" && cp "$tmp/byte/train.bin" "$tmp/byte_bare/"  # shard
 fails "trainer: token id >= V" "not below the vocab size 100" "$BUILD/train_single" --config d2 --vocab 100 --data "$tmp/byte_bare" --steps 1
 fails "trainer: sequence too long" "--seq 2000 exceeds" $(setting --seq 2000 "${train[@]}")
 # under mpirun an error every rank finds is printed once; ranks that fail
-# differently are named (common/fatal_once.c)
+# differently are named (comm/fatal_once.c)
 said_once() {  # NAME PATTERN COMMAND...: fails with PATTERN on exactly one line of stderr, and one "shardlab:" line
     local name=$1 pattern=$2
     shift 2
@@ -277,7 +277,11 @@ fails "plan: --rank without --timeline" "--rank: it picks the rank of --timeline
     --rank 1
 fails "plan: --timeline with --tsv" "--tsv: --timeline prints one strategy's step" "$BUILD/plan" --config d2 --ranks 2 \
     --timeline fsdp --tsv
-fails "plan: --timeline with a flag the strategy does not take" "--prefetch: only ZeRO-3 and FSDP take it" \
+fails "plan: --strategies with another flag" "--strategies lists the strategies, nothing else" "$BUILD/plan" \
+    --strategies --tsv
+fails "plan: a flag the registry sets (a preset)" "unknown flag '--zero-stage'" "$BUILD/plan" --config d2 --ranks 2 \
+    --zero-stage 1
+fails "plan: --timeline with a flag the strategy does not take" "--prefetch: ddp does not take it \\(zero3 and fsdp do\\)" \
     "$BUILD/plan" --config d2 --ranks 2 --timeline ddp --prefetch 2
 fails "plan: --grad-clip where it changes nothing" "--grad-clip: it adds the norm's all-reduce, which only --traffic" \
     "$BUILD/plan" --config d2 --ranks 2 --grad-clip 1

@@ -19,7 +19,7 @@ fails "check.py: a flag the check does not pass on" "--args: --steps is not a fl
     python3 labs/check.py --strategy ddp --ranks 2 --args "--steps 5"
 fails "lab.py: an unknown lab" "grade: give one of the labs: ddp, zero12, zero3, fsdp, prefetch" python3 labs/lab.py grade lab9
 fails "lab.py: an unknown command" "unknown command 'begin'" python3 labs/lab.py begin fsdp
-fails "make check without STRATEGY" "give STRATEGY=ddp" make --no-print-directory check BUILD="$BUILD" GPU=0
+fails "make check without STRATEGY" "give STRATEGY=name" make --no-print-directory check BUILD="$BUILD" GPU=0
 # make check on the project's own strategies passes every check, at N = 2 and with flags; a planted bug fails the
 # checks it should, saying what it means
 if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_fsdp" >"$tmp/out" 2>&1 &&

@@ -1,0 +1,407 @@
+// device_cuda.cu: the CUDA build's device. Buffers come from CUDA's
+// stream-ordered allocator (cudaMallocAsync on the compute stream), so
+// allocating and freeing gathered buffers inside a step never synchronizes the
+// GPU. All work goes to the legacy default stream, the "compute stream"; NCCL
+// runs on a stream of its own (comm/nccl.cu) and is ordered with events.
+//
+// One process drives one GPU, so the cuBLAS handle and the selected device are
+// per-process state kept here, created once by device_init. Copies name no
+// direction (cudaMemcpyDefault): a buffer of a host category (memory.h) is pinned
+// host memory, and the same calls move it.
+#include <stdio.h>
+#include <string.h>
+
+#include "device/cuda_check.h"
+#include "device/device.h"
+#include "device/device_cuda.h"
+
+static cublasHandle_t cublas_handle;  // created by device_init, one per process
+static int cuda_device = -1;
+// --offload-optimizer's copies (device_copy_start): their stream, the event that
+// orders each after the compute stream's work, and the marks, reused in a ring
+// (a mark is waited for long before COPY_MARKS more are made: at most two wait).
+enum { COPY_MARKS = 64 };
+static cudaStream_t copy_stream;
+static cudaEvent_t compute_done, copy_marks[COPY_MARKS];
+static long copy_marks_made;
+
+extern "C" const char *device_name(void) { return "cuda"; }
+
+extern "C" int device_count(void) {
+    int count = 0;
+    // no driver or no GPU is an answer here (0), not an error: the caller says what to do
+    if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+    return count;
+}
+
+extern "C" void device_init(int local_rank) {
+    int count = device_count();
+    if (count == 0) fatal("this is the CUDA build, but no GPU is visible (use the CPU build in build/)");
+    cuda_device = local_rank % count;
+    CUDA_CHECK(cudaSetDevice(cuda_device));
+    CUBLAS_CHECK(cublasCreate(&cublas_handle));
+    // fp32 mode: cuBLAS may use TF32 tensor cores unless NVIDIA_TF32_OVERRIDE=0
+    CUBLAS_CHECK(cublasSetMathMode(cublas_handle, CUBLAS_TF32_TENSOR_OP_MATH));
+    // keep freed memory in the pool instead of returning it at every sync
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
+    uint64_t keep_all = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    // not ordered with the legacy default stream implicitly: only through compute_done
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
+    for (int i = 0; i < COPY_MARKS; i++) CUDA_CHECK(cudaEventCreateWithFlags(&copy_marks[i], cudaEventDisableTiming));
+}
+
+cublasHandle_t device_cublas(void) {
+    CHECK(cuda_device >= 0, "device_init was not called");
+    return cublas_handle;
+}
+
+// Zeroed device memory from the stream-ordered pool, counted under `category`.
+// A host category's buffer is pinned host memory (--offload-optimizer): the
+// copies to and from it run at the link's full rate, and the CPU updates it.
+static void *alloc_zeroed(MemAccount *acct, MemCategory category, size_t bytes) {
+    void *ptr = NULL;
+    if (mem_on_host(category)) {
+        CUDA_CHECK(cudaMallocHost(&ptr, bytes ? bytes : 1));
+        memset(ptr, 0, bytes);
+    } else {
+        CUDA_CHECK(cudaMallocAsync(&ptr, bytes ? bytes : 1, 0));
+        CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes ? bytes : 1, 0));
+    }
+    mem_account_add(acct, category, bytes);
+    return ptr;
+}
+
+static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
+    if (!ptr) return;
+    mem_account_sub(acct, category, bytes);
+    if (mem_on_host(category)) {
+        CUDA_CHECK(cudaStreamSynchronize(0));  // no copy queued before may still read it,
+        CUDA_CHECK(cudaStreamSynchronize(copy_stream));  // on either stream
+        CUDA_CHECK(cudaFreeHost(ptr));
+    } else {
+        CUDA_CHECK(cudaFreeAsync(ptr, 0));  // after everything queued before it, NCCL waits included
+    }
+}
+
+extern "C" float *device_alloc(MemAccount *acct, MemCategory category, size_t count) {
+    return (float *)alloc_zeroed(acct, category, count * sizeof(float));
+}
+
+extern "C" void device_free(MemAccount *acct, MemCategory category, float *ptr, size_t count) {
+    free_counted(acct, category, ptr, count * sizeof(float));
+}
+
+extern "C" int *device_alloc_ints(MemAccount *acct, MemCategory category, size_t count) {
+    return (int *)alloc_zeroed(acct, category, count * sizeof(int));
+}
+
+extern "C" void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count) {
+    free_counted(acct, category, ptr, count * sizeof(int));
+}
+
+extern "C" void device_ints_from_host(int *dst, const int *host, size_t count) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(int), cudaMemcpyDefault));
+}
+
+extern "C" void device_copy(float *dst, const float *src, size_t count) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDefault, 0));
+}
+
+extern "C" void device_zero(float *ptr, size_t count) { CUDA_CHECK(cudaMemsetAsync(ptr, 0, count * sizeof(float), 0)); }
+
+__global__ static void add_kernel(float *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] += src[i];
+}
+
+extern "C" void device_add(float *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    add_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Sum of squares in two fixed stages: block b adds up elements b, b + grid, ...
+// (each thread its own stride, then a tree in shared memory, all in double) into
+// partial[b]; the host adds the partials in order. No atomics: the same buffer
+// gives the same sum every time.
+#define SUM_SQUARES_BLOCKS 256
+#define SUM_SQUARES_THREADS 256
+// An element of either dtype as fp32 (dtype.h's conversions run in kernels too).
+__device__ static float as_float(float x) { return x; }
+__device__ static float as_float(bf16 x) { return bf16_to_float(x); }
+
+template <typename T>
+__global__ static void sum_squares_kernel(double *partial, const T *x, size_t count) {
+    __shared__ double sums[SUM_SQUARES_THREADS];
+    double sum = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        sum += (double)as_float(x[i]) * as_float(x[i]);
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+template <typename T>
+static double sum_squares(const T *x, size_t count) {
+    if (count == 0) return 0;
+    double *partial = NULL, host[SUM_SQUARES_BLOCKS];
+    CUDA_CHECK(cudaMallocAsync((void **)&partial, sizeof host, 0));
+    sum_squares_kernel<T><<<SUM_SQUARES_BLOCKS, SUM_SQUARES_THREADS>>>(partial, x, count);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpy(host, partial, sizeof host, cudaMemcpyDefault));
+    CUDA_CHECK(cudaFreeAsync(partial, 0));
+    double sum = 0;
+    for (int b = 0; b < SUM_SQUARES_BLOCKS; b++) sum += host[b];
+    return sum;
+}
+
+extern "C" double device_sum_squares(const float *x, size_t count) { return sum_squares(x, count); }
+
+__global__ static void scale_kernel(float *x, size_t count, float factor) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) x[i] *= factor;
+}
+
+extern "C" void device_scale(float *x, size_t count, float factor) {
+    if (count == 0) return;
+    scale_kernel<<<device_blocks(count, 256), 256>>>(x, count, factor);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_to_host(float *host, const float *src, size_t count) {
+    CUDA_CHECK(cudaMemcpy(host, src, count * sizeof(float), cudaMemcpyDefault));
+}
+
+extern "C" void device_from_host(float *dst, const float *host, size_t count) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * sizeof(float), cudaMemcpyDefault));
+}
+
+// AdamW, fused: one pass reads g, m, v, p and writes m, v, p (device/optim.c is
+// the same arithmetic on the CPU).
+__global__ static void adamw_kernel(float *params, const float *grads, const bf16 *grads_bf16, bf16 *working,
+                                    float *m, float *v, size_t count,
+                                    float lr, float beta1, float beta2, float eps, float weight_decay,
+                                    float beta1_correction, float beta2_correction) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float g = grads_bf16 ? bf16_to_float(grads_bf16[i]) : grads[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float m_hat = mi / beta1_correction, v_hat = vi / beta2_correction;
+    params[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * params[i]);
+    if (working) working[i] = bf16_from_float(params[i]);
+}
+
+extern "C" void device_adamw(AdamWSpan *span, AdamWConfig c) {
+    span->step++;
+    if (span->count == 0) return;
+    float beta1_correction = 1.0f - powf(c.beta1, (float)span->step);
+    float beta2_correction = 1.0f - powf(c.beta2, (float)span->step);
+    adamw_kernel<<<device_blocks(span->count, 256), 256>>>(span->params, span->grads, span->grads_bf16, span->working,
+                                                            span->m, span->v, span->count,
+                                                            c.lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                                            beta1_correction, beta2_correction);
+    CUDA_CHECK_LAUNCH();
+}
+
+// The copies into the span have been waited for (device_copies_wait): the CPU's
+// AdamW, the same arithmetic as adamw_kernel's, bit for bit.
+extern "C" void device_host_adamw(AdamWSpan *span, AdamWConfig config) { adamw_step_span(span, config); }
+
+// Each product and the sum rounded on its own, as the CPU's C (no fused
+// multiply-add): the GPU's average is bit for bit the CPU's.
+__global__ static void ema_kernel(float *ema, const float *params, size_t n, float decay) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ema[i] = __fadd_rn(__fmul_rn(decay, ema[i]), __fmul_rn(__fsub_rn(1.0f, decay), params[i]));
+}
+
+extern "C" void device_ema_update(float *ema, const float *params, size_t count, float decay) {
+    if (count == 0) return;
+    ema_kernel<<<device_blocks(count, 256), 256>>>(ema, params, count, decay);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ static void swap_kernel(float *a, float *b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = a[i];
+        a[i] = b[i];
+        b[i] = x;
+    }
+}
+
+extern "C" void device_swap(float *a, float *b, size_t count) {
+    if (count == 0) return;
+    swap_kernel<<<device_blocks(count, 256), 256>>>(a, b, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// The pool's reserved memory: what it holds from the driver, buffers in use and
+// freed ones it keeps (device_init sets no release threshold), now and at the peak.
+extern "C" DeviceReserved device_reserved(const MemAccount *acct) {
+    (void)acct;
+    if (cuda_device < 0) return DeviceReserved{0, 0};
+    cudaMemPool_t pool;
+    uint64_t current = 0, high = 0;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &current));
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
+    return DeviceReserved{(size_t)current, (size_t)high};
+}
+
+extern "C" void *device_host_alloc(size_t bytes) {
+    void *ptr = NULL;
+    CUDA_CHECK(cudaMallocHost(&ptr, bytes ? bytes : 1));
+    return ptr;
+}
+
+extern "C" void device_host_free(void *ptr) {
+    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+// ---- buffers of either dtype (device.h) ----
+
+extern "C" void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    return alloc_zeroed(acct, category, count * dtype_size(dtype));
+}
+
+extern "C" void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype) {
+    free_counted(acct, category, ptr, count * dtype_size(dtype));
+}
+
+extern "C" void device_copy_as(void *dst, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDefault, 0));
+}
+
+extern "C" void device_zero_as(void *ptr, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, count * dtype_size(dtype), 0));
+}
+
+__global__ static void add_bf16_kernel(bf16 *dst, const bf16 *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = bf16_add(dst[i], src[i]);
+}
+
+extern "C" void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_add((float *)dst, (const float *)src, count);
+        return;
+    }
+    if (count == 0) return;
+    add_bf16_kernel<<<device_blocks(count, 256), 256>>>((bf16 *)dst, (const bf16 *)src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" double device_sum_squares_as(const void *x, size_t count, DType dtype) {
+    return dtype == DTYPE_FP32 ? sum_squares((const float *)x, count) : sum_squares((const bf16 *)x, count);
+}
+
+__global__ static void scale_bf16_kernel(bf16 *x, size_t count, float factor) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) x[i] = bf16_scale(x[i], factor);
+}
+
+extern "C" void device_scale_as(void *x, size_t count, DType dtype, float factor) {
+    if (dtype == DTYPE_FP32) {
+        device_scale((float *)x, count, factor);
+        return;
+    }
+    if (count == 0) return;
+    scale_bf16_kernel<<<device_blocks(count, 256), 256>>>((bf16 *)x, count, factor);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_to_host_as(void *host, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpy(host, src, count * dtype_size(dtype), cudaMemcpyDefault));
+}
+
+extern "C" void device_from_host_as(void *dst, const void *host, size_t count, DType dtype) {
+    CUDA_CHECK(cudaMemcpy(dst, host, count * dtype_size(dtype), cudaMemcpyDefault));
+}
+
+// On the copy stream, after the compute stream's work queued so far (the host
+// buffer is pinned: the copy is truly asynchronous).
+extern "C" void device_copy_start(void *dst, const void *src, size_t count, DType dtype) {
+    CUDA_CHECK(cudaEventRecord(compute_done, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream, compute_done, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, count * dtype_size(dtype), cudaMemcpyDefault, copy_stream));
+}
+
+extern "C" long device_copies_mark(void) {
+    CUDA_CHECK(cudaEventRecord(copy_marks[copy_marks_made % COPY_MARKS], copy_stream));
+    return copy_marks_made++;
+}
+
+extern "C" void device_copies_wait(long mark) {
+    CHECK(mark >= 0 && mark < copy_marks_made && mark >= copy_marks_made - COPY_MARKS,
+          "device_copies_wait: mark %ld is not one of the last %d made (%ld so far)", mark, COPY_MARKS, copy_marks_made);
+    CUDA_CHECK(cudaEventSynchronize(copy_marks[mark % COPY_MARKS]));
+}
+
+extern "C" void device_to_host_widened(float *host, const void *src, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_to_host(host, (const float *)src, count);
+        return;
+    }
+    bf16 *staging = (bf16 *)malloc(count * sizeof(bf16) + 1);
+    if (!staging) fatal("out of host memory widening %zu bf16 elements", count);
+    device_to_host_as(staging, src, count, dtype);
+    for (size_t i = 0; i < count; i++) host[i] = bf16_to_float(staging[i]);
+    free(staging);
+}
+
+extern "C" void device_from_host_rounded(void *dst, const float *host, size_t count, DType dtype) {
+    if (dtype == DTYPE_FP32) {
+        device_from_host((float *)dst, host, count);
+        return;
+    }
+    bf16 *staging = (bf16 *)malloc(count * sizeof(bf16) + 1);
+    if (!staging) fatal("out of host memory rounding %zu elements to bf16", count);
+    for (size_t i = 0; i < count; i++) staging[i] = bf16_from_float(host[i]);
+    device_from_host_as(dst, staging, count, dtype);
+    free(staging);
+}
+
+__global__ static void widen_kernel(float *dst, const bf16 *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = bf16_to_float(src[i]);
+}
+
+__global__ static void round_kernel(bf16 *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = bf16_from_float(src[i]);
+}
+
+__global__ static void add_rounded_kernel(bf16 *dst, const float *src, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = bf16_from_float(bf16_to_float(dst[i]) + src[i]);
+}
+
+extern "C" void device_widen(float *dst, const bf16 *src, size_t count) {
+    if (count == 0) return;
+    widen_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_round(bf16 *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    round_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_add_rounded(bf16 *dst, const float *src, size_t count) {
+    if (count == 0) return;
+    add_rounded_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,30 @@
+#include "run/threads.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+// The cores this process may run on (taskset and cgroup cpusets included).
+static int available_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int threads_cores_on_node(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int threads_configure(int ranks_on_node, int *cores) {
+    int available = available_cores();
+    if (cores) *cores = available;
+    int threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : available / (ranks_on_node > 0 ? ranks_on_node : 1);
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    return threads;
+}
