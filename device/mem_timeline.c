@@ -5,15 +5,21 @@
 #include <string.h>
 
 #include "util/errors.h"
+#include "util/timer.h"
+
+// The account's clock: the wall's, or a dry run's virtual one.
+static double account_now(const MemAccount *acct) { return acct->clock_now ? *acct->clock_now : timer_now(); }
 
 void mem_timeline_start(MemTimeline *t, MemAccount *acct) {
     memset(t, 0, sizeof *t);
     memcpy(t->start, acct->current, sizeof t->start);
+    t->began = account_now(acct);
     acct->timeline = t;
 }
 
 void mem_timeline_stop(MemTimeline *t, MemAccount *acct) {
     CHECK(acct->timeline == t, "mem_timeline_stop: another timeline is attached");
+    t->ended = account_now(acct);
     acct->timeline = NULL;
 }
 

@@ -65,6 +65,7 @@ typedef struct MemTimeline {
     MemEvent *events;  // (count)
     size_t count, capacity;
     size_t start[MEM_NUM_CATEGORIES];  // each category's bytes in use when recording began
+    double began, ended;  // when recording began and stopped (timer_now(), or a dry run's virtual clock)
 } MemTimeline;
 
 typedef struct {

@@ -12,8 +12,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import (CATEGORIES, HOST_CATEGORIES, MB, NAMES, PHASE_WORDS, memory_step_panel,  # noqa: E402
-                    memory_step_plot, registry)
+from report import (CATEGORIES, HOST_CATEGORIES, MB, NAMES, memory_step_panel, memory_step_plot,  # noqa: E402
+                    moment_words, registry, shown_categories)
 
 
 def fail(msg):
@@ -83,10 +83,7 @@ def planned(build, plan_flags, strategy, rank):
             timeline["events"].append([phase, int(unit), category, int(size), int(total)])
     totals = [sum(timeline["start"].values())] + [e[4] for e in timeline["events"]]
     at = totals.index(max(totals)) - 1  # -1: held from the step's start
-    where = "held from the step's start" if at < 0 else \
-        f"at the {PHASE_WORDS[timeline['events'][at][0]]}" + \
-        (f" of unit {timeline['events'][at][1]}" if timeline["events"][at][1] >= 0 else "")
-    return timeline, {"event": at, "bytes": max(totals)}, where
+    return timeline, {"event": at, "bytes": max(totals)}, moment_words(timeline, at, None)
 
 
 def main():
@@ -95,10 +92,12 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="plot_timeline_") as data:
         drawn, top = [], 0
+        shown = shown_categories([timeline for _, _, timeline, _, _ in steps])
         for strategy, rank, timeline, peak, where in steps:
             title = (f"{NAMES[strategy]}, rank {rank} (build/plan {' '.join(plan_flags)}): "
                      f"peak {peak['bytes'] / MB:.1f} MB {where}")
-            drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn))
+            drawn.append(memory_step_panel(f"{data}/{strategy}{rank}.tsv", title, timeline, peak, not drawn,
+                                           shown, None))
             top = max(top, peak["bytes"] / MB)
         memory_step_plot(drawn, top, out_dir, name)
     assert set(CATEGORIES + HOST_CATEGORIES) == set(timeline["start"]), "plan's categories are the report's"

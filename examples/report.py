@@ -104,7 +104,8 @@ def gnuplot(script, out_dir, name, width=900, height=520):
 
 
 def stacked_bars(tsv, columns, palette, title, ylabel, xlabel, out_dir, name):
-    """Stacked bars, one bar per row of `tsv`, one colour per column."""
+    """Stacked bars, one bar per row of `tsv`, one colour per column (palette: one per column); the legend
+    lists the columns top of the stack first, as the memory step's does."""
     series = ", ".join(f"'{tsv}' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
                        for k, c in enumerate(columns))
     gnuplot(f"""set title "{title}"
@@ -114,7 +115,7 @@ set style data histograms
 set style histogram rowstacked
 set style fill solid 0.9 border -1
 set boxwidth 0.8
-set key outside right top
+set key outside right top invert
 set grid ytics
 set xtics rotate by -45 font ',8'
 plot {series}""", out_dir, name, 1000, 540)
@@ -132,81 +133,134 @@ def fullest_rank(summary):
     return max(summary["ranks"], key=lambda r: r["peak_bytes"])
 
 
-def peak_where(rank):
-    """'peak 47.7 MB at the backward of unit 3', from the summary's peak moment."""
+def unit_words(unit, blocks_of_unit):
+    """'the embeddings', 'block 2', 'blocks 2-3', 'the head': unit `unit` by what it holds (the summary's
+    blocks_of_unit; None: 'unit 3')."""
+    if blocks_of_unit is None:
+        return f"unit {unit}"
+    if unit == 0:
+        return "the embeddings"
+    if unit == len(blocks_of_unit) - 1:
+        return "the head"
+    first, count = sum(blocks_of_unit[:unit]), blocks_of_unit[unit]
+    return f"block {first}" if count == 1 else f"blocks {first}-{first + count - 1}"
+
+
+def moment_words(timeline, event, blocks_of_unit):
+    """Where a step's event `event` happened: 'at the backward of block 1'. Before a unit's backward a strategy
+    gathers its parameters, or lends it gradient buffers (ZeRO-2): the event's category says which."""
+    if event < 0:
+        return "held from the step's start (nothing allocated in it)"
+    phase, unit, category = timeline["events"][event][:3]
+    words = PHASE_WORDS[phase]
+    if phase in ("gather fwd", "gather bwd") and category == "grads_gathered":
+        words = "gradient buffers lent before the backward"
+    return f"at the {words}" + (f" of {unit_words(unit, blocks_of_unit)}" if unit >= 0 else "")
+
+
+def peak_where(rank, summary):
+    """'peak 47.7 MB at the backward of block 2', from the summary's peak moment."""
     m = rank["peak_moment"]
-    if m["event"] < 0:
-        return f"peak {m['bytes'] / MB:.1f} MB, held from the step's start (nothing allocated in it)"
-    return f"peak {m['bytes'] / MB:.1f} MB at the {PHASE_WORDS[m['phase']]}" + \
-        (f" of unit {m['unit']}" if m["unit"] >= 0 else "")
+    return f"peak {m['bytes'] / MB:.1f} MB " + moment_words(rank["timeline"], m["event"], summary.get("blocks_of_unit"))
 
 
-def peak_in_words(rank):
+def peak_in_words(rank, summary):
     """peak_where, and what the step's temporaries held at that moment."""
     m = rank["peak_moment"]
     alive = [f"{m['held'][c] / MB:.1f} MB {c}" for c in TEMPORARY if m["held"][c] > 0]
-    return peak_where(rank) + (": " + ", ".join(alive) + " alive besides the resident state and the activations"
-                               if alive else "")
+    return peak_where(rank, summary) + (": " + ", ".join(alive) + " alive besides the resident state and the "
+                                        "activations" if alive else "")
 
 
-def memory_step_panel(tsv, title, timeline, peak, first):
+def tick_words(unit, blocks_of_unit):
+    """A unit's short name on a step's x axis: 'emb', 'b2', 'b2-3', 'head' (None: the unit's index)."""
+    words = unit_words(unit, blocks_of_unit)
+    return {"the embeddings": "emb", "the head": "head"}.get(words, words.replace("blocks ", "b").replace("block ", "b"))
+
+
+def shown_categories(timelines):
+    """The device categories that hold bytes at some moment of any of the steps: the others get no colour and no
+    legend entry."""
+    shown = set()
+    for t in timelines:
+        shown |= {c for c in CATEGORIES if t["start"][c] > 0}
+        shown |= {e[2] for e in t["events"] if e[2] in CATEGORIES}
+    return [c for c in CATEGORIES if c in shown]
+
+
+def memory_step_panel(tsv, title, timeline, peak, first, shown, blocks_of_unit):
     """One panel of a step's memory: `timeline` as the summary keeps it ({"start": {category: bytes}, "events":
     [[phase, unit, category, bytes, total], ...]}), written to `tsv` stacked (each column its category's MB added
-    to those before it), units marked on the x axis (F3: unit 3's forward, B3: its backward), the peak moment
-    `peak` ({"event", "bytes"}) marked. Returns the panel's gnuplot commands."""
+    to those before it, for the categories `shown`), the units' parts marked on the x axis (F b2: block 2's
+    forward, B head: the head's backward; a mark too close to the one before it is left out), the peak moment
+    `peak` ({"event", "bytes"}) marked. A step that allocates nothing says so. Returns the panel's gnuplot
+    commands."""
     held = dict(timeline["start"])
 
     def stacked():
         out, acc = [], 0
-        for c in CATEGORIES:
+        for c in shown:
             acc += held[c] / MB
             out.append(acc)
         return out
     rows, ticks, last = [[0] + stacked()], [], None
-    for i, (phase, unit, cat, size, total) in enumerate(timeline["events"]):
+    events = timeline["events"]
+    spacing = max(1.0, len(events) / 28)  # at most about 28 marks across a panel
+    for i, (phase, unit, cat, size, total) in enumerate(events):
         held[cat] += size
         rows.append([i + 1] + stacked())
         part = "F" if phase in ("gather fwd", "forward", "release fwd") else \
                "B" if phase in ("gather bwd", "backward", "reduce") else "opt"
         here = (part, unit if part != "opt" else -1)
         if here != last:
-            ticks.append((i + 0.5, part + (str(unit) if part != "opt" else "")))
+            if not ticks or i + 1 - ticks[-1][0] >= spacing:  # where its first event's level begins
+                ticks.append((i + 1, part + (" " + tick_words(unit, blocks_of_unit) if part != "opt" else "")))
             last = here
     rows.append([len(rows)] + stacked())
-    write_tsv(tsv, ["event"] + [f"up_to_{c}" for c in CATEGORIES], rows)
+    # each level drawn as a step (its start and its end): one filled shape per category, no seams between events
+    steps = [row for k, row in enumerate(rows) for row in ([row] + ([[rows[k + 1][0]] + row[1:]] if k + 1 < len(rows)
+                                                                    else []))]
+    write_tsv(tsv, ["event"] + [f"up_to_{c}" for c in shown], steps)
     xtics = ", ".join(f'"{label}" {x}' for x, label in ticks) or '"" 0'
-    series = ", ".join(f"'{tsv}' using 1:{k + 2} with fillsteps fs solid 0.85 lc rgb '{PALETTE[k]}' "
-                       f"title '{CATEGORIES[k]}'" for k in reversed(range(len(CATEGORIES))))
-    key = "set key outside right top font ',8'" if first else "unset key"
-    return f"""set title "{title}" font ',9'
+    series = ", ".join(f"'{tsv}' using 1:{k + 2} with filledcurves x1 fs solid 0.85 noborder "
+                       f"lc rgb '{PALETTE[CATEGORIES.index(c)]}' title '{c}'" for k, c in reversed(list(enumerate(shown))))
+    key = "set key outside right top font ',9'" if first else "unset key"
+    quiet = ("set label 2 \"nothing is allocated or freed in this step: it holds its resident state throughout\" "
+             "at graph 0.5, graph 0.5 center front" if not events else "unset label 2")
+    return f"""set title "{title}" font ',10'
 {key}
-set xtics ({xtics}) rotate by -90 font ',7'
+set xtics ({xtics}) rotate by -45 font ',8'
+{quiet}
 set label 1 "peak" at {peak['event'] + 1 if peak['event'] >= 0 else 0}, {peak['bytes'] / MB} point pt 7 ps 1 lc rgb 'black' offset 0.5,0.5
 plot {series}"""
 
 
 def memory_step_plot(panels, top, out_dir, name):
     """The panels of memory_step_panel stacked on one y axis up to `top` MB."""
-    gnuplot(f"""set multiplot layout {len(panels)},1 title "Memory over one step: bytes in use by category, event by event (F3: unit 3's forward, B3: its backward)"
+    gnuplot(f"""set multiplot layout {len(panels)},1 title "Memory over one step: bytes in use by category, allocation by allocation (F b2: block 2's forward, B head: the head's backward)"
 set ylabel "MB in use"
+set xlabel "the step's allocations and frees, in order (not time)" font ',9'
 set yrange [0:{top * 1.1}]
 set grid xtics ytics
 set rmargin 22
+set bmargin 5
 set style fill solid 0.85 noborder
-""" + "\n".join(panels) + "\nunset multiplot", out_dir, name, 1100, 60 + 230 * len(panels))
+""" + "\n".join(panels) + "\nunset multiplot", out_dir, name, 1100, 60 + 250 * len(panels))
 
 
 def plot_memory_step(logs, strategies, data, plots):
     """'Memory over one step': a panel per strategy, its fullest rank's kept step."""
     chosen = {s: fullest_rank(logs[s][1]) for s in strategies}
+    for s in strategies:
+        if not chosen[s].get("timeline"):
+            fail(f"{s}.jsonl: the summary has no memory timeline (did the run train a step?)")
+    shown = shown_categories([chosen[s]["timeline"] for s in strategies])
     panels = []
     for s in strategies:
         r = chosen[s]
-        if not r.get("timeline"):
-            fail(f"{s}.jsonl: the summary has no memory timeline (did the run train a step?)")
-        title = f"{NAMES[s]}, rank {r['rank']}, step {r['timeline']['step']}: {peak_where(r)}"
+        title = f"{NAMES[s]}, rank {r['rank']}, step {r['timeline']['step']}: {peak_where(r, logs[s][1])}"
         panels.append(memory_step_panel(f"{data}/memory_step_{s}.tsv", title, r["timeline"], r["peak_moment"],
-                                        not panels))
+                                        not panels, shown, logs[s][1].get("blocks_of_unit")))
     memory_step_plot(panels, max(r["peak_bytes"] for r in chosen.values()) / MB, plots, "memory_step")
 
 
@@ -381,6 +435,7 @@ def plot_sharding(build, cfg, world, logs, data, plots):
     total = max(e for _, _, e in tensors) / scale
     gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices (grey: padding)"
 set xlabel "parameter index in llm.c's order (millions; thin lines: tensor borders)"
+set ylabel "strategy, rank"
 set xrange [0:{total}]
 set yrange [-1:{len(strategies) * (world + 1) - 1}]
 set ytics ({ytics}) font ',8'
@@ -487,15 +542,24 @@ set key top right box opaque
 set label 1 "the {len(runs)} curves coincide: largest relative difference {worst:.1e}" at graph 0.02, graph 0.06
 plot {lines}""", plots, "loss")
 
-    # ---- memory per rank, stacked by category ----
-    rows, labels = [], []
+    # ---- memory per rank at its peak moment, stacked by category ----
+    # what each category held when the rank's total peaked (its kept step's peak_moment): the bar's height is
+    # the rank's peak_bytes, a total that happened (each category's own peak, stacked, would not be)
     for s in runs:
         for r in logs[s][1]["ranks"]:
-            rows.append([f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in CATEGORIES])
-        rows.append([""] + [0] * len(CATEGORIES))
+            if not r.get("peak_moment") or r["peak_moment"]["bytes"] != r["peak_bytes"]:
+                fail(f"{run}/{s}.jsonl: rank {r['rank']}'s kept step does not hold its peak (peak_moment "
+                     f"{(r.get('peak_moment') or {}).get('bytes')} bytes, peak_bytes {r['peak_bytes']})")
+    shown = shown_categories([r["timeline"] for s in runs for r in logs[s][1]["ranks"]])
+    rows = []
+    for s in runs:
+        for r in logs[s][1]["ranks"]:
+            rows.append([f"{s}-r{r['rank']}"] + [r["peak_moment"]["held"][c] / MB for c in shown])
+        rows.append([""] + [0] * len(shown))
     rows.pop()
-    write_tsv(f"{data}/memory.tsv", ["run"] + CATEGORIES, rows)
-    stacked_bars(f"{data}/memory.tsv", CATEGORIES, PALETTE, "Memory per rank by category (peak of each category)",
+    write_tsv(f"{data}/memory.tsv", ["run"] + shown, rows)
+    stacked_bars(f"{data}/memory.tsv", shown, [PALETTE[CATEGORIES.index(c)] for c in shown],
+                 "Memory per rank at its peak, by category: what each held at that moment",
                  "MB (million bytes)", "run and rank", plots, "memory_by_category")
     if any(r["host_peak_bytes"] for s in runs for r in logs[s][1]["ranks"]):  # --offload-optimizer (docs/offload.md)
         rows = [[f"{s}-r{r['rank']}"] + [r["mem"][c]["peak"] / MB for c in HOST_CATEGORIES]
@@ -535,6 +599,7 @@ plot '{data}/peak.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'accounted peak (t
     gnuplot(f"""set title "Throughput: whole global batch per second (N = {world} ranks; single = 1 rank)"""
             + (f"\\n{sliced}: time-sliced, not a property of the strategies (see Speed)" if sliced else "") + f""""
 set ylabel "tokens / s"
+set xlabel "run"
 set style fill solid 0.9 border -1
 set boxwidth 0.6
 set grid ytics
@@ -716,7 +781,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         f"{row[least]['peak']:.1f} MB against {NAMES[base]}'s {row[base]['peak']:.1f} MB "
         f"({row[base]['peak'] / row[least]['peak']:.1f}x less).",
         "When each one peaks (the fullest rank's kept step; the 'Memory over one step' plot): "
-        + "; ".join(f"{NAMES[s]}: {peak_in_words(fullest_rank(logs[s][1]))}" for s in strategies) + ".",
+        + "; ".join(f"{NAMES[s]}: {peak_in_words(fullest_rank(logs[s][1]), logs[s][1])}" for s in strategies) + ".",
         "Resident params + grads + AdamW state per rank between steps (the resident MB column, the largest rank's): "
         + ", ".join(f"{NAMES[s]} {row[s]['resident']:.1f} MB" for s in runs) + ".",
     ]

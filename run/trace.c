@@ -128,15 +128,19 @@ static void write_counter(FILE *json, int pid, double seconds, const size_t *hel
     fprintf(json, "}}");
 }
 
-// A rank's kept step as counters: the bytes it began with, then after each event.
-static void write_memory(FILE *json, int pid, const MemEvent *events, size_t n, const size_t *start) {
+// A rank's kept step as counters: the bytes it began with when recording began,
+// then after each event, and the bytes it ended with when recording stopped (a
+// step that allocates nothing, DDP's, still has its level: `span` is [began, ended]).
+static void write_memory(FILE *json, int pid, const MemEvent *events, size_t n, const size_t *start,
+                         const double *span) {
     size_t held[MEM_NUM_CATEGORIES];
     memcpy(held, start, sizeof held);
-    if (n > 0) write_counter(json, pid, events[0].time, held);
+    write_counter(json, pid, span[0], held);
     for (size_t i = 0; i < n; i++) {
         held[events[i].category] = (size_t)((long long)held[events[i].category] + events[i].bytes);
         write_counter(json, pid, events[i].time, held);
     }
+    write_counter(json, pid, span[1], held);
 }
 
 void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTimeline *memory) {
@@ -150,8 +154,11 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
         mine[i].time -= trace->origin;
     }
     size_t no_start[MEM_NUM_CATEGORIES] = {0};
+    double span[2] = {memory ? memory->began - trace->origin : 0, memory ? memory->ended - trace->origin : 0};
+    size_t *span_counts = NULL;
     MemEvent *all_memory = comm_metric_gather(comm, mine, n_memory * sizeof(MemEvent), &memory_counts);
     size_t *starts = comm_metric_gather(comm, memory ? memory->start : no_start, sizeof no_start, &start_counts);
+    double *spans = comm_metric_gather(comm, span, sizeof span, &span_counts);
     free(mine);
     if (comm->rank != 0) return;
     char path[4096];
@@ -188,7 +195,8 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
     const MemEvent *memory_events = all_memory;
     for (int r = 0; r < comm->world; r++) {
         size_t n = memory_counts[r] / sizeof(MemEvent);
-        write_memory(json, r, memory_events, n, starts + (size_t)r * MEM_NUM_CATEGORIES);
+        if (n > 0 || spans[2 * r + 1] > spans[2 * r])  // a kept step (none: no lane)
+            write_memory(json, r, memory_events, n, starts + (size_t)r * MEM_NUM_CATEGORIES, spans + 2 * r);
         memory_events += n;
     }
     fprintf(json, "\n]}\n");
@@ -200,4 +208,6 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
     free(memory_counts);
     free(starts);
     free(start_counts);
+    free(spans);
+    free(span_counts);
 }

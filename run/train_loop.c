@@ -643,7 +643,10 @@ static void write_summary(Run *run, double tokens_per_s) {
             dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->opts.dropout, run->opts.ema,
             run->opts.offload_optimizer);
     write_strategy_options(f, run->plugin);
-    fprintf(f, "}, \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
+    fprintf(f, "}, \"blocks_of_unit\": [");  // 0 for the embeddings' unit and the head
+    for (int u = 0; u < run->model.layout.num_units; u++)
+        fprintf(f, "%s%d", u ? ", " : "", run->model.layout.unit_num_layers[u]);
+    fprintf(f, "], \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",
             run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s, threads_cores_on_node(),
             run->comm.local_size);

@@ -913,8 +913,9 @@ def check_trace_overlap(tmp, model, data):
 def check_trace_memory(tmp, model, data):
     """The kept step's memory goes into the trace as counters, one series per category: on every rank they reach
     exactly the summary's peak_bytes (the step's peak moment, whose held bytes add up to it), end at the resident
-    bytes, and lie within the kept step's spans: the last step by default, --timeline-step K's otherwise."""
-    for strategy, keep in (("zero3", None), ("fsdp", 2)):
+    bytes, and lie within the kept step's spans: the last step by default, --timeline-step K's otherwise. DDP's
+    step allocates nothing: its lane still has the step's level, at its start and its end."""
+    for strategy, keep in (("ddp", None), ("zero3", None), ("fsdp", 2)):
         prefix = os.path.join(tmp, f"memtrace_{strategy}")
         flags = ["--timeline-step", str(keep)] if keep else []
         rc = run([*strategy_command(strategy, 2, []), "--model", model, "--data", data, "--batch", str(BATCH),
@@ -934,8 +935,14 @@ def check_trace_memory(tmp, model, data):
             moment = rank["peak_moment"]
             in_step = [(float(a), float(b)) for rk, st, cat, name, a, b in spans if int(rk) == r and int(st) == step]
             lo, hi = min(a for a, b in in_step), max(b for a, b in in_step)
-            inside = all(lo - 1e-3 <= e["ts"] / 1e3 <= hi + 1e-3 for e in counters)
-            check(counters and max(totals) == rank["peak_bytes"] and totals[-1] == resident
+            # the events' counters within the step's spans; the first and the last (the level as the recording
+            # began and stopped) after the step before it and before the step after it
+            before = max((float(b) for rk, st, cat, name, a, b in spans if int(rk) == r and int(st) < step), default=0)
+            after = min((float(a) for rk, st, cat, name, a, b in spans if int(rk) == r and int(st) > step),
+                        default=float("inf"))
+            inside = all(lo - 1e-3 <= e["ts"] / 1e3 <= hi + 1e-3 for e in counters[1:-1]) and \
+                all(before <= e["ts"] / 1e3 <= after for e in counters[:1] + counters[-1:])
+            check(len(counters) >= 2 and max(totals) == rank["peak_bytes"] and totals[-1] == resident
                   and set(counters[0]["args"]) == set(rank["mem"]) and moment["step"] == step
                   and rank["timeline"]["step"] == step and sum(moment["held"].values()) == rank["peak_bytes"]
                   and inside,

@@ -18,6 +18,10 @@ for plot in loss memory_by_category memory_step peak_memory throughput comm_per_
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
     ok "36 plots (PNG and SVG) and the report are written"; else bad "36 plots (PNG and SVG) and the report are written"; fi
+# every picture read as a person reads it (tests/check_plots.py): axes labelled, legend entries with data, tick
+# labels apart; memory_by_category's stacks are the ranks' peak moments
+run "report: every plot's axes labelled, its legend's entries with data, its tick labels apart; the memory stacks happened" \
+    python3 tests/check_plots.py "$tmp/runs/tiny"
 # the units plot: FSDP's 3U collectives per step for J = 1 .. L (d2: U = 4, 3), its peak growing with the units
 if python3 - "$tmp/runs/tiny" <<'PY'
 import sys
@@ -97,6 +101,7 @@ if grep -q '"precision": "bf16"' "$tmp/runs/bf16/fsdp.jsonl" && grep -q '"precis
    grep -q "In bf16 (gradients reduced in bf16; docs/precision.md) the single-rank loss stays within" "$tmp/runs/bf16/report.md"; then
     ok "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"
 else bad "compare PRECISION=bf16: bf16 runs, an fp32 twin, and the report's distance between them"; fi
+run "report PRECISION=bf16: the pictures pass the same reading" python3 tests/check_plots.py "$tmp/runs/bf16"
 # the planner's memory line is drawn for the runs' own flags (bf16, offloaded, fused classifier): at the runs' N it meets their peaks
 if [ -s "$tmp/runs/bf16/plots/host_memory.png" ] && grep -q "plots/host_memory.png" "$tmp/runs/bf16/report.md" &&
    python3 - "$tmp/runs/bf16/data" <<'PY'

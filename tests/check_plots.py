@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The report's pictures, read as a person reads them: RUN_DIR/plots/*.svg (gnuplot's SVG) and the data under
+them. For every plot and every panel of it:
+
+- both axes are labelled: a y label (rotated text left of the panel's frame) and an x label (text under the
+  frame, below its tick labels);
+- every legend entry has data: its series draws something inside the frame, not only its key sample (a
+  series all zero, or drawn along the frame, is a legend entry about nothing);
+- no two tick labels overlap (their boxes estimated from the font size and the text's length);
+
+and for the stacked memory plots, from their data: memory_by_category's stack of each rank is the summary's
+peak_moment held bytes, category by category, adding up to its peak_bytes; no category in their legends
+holds nothing (a series hidden under the stack draws, but shows nothing).
+
+Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
+import json
+import math
+import os
+import re
+import sys
+
+TEXT = re.compile(r'<g transform="translate\(([-\d.]+),([-\d.]+)\)(?: rotate\(([-\d.]+)\))?"[^>]*?'
+                  r'font-size="([\d.]+)"[^>]*>\s*<text>(.*?)</text>', re.S)
+FRAME = re.compile(r"d='M([\d.]+),([\d.]+) L\1,([\d.]+) L([\d.]+),\3 L\4,\2 L\1,\2 Z")
+NUMBER_PAIR = re.compile(r"([-\d.]+),([-\d.]+)")
+# what each label holds at most per character, as a share of the font size
+CHAR_WIDTH = 0.5
+
+
+def texts(svg):
+    """Every text: (x, y, rotation in degrees, font size, string)."""
+    return [(float(x), float(y), float(r or 0), float(size), s) for x, y, r, size, s in TEXT.findall(svg)]
+
+
+def frames(svg):
+    """The panels' frames, (x0, y0, x1, y1), top to bottom: gnuplot's border, a closed rectangle drawn as one path
+    (the largest ones: a key's sample boxes are small)."""
+    found = {(float(x0), float(y0), float(x1), float(y1)) for x0, y0, y1, x1 in FRAME.findall(svg)}
+    big = [f for f in found if (f[2] - f[0]) > 150 and (f[3] - f[1]) > 60]
+    return sorted(big, key=lambda f: f[1])
+
+
+def box(t):
+    """The corners of a text's box, estimated, in the page's coordinates (anchor at the text's start)."""
+    x, y, rotation, size, s = t
+    w, h = CHAR_WIDTH * size * len(s), 0.8 * size
+    a = math.radians(rotation)
+    corners = [(0, 0), (w, 0), (w, -h), (0, -h)]
+    return [(x + cx * math.cos(a) - cy * math.sin(a), y + cx * math.sin(a) + cy * math.cos(a)) for cx, cy in corners]
+
+
+def overlap(p, q):
+    """Whether two convex boxes overlap (separating axes), a pixel of slack."""
+    for poly in (p, q):
+        for i in range(4):
+            (x1, y1), (x2, y2) = poly[i], poly[(i + 1) % 4]
+            nx, ny = y2 - y1, x1 - x2
+            norm = math.hypot(nx, ny) or 1
+            a = [(px * nx + py * ny) / norm for px, py in p]
+            b = [(qx * nx + qy * ny) / norm for qx, qy in q]
+            if max(a) <= min(b) + 1 or max(b) <= min(a) + 1:
+                return False
+    return True
+
+
+def series(svg):
+    """Each plotted series: (its legend text, the points it draws)."""
+    out = []
+    parts = re.split(r'<g id="gnuplot_plot_\d+" ><title>[^<]*</title>', svg)[1:]
+    for part in parts:
+        part = part.split('<g id="gnuplot_plot_')[0]
+        title = TEXT.search(part)
+        drawing = re.search(r"(?:\bd|points) ?= ?'|<use ", part)
+        if not title or not drawing or title.start() > drawing.start():
+            continue  # no key entry (notitle; a text after the drawing is the plot's own, or a label series')
+        points = []
+        for d in re.findall(r"(?:d|points) ?= ?'([^']*)'", part):  # a path's vertices and its segments' middles
+            for stroke in re.split(r"M", d):
+                xy = [(float(x), float(y)) for x, y in NUMBER_PAIR.findall(stroke)]
+                points += xy + [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in zip(xy, xy[1:])]
+        points += [(float(x), float(y)) for x, y in re.findall(r"<use [^>]*translate\(([-\d.]+),([-\d.]+)\)", part)]
+        out.append((title.group(5), points))
+    return out
+
+
+def check_svg(path, failures):
+    name = os.path.basename(path)
+    svg = open(path).read()
+    panels = frames(svg)
+    if not panels:
+        failures.append(f"{name}: no frame found")
+        return
+    all_texts = [t for t in texts(svg) if t[4].strip()]
+    height = float(re.search(r'height="([\d.]+)"', svg).group(1))
+    for k, (x0, y0, x1, y1) in enumerate(panels):
+        below = panels[k + 1][1] if k + 1 < len(panels) else height
+        where = f"{name} panel {k + 1}"
+        ylabel = [t for t in all_texts if abs(t[2]) in (90, 270) and t[0] < x0 and y0 <= t[1] <= y1]
+        if not ylabel:
+            failures.append(f"{where}: the y axis has no label")
+        xlabel = [t for t in all_texts if t[2] == 0 and x0 <= t[0] <= x1 and y1 + 0.9 * t[3] + 12 < t[1] < below]
+        if not xlabel:
+            failures.append(f"{where}: the x axis has no label")
+        ticks = [t for t in all_texts if (x0 - 60 <= t[0] <= x1 + 5 and y1 - 2 <= t[1] <= y1 + 40) or
+                 (x0 - 80 <= t[0] <= x0 and y0 - 5 <= t[1] <= y1 + 5 and t[2] == 0)]
+        boxes = [box(t) for t in ticks]
+        for i in range(len(ticks)):
+            for j in range(i + 1, len(ticks)):
+                if overlap(boxes[i], boxes[j]):
+                    failures.append(f"{where}: tick labels '{ticks[i][4]}' and '{ticks[j][4]}' overlap")
+    for title, points in series(svg):
+        if not title:
+            continue
+        inside = [(x, y) for x, y in points
+                  if any(x0 + 0.5 < x < x1 - 0.5 and y0 + 0.5 < y < y1 - 0.5 for x0, y0, x1, y1 in panels)]
+        if not inside:
+            failures.append(f"{name}: the legend's '{title}' has no data inside the frame")
+
+
+def check_memory_by_category(run, failures):
+    rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(run, "data", "memory.tsv"))]
+    header, rows = rows[0], [r for r in rows[1:] if r[0]]
+    categories = header[1:]
+    for row in rows:
+        strategy, rank = row[0].rsplit("-r", 1)
+        summary = json.loads(open(os.path.join(run, f"{strategy}.jsonl")).read().splitlines()[-1])
+        r = next(x for x in summary["ranks"] if x["rank"] == int(rank))
+        held = r["peak_moment"]["held"]
+        values = [float(v) for v in row[1:]]
+        wrong = [c for c, v in zip(categories, values) if abs(v - held[c] / 1e6) > 1e-9]
+        if wrong or abs(sum(values) - r["peak_bytes"] / 1e6) > 1e-6:
+            failures.append(f"memory_by_category: {row[0]}'s stack {sum(values):.6f} MB is not its peak moment's "
+                            f"({r['peak_bytes'] / 1e6:.6f} MB; categories off: {wrong})")
+
+
+def check_stacked_legends(run, failures):
+    """The stacked memory plots list only categories that hold bytes somewhere: memory_by_category's columns,
+    and memory_step's (each panel's column up_to_c less the one before it)."""
+    data = os.path.join(run, "data")
+    rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(data, "memory.tsv"))]
+    for k, c in enumerate(rows[0][1:]):
+        if not any(r[0] and float(r[k + 1]) > 0 for r in rows[1:]):
+            failures.append(f"memory_by_category: the legend's '{c}' holds nothing in any bar")
+    steps = [f for f in os.listdir(data) if f.startswith("memory_step_") and f.endswith(".tsv")]
+    held = {}
+    for f in steps:
+        rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(data, f))]
+        for k, c in enumerate(rows[0][1:]):
+            below = [0.0] * (len(rows) - 1) if k == 0 else [float(r[k]) for r in rows[1:]]
+            held[c] = held.get(c, False) or any(float(r[k + 1]) - b > 0 for r, b in zip(rows[1:], below))
+    for c, some in held.items():
+        if not some:
+            failures.append(f"memory_step: the legend's '{c[len('up_to_'):]}' holds nothing in any panel")
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) >= 2 else 2)
+    run = sys.argv[1]
+    names = sys.argv[2:] or sorted(f[:-4] for f in os.listdir(os.path.join(run, "plots")) if f.endswith(".svg"))
+    failures = []
+    for name in names:
+        check_svg(os.path.join(run, "plots", name + ".svg"), failures)
+    check_memory_by_category(run, failures)
+    check_stacked_legends(run, failures)
+    for f in failures:
+        print("FAIL:", f)
+    print(f"check_plots: {len(names)} plots, {len(failures)} failures")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
