@@ -284,12 +284,14 @@ def plan_memory_args(cfg):
 RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
-def plot_scaling(run, build, cfg, world, logs, strategies, data, plots):
+def plot_scaling(run, build, cfg, world, logs, strategies, data, plots, speed_source):
     """build/plan --time's tokens/s for N = 1, 2, 4, ... 64 ranks, B/N of this run's rows per rank (weak
     scaling), machines of this run's ranks: compute at train_single's rate (its median step; shared by a
     machine's ranks on a CPU,
     one GPU each in the CUDA build), the link inside a machine fitted to compare.sh's bench_comm run, the
-    default network between machines (docs/scale.md). The measured runs are the points."""
+    default network between machines (docs/scale.md). The measured runs are the points, each its summary's
+    tokens_per_s (the Speed table's figure) at its N: the runs at one rank per core where the runs were
+    time-sliced (speed_source), none where there are none."""
     def rate(name):  # the median step's tokens/s: the first step warms up
         steps = [x["tokens_per_s"] for x in logs[name][0]]
         return statistics.median(steps[1:] if len(steps) > 1 else steps)
@@ -312,8 +314,11 @@ def plot_scaling(run, build, cfg, world, logs, strategies, data, plots):
         predicted.setdefault(int(f[1]), {})[f[0]] = float(f[7])
     write_tsv(f"{data}/scaling.tsv", ["ranks"] + strategies,
               [[n] + [predicted[n][s] for s in strategies] for n in sorted(predicted)])
-    write_tsv(f"{data}/scaling_measured.tsv", ["ranks", "single"] + strategies,
-              [[1, rate("single")] + ["NaN"] * len(strategies), [world, "NaN"] + [rate(s) for s in strategies]])
+    at = {s: speed_source[s][1] for s in strategies} if speed_source else {}
+    measured = [[1, logs["single"][1]["tokens_per_s"]] + ["NaN"] * len(strategies)]
+    measured += [[n, "NaN"] + [at[s]["tokens_per_s"] if s in at and at[s]["world_size"] == n else "NaN"
+                               for s in strategies] for n in sorted({a["world_size"] for a in at.values()})]
+    write_tsv(f"{data}/scaling_measured.tsv", ["ranks", "single"] + strategies, measured)
     lines = ", ".join(f"'{data}/scaling.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' "
                       f"title '{s} (model)'" for k, s in enumerate(strategies))
     points = ", ".join(f"'{data}/scaling_measured.tsv' using 1:{k + 2} with points pt 7 ps 1.5 lc rgb '{COLORS[s]}' "
@@ -330,10 +335,12 @@ plot {lines}, {points}""", plots, "scaling")
 
 
 def plot_units(build, cfg, world, logs, strategies, data, plots):
-    """ZeRO-3's and FSDP's trade as their units grow (--unit-blocks J = 1 .. L blocks per unit; docs/fsdp.md):
-    at this run's N and rows per rank, build/plan's peak per rank (ZeRO-3: its fullest rank) and collective calls
-    per step (rank 0's), and build/plan --time's step time at N = 8, 64 and 1024 (machines of this run's ranks,
-    compute at train_single's median rate, the default links)."""
+    """The trade of the strategies that gather by unit as their units grow (--unit-blocks J = 1 .. L blocks per
+    unit; docs/fsdp.md): at this run's N and rows per rank, build/plan's peak per rank (ZeRO-3: its fullest rank)
+    and collective calls per step (rank 0's); and, from build/plan --time at N = 64 and 1024 (machines of this
+    run's ranks, compute at train_single's median rate, the default links), each one's link time per step and
+    what of it compute waits for: a collective per unit pays its latency per unit, a collective per tensor does
+    not care how the tensors are grouped."""
     sharded = [s for s in strategies if "--unit-blocks" in registry(build)[s]["flags"]]
     rows_per_rank = cfg["batch"] // world
     steps = [x["tokens_per_s"] for x in logs["single"][0]]
@@ -361,39 +368,51 @@ def plot_units(build, cfg, world, logs, strategies, data, plots):
                 "--ranks-per-node", str(world), "--tsv"]
         if logs["single"][1].get("device", "cpu") == "cpu":
             time += ["--cores-per-node", "1"]
-        for f in plan(*time):
-            if f[0] == "fsdp":
-                step[int(f[1])] = 1e3 * float(f[6])
+        for f in plan(*time):  # strategy, N, group, compute s, link busy s, waited s, ...
+            if f[0] in sharded:
+                step[(f[0], int(f[1]))] = (1e3 * float(f[4]), 1e3 * float(f[5]))
         rows.append([k] + [peak[s] / MB for s in sharded] + [calls[s] for s in sharded])
-        times.append([k] + [step[n] for n in (8, 64, 1024)])
+        times.append([k] + [step[(s, n)][i] for s in sharded for n in (64, 1024) for i in (0, 1)])
     write_tsv(f"{data}/units.tsv", ["blocks_per_unit"] + [f"{s}_peak_mb" for s in sharded] +
               [f"{s}_calls" for s in sharded], rows)
-    write_tsv(f"{data}/units_time.tsv", ["blocks_per_unit", "fsdp_ms_n8", "fsdp_ms_n64", "fsdp_ms_n1024"], times)
+    write_tsv(f"{data}/units_time.tsv", ["blocks_per_unit"] + [f"{s}_{what}_ms_n{n}" for s in sharded
+                                                               for n in (64, 1024) for what in ("link", "waited")], times)
     n = len(sharded)
     lines = [f"'{data}/units.tsv' using 1:{k + 2} axes x1y1 with linespoints lw 2 pt 7 lc rgb '{COLORS[s]}' "
              f"title '{s} peak MB (left)'" for k, s in enumerate(sharded)]
     lines += [f"'{data}/units.tsv' using 1:{n + k + 2} axes x1y2 with linespoints lw 2 dt 2 pt 6 lc rgb '{COLORS[s]}' "
               f"title '{s} collectives per step (right)'" for k, s in enumerate(sharded)]
+    top_mb = max(r[1 + k] for r in rows for k in range(n))
+    top_calls = max(r[1 + n + k] for r in rows for k in range(n))
     gnuplot(f"""set title "Blocks per unit (--unit-blocks J): peak per rank against collectives per step, N = {world} (planner)"
 set xlabel "blocks per unit J"
 set ylabel "peak MB per rank"
 set y2label "collective calls per step (rank 0)"
 set xtics 1
+set yrange [0:{1.2 * top_mb}]
+set y2range [0:{1.2 * top_calls}]
 set ytics nomirror
 set y2tics
 set grid
 set key outside bottom center horizontal
 plot {", ".join(lines)}""", plots, "units", 900, 560)
-    steps_lines = ", ".join(f"'{data}/units_time.tsv' using 1:{k + 2} with linespoints lw 2 pt 7 "
-                            f"title 'N = {m}'" for k, m in enumerate((8, 64, 1024)))
-    gnuplot(f"""set title "FSDP's predicted step time vs blocks per unit (build/plan --time; machines of {world} ranks)"
+    panels = []
+    for k, s in enumerate(sharded):
+        col = 2 + 4 * k  # its link and waited ms at N = 64, then at N = 1024
+        top = max(r[1 + 4 * k + i] for r in times for i in range(4))
+        panels.append(f"""set title "{NAMES[s]}" font ',10'
+set yrange [0:{1.15 * top}]
+plot '{data}/units_time.tsv' using 1:{col + 2} with linespoints lw 2 pt 7 lc rgb '{COLORS[s]}' title 'link busy, N = 1024', \\
+     '' using 1:{col + 3} with linespoints lw 2 dt 2 pt 6 lc rgb '{COLORS[s]}' title 'compute waits, N = 1024', \\
+     '' using 1:{col} with linespoints lw 1 pt 7 lc rgb '#888888' title 'link busy, N = 64', \\
+     '' using 1:{col + 1} with linespoints lw 1 dt 2 pt 6 lc rgb '#888888' title 'compute waits, N = 64'""")
+    gnuplot(f"""set multiplot layout 1,{len(sharded)} title "Blocks per unit: the link's time per step and what compute waits for (build/plan --time, machines of {world} ranks)"
 set xlabel "blocks per unit J"
-set ylabel "step ms"
+set ylabel "ms per step"
 set xtics 1
-set logscale y
 set grid
-set key outside bottom center horizontal
-plot {steps_lines}""", plots, "units_time", 900, 480)
+set key top right font ',8' box opaque
+""" + "\n".join(panels) + "\nunset multiplot", plots, "units_time", 450 * len(sharded) + 100, 480)
 
 
 def plot_sharding(build, cfg, world, logs, data, plots):
@@ -511,6 +530,10 @@ def main():
     os.makedirs(plots, exist_ok=True)
     cfg = logs["single"][1]["config"]
     world = logs[strategies[0]][1]["world_size"]
+    speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores
+    speed = {s: read_log(os.path.join(speed_dir, f"{s}.jsonl")) for s in strategies} if os.path.isdir(speed_dir) else None
+    # what speed is measured from: the runs themselves, or (time-sliced) compare.sh's runs at one rank per core
+    speed_source = speed if time_sliced(logs[strategies[0]][1]) else {s: logs[s] for s in strategies}
     for s in runs:
         c = logs[s][1]["config"]
         for key in ("num_params", "batch", "seq", "steps", "seed"):
@@ -628,8 +651,11 @@ plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable noti
             rows.append([f"{s}-r{r['rank']}", 1e3 * t["compute_s"] / steps, 1e3 * t["comm_wait_s"] / steps,
                          1e3 * t["optim_s"] / steps])
     write_tsv(f"{data}/time.tsv", ["run", "compute_ms", "comm_wait_ms", "optim_ms"], rows)
+    sliced = time_sliced(logs[strategies[0]][1])
     stacked_bars(f"{data}/time.tsv", ["compute", "communication wait", "optimizer"], ["#2ca02c", "#d62728", "#9467bd"],
-                 "Where a step's time goes, per rank (mean over steps)", "ms per step", "run and rank", plots, "step_time")
+                 "Where a step's time goes, per rank (mean over steps)"
+                 + (f": {sliced}, time-sliced (see Speed)" if sliced else ""), "ms per step", "run and rank", plots,
+                 "step_time")
 
     # ---- planner: memory per rank vs number of ranks ----
     rows_per_rank = cfg["batch"] // world
@@ -685,13 +711,15 @@ set key bottom left box opaque
 plot {lines}, {points}""", plots, "model_state_vs_ranks")
 
     # ---- predicted throughput vs ranks (build/plan --time), with the measured points ----
-    predicted = plot_scaling(run, build, cfg, world, logs, strategies, data, plots)
+    predicted = plot_scaling(run, build, cfg, world, logs, strategies, data, plots, speed_source)
 
-    # ---- one step as a timeline per rank ----
+    # ---- one step as a timeline per rank, every strategy on one time axis ----
+    def last_step(s):
+        step = max(e[1] for e in traces[s])
+        return step, [e for e in traces[s] if e[1] == step]
+    longest = max(max(e[5] for e in last_step(s)[1]) - min(e[4] for e in last_step(s)[1]) for s in strategies)
     for s in strategies:
-        events = traces[s]
-        step = max(e[1] for e in events)
-        chosen = [e for e in events if e[1] == step]
+        step, chosen = last_step(s)
         t0 = min(e[4] for e in chosen)
         kinds = {"forward": [], "backward": [], "comm": [], "optim": [], "collective": []}
         for rank, _, cat, name, start, end in chosen:
@@ -706,27 +734,26 @@ plot {lines}, {points}""", plots, "model_state_vs_ranks")
                   "collective": "#7f7f7f"}
         heights = {"forward": 0.35, "backward": 0.35, "comm": 0.15, "optim": 0.35, "collective": 0.08}
         offsets = {"forward": 0.0, "backward": 0.0, "comm": -0.3, "optim": 0.0, "collective": 0.3}
-        titles = {"comm": "communication hooks (below)", "collective": "collectives in flight, start to completion (above)"}
+        titles = {"comm": "comm hooks (below)", "collective": "collectives (above)"}
         series = ", ".join(
             f"'{data}/timeline_{s}_{k}.tsv' using (($2+$3)/2):($1+{offsets[k]}):(($3-$2)/2):({heights[k]}) "
             f"with boxxyerror fs solid 0.85 lc rgb '{colors[k]}' title '{titles.get(k, k)}'"
-            for k in kinds if k != "collective" or kinds[k])
-        gnuplot(f"""set title "{s}: training step {step} on each rank"
+            for k in kinds if kinds[k])
+        gnuplot(f"""set title "{NAMES[s]}: training step {step} on each rank (the same time axis for every strategy)"
 set xlabel "time since the step began (ms)"
 set ylabel "rank"
+set xrange [0:{1.02 * longest}]
 set yrange [-0.8:{world - 0.4}]
 set ytics 1
 set grid xtics
-set key outside bottom center horizontal
-plot {series}""", plots, f"timeline_{s}", 1000, 200 + 80 * world)
+set key outside right top vertical font ',9'
+plot {series}""", plots, f"timeline_{s}", 1100, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, logs, data, plots)
     if any("--unit-blocks" in registry(build)[s]["flags"] for s in strategies):
         plot_units(build, cfg, world, logs, strategies, data, plots)
-    speed_dir = os.path.join(run, "speed")  # compare.sh: one rank per core, when the runs had more ranks than cores
-    speed = {s: read_log(os.path.join(speed_dir, f"{s}.jsonl")) for s in strategies} if os.path.isdir(speed_dir) else None
     placements = {s: registry(build)[s]["placement"] for s in strategies}  # whole tensors: an unevenness to tell
-    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed, placements)
+    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements)
 
 
 def time_sliced(summary):
@@ -735,26 +762,83 @@ def time_sliced(summary):
     return f"{ranks} ranks on {cores} cores" if cores and ranks and ranks > cores else ""
 
 
-def speed_rows(source, predicted, world):
-    """Per strategy, its slowest rank's step split (ms per step) and its tokens/s, with the
-    step-time model's tokens/s at N = world."""
+def slowest_time(summary):
+    """The slowest rank's time split (summary "time", docs/logs.md): what the Speed table, its sentences and the
+    main table's share of waiting all read."""
+    return max((r["time"] for r in summary["ranks"]), key=lambda t: t.get("step_s", 0))
+
+
+def speed_rows(source, predicted):
+    """Per strategy, its slowest rank's step split (ms per step) and its tokens/s, with the step-time model's
+    tokens/s at the same N."""
     rows = []
     for s, (steps, summary) in source.items():
         n = max(len(steps), 1)
-        t = max((r["time"] for r in summary["ranks"]), key=lambda t: t.get("step_s", 0))
+        t = slowest_time(summary)
         rows.append([s, summary["world_size"], f"{1e3 * t.get('step_s', 0) / n:.1f}", f"{1e3 * t['compute_s'] / n:.1f}",
                      f"{1e3 * t['comm_wait_s'] / n:.1f}", f"{1e3 * t['optim_s'] / n:.1f}",
-                     f"{summary['tokens_per_s']:.0f}", f"{predicted.get(world, {}).get(s, float('nan')):.0f}"])
+                     f"{summary['tokens_per_s']:.0f}",
+                     f"{predicted.get(summary['world_size'], {}).get(s, float('nan')):.0f}"])
     return rows
 
 
 def exposed_share(time):
-    """The share of a rank's step spent waiting for communication (summary "time", docs/logs.md)."""
+    """The share of a rank's step spent waiting for communication: comm_wait_s over compute + waiting +
+    optimizer, the step split so that each second counts once (docs/logs.md), as the Speed table's columns give
+    it (comm waited ms / their sum)."""
     total = time["compute_s"] + time["comm_wait_s"] + time["optim_s"]
     return time["comm_wait_s"] / total if total > 0 else 0.0
 
 
-def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed, placements):
+# What to look at in each picture, in a sentence, for a reader of docs/README.md alone.
+CAPTIONS = {
+    "loss": "Every strategy trains the same model: the curves lie on the single rank's (the label gives the largest "
+            "relative gap).",
+    "memory_by_category": "Each bar is one rank at its peak moment, split by what held the bytes then: going up "
+                          "the ladder, optim, then grads, then params shrink, while the step's temporaries "
+                          "(gathered copies, collective buffers) grow.",
+    "host_memory": "With the optimizer offloaded, the master weights and AdamW moments live here, in host memory, "
+                   "not on the device.",
+    "memory_step": "Each panel follows one step of one strategy allocation by allocation (left to right in order, "
+                   "not time): the resident state at the bottom stays, what sits on top comes and goes with the "
+                   "units; the dot is the peak.",
+    "peak_memory": "The bytes the strategies asked for (accounted peak), what the allocator kept to reuse "
+                   "(reserved) and what the operating system saw (RSS): the gaps are the cache and the process.",
+    "throughput": "Tokens per second of the whole batch; when the runs put more ranks on the cores than there are "
+                  "cores, the bars measure the turn-taking, and the Speed table measures again.",
+    "comm_per_step": "The bytes each rank sent in one step, by collective: DDP's one all-reduce against the "
+                     "sharded strategies' gathers, broadcasts and reduces.",
+    "step_time": "Where each rank's step went: computing, waiting for communication, or in the optimizer (the "
+                 "three add up to the step).",
+    "memory_vs_ranks": "The planner's peak per rank as N grows, with the rows per rank fixed: sharding divides "
+                       "the model state by N, the activations stay; the dots are these runs. At N = 1 the sharded "
+                       "strategies sit above DDP: their machinery (gathered copies, collective buffers) runs with "
+                       "nothing to shard; far out FSDP climbs again, as every tensor is padded to a multiple of N "
+                       "rows and its gathered copies and buffers grow with N.",
+    "model_state_vs_ranks": "The ZeRO ladder alone (parameters, gradients, AdamW state per rank): each rung "
+                            "divides one more of them by N.",
+    "sharding": "Which rank keeps which elements of the model between steps: the whole replica (DDP), a flat "
+                "range of the optimizer state (ZeRO-1/2), whole tensors by owner (ZeRO-3), a slice of every tensor "
+                "(FSDP).",
+    "scaling": "The step-time model's tokens/s as N grows (the lines) against what was measured (the dots): "
+               "where the lines bend, communication stops hiding under compute.",
+    "units": "Grouping more blocks into a unit means fewer collectives per step (dashed, right axis) but more "
+             "gathered at once (solid, left axis).",
+    "units_time": "A strategy that moves a unit per collective pays each collective's latency once per unit, so "
+                  "fewer, larger units shorten its link time where N is large; one that moves tensor by tensor "
+                  "is not changed by the grouping.",
+}
+
+
+def caption(name):
+    """The sentence under a picture (a timeline's for every strategy)."""
+    if name.startswith("timeline_"):
+        return ("One step of every rank on a shared clock: compute bars, the collectives each rank issued, and "
+                "how long it waited for them; a collective drawn under a compute bar is hidden by it.")
+    return CAPTIONS[name]
+
+
+def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements):
     runs = ["single"] + strategies
     table = []
     for s in runs:
@@ -768,7 +852,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
             "reserved": max(r["reserved_peak_bytes"] for r in ranks) / MB,
             "rss": max(r["rss_peak_bytes"] for r in ranks) / MB,
             "sent": max(sum(c["bytes_sent"] for c in r["comm_last_step"].values()) for r in ranks) / MB,
-            "exposed": max(exposed_share(r["time"]) for r in ranks),
+            "exposed": exposed_share(slowest_time(summ)),
         })
     row = {t["run"]: t for t in table}
     base = "ddp" if "ddp" in row else "single"  # what the others are measured against
@@ -795,7 +879,6 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          f"full gradients and collective buffers are alive at once, against {temporaries(least):.1f} MB "
                          f"for {NAMES[least]} (the memory plots show each category).")
     sliced = time_sliced(logs[strategies[0]][1])
-    speed_source = speed if sliced else {s: logs[s] for s in strategies}
     fp32_path = os.path.join(run, "single_fp32.jsonl")
     if precision == "bf16" and os.path.exists(fp32_path):  # compare.sh's fp32 twin of a bf16 comparison
         fp32 = read_log(fp32_path)[0]
@@ -816,14 +899,29 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          "communication waits measure that time-slicing as much as the strategies, and rank nothing. "
                          + ("The Speed section measures each strategy again with one rank per core." if speed_source
                             else "Run with no more ranks than cores to measure speed."))
-    exposed = {s: max(exposed_share(r["time"]) for r in speed_source[s][1]["ranks"]) for s in strategies} \
-        if speed_source else {}
+    exposed = {s: exposed_share(slowest_time(speed_source[s][1])) for s in strategies} if speed_source else {}
     if any(x > 0 for x in exposed.values()):
         measured = speed_source[strategies[0]][1]
         sentences.append(f"Communication a rank waited for (not hidden under compute), as a share of its step, "
                          f"with {measured['world_size']} ranks on {measured.get('cores_on_node', '?')} cores: "
                          + ", ".join(f"{NAMES[s]} {100 * exposed[s]:.0f}%" for s in strategies)
-                         + " (the largest rank's; ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
+                         + " (the slowest rank's: the Speed table's comm waited ms over its step's split; "
+                           "ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
+    if speed_source and len(strategies) > 1:
+        fastest = max(strategies, key=lambda s: speed_source[s][1]["tokens_per_s"])
+        f_summary = speed_source[fastest][1]
+        t, n = slowest_time(f_summary), max(len(speed_source[fastest][0]), 1)
+        def per_step(s, part):
+            return slowest_time(speed_source[s][1])[part] / max(len(speed_source[s][0]), 1)
+        waits = {s: per_step(s, "comm_wait_s") for s in strategies}
+        rest = {s: per_step(s, "compute_s") + per_step(s, "optim_s") for s in strategies}
+        why = ("it waits least for communication" if min(waits, key=waits.get) == fastest else
+               "its compute and optimizer take least" if min(rest, key=rest.get) == fastest else
+               "neither its waiting nor its compute is the least alone, their sum is")
+        sentences.append(f"Fastest at {f_summary['world_size']} ranks on {f_summary.get('cores_on_node', '?')} cores: "
+                         f"{NAMES[fastest]}, {f_summary['tokens_per_s']:.0f} tokens/s, a step of "
+                         f"{1e3 * t.get('step_s', 0) / n:.1f} ms ({1e3 * t['compute_s'] / n:.1f} ms computing, "
+                         f"{1e3 * t['comm_wait_s'] / n:.1f} ms waiting): {why} (the Speed table).")
     for s in (s for s in strategies if placements[s] == "whole_tensors"):
         held = [r["mem"]["params"]["peak"] for r in logs[s][1]["ranks"]]
         imbalance = max(held) / (sum(held) / len(held)) if sum(held) else 1.0
@@ -852,9 +950,9 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
              ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
     if os.path.exists(os.path.join(run, "plots", "host_memory.png")):
         plots.insert(2, ("host_memory", "Host memory per rank: the optimizer offloaded"))
-    if {"zero3", "fsdp"} & set(strategies):
+    if os.path.exists(os.path.join(run, "plots", "units.png")):  # strategies that gather by unit were compared
         plots += [("units", "Blocks per unit: the peak against the collectives (planner)"),
-                  ("units_time", "Blocks per unit: FSDP's predicted step time at N = 8, 64, 1024")]
+                  ("units_time", "Blocks per unit: the link's time and what compute waits for (planner)")]
     plots += [(f"timeline_{s}", f"Step timeline: {NAMES[s]}") for s in strategies]
     header = ["run", "ranks", "tokens/s (time-sliced)" if sliced else "tokens/s", "final loss", "resident MB", "peak MB", "reserved MB", "RSS MB",
               "sent MB/step", "comm waited"]
@@ -862,13 +960,14 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
               f"{t['peak']:.2f}", f"{t['reserved']:.2f}", f"{t['rss']:.1f}", f"{t['sent']:.2f}",
               f"{100 * t['exposed']:.0f}%"] for t in table]
     speed_header = ["run", "ranks", "step ms", "compute ms", "comm waited ms", "optimizer ms", "tokens/s measured",
-                    f"tokens/s predicted at N = {world}"]
-    speed_cells = speed_rows(speed_source, predicted, world) if speed_source else []
+                    "tokens/s predicted at the same N"]
+    speed_cells = speed_rows(speed_source, predicted) if speed_source else []
     speed_note = (f"Measured with {speed_cells[0][1]} ranks, no more than the machine's cores"
                   + (f" (the runs above put {sliced})" if sliced else "") + ": the slowest rank's mean step, split so "
-                  "that each second counts once (docs/logs.md). Predicted: build/plan --time's model for the "
-                  f"run's N = {world} on machines of {world} ranks (docs/scale.md; the scaling plot), not a "
-                  "measurement.") if speed_cells else ""
+                  "that each second counts once (docs/logs.md); tokens/s is the run's own (its summary's, the "
+                  "figure the throughput and scaling plots show). Predicted: build/plan --time's model at the "
+                  f"same N on machines of {world} ranks (docs/scale.md; the scaling plot), not a measurement."
+                  ) if speed_cells else ""
     # compare.sh samples the reference model's continuation of a prompt (build/sample)
     sample_path, sampled = os.path.join(run, "sample.txt"), None
     final = logs["single"][0][-1]["loss"]
@@ -897,7 +996,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 f.write("| " + " | ".join(str(x) for x in c) + " |\n")
             f.write("\n")
         for name, title in plots:
-            f.write(f"## {title}\n\n![{title}](plots/{name}.png)\n\n")
+            f.write(f"## {title}\n\n{caption(name)}\n\n![{title}](plots/{name}.png)\n\n")
         if sampled is not None:  # indented: a code block, whatever the text holds
             f.write(f"## {sample_title}\n\n{sample_note}\n\n" + "".join(f"    {line}\n" for line in sampled.split("\n")))
     with open(os.path.join(run, "report.html"), "w") as f:
@@ -918,7 +1017,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
             f.write("</table>\n")
         for name, title in plots:
-            f.write(f"<h2>{html.escape(title)}</h2><img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
+            f.write(f"<h2>{html.escape(title)}</h2><p>{html.escape(caption(name))}</p>"
+                    f"<img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
         if sampled is not None:
             f.write(f"<h2>{html.escape(sample_title)}</h2><p>{html.escape(sample_note)}</p>"
                     f"<pre>{html.escape(sampled)}</pre>\n")

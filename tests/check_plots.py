@@ -10,7 +10,8 @@ them. For every plot and every panel of it:
 
 and for the stacked memory plots, from their data: memory_by_category's stack of each rank is the summary's
 peak_moment held bytes, category by category, adding up to its peak_bytes; no category in their legends
-holds nothing (a series hidden under the stack draws, but shows nothing).
+holds nothing (a series hidden under the stack draws, but shows nothing); and every picture and link of
+report.html and report.md that points into the run is there.
 
 Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
 import json
@@ -93,7 +94,7 @@ def check_svg(path, failures):
     all_texts = [t for t in texts(svg) if t[4].strip()]
     height = float(re.search(r'height="([\d.]+)"', svg).group(1))
     for k, (x0, y0, x1, y1) in enumerate(panels):
-        below = panels[k + 1][1] if k + 1 < len(panels) else height
+        below = min([p[1] for p in panels if p[1] > y1 and p[0] < x1 and p[2] > x0], default=height)
         where = f"{name} panel {k + 1}"
         ylabel = [t for t in all_texts if abs(t[2]) in (90, 270) and t[0] < x0 and y0 <= t[1] <= y1]
         if not ylabel:
@@ -153,6 +154,17 @@ def check_stacked_legends(run, failures):
             failures.append(f"memory_step: the legend's '{c[len('up_to_'):]}' holds nothing in any panel")
 
 
+def check_report_links(run, failures):
+    """Every picture and link of report.html and report.md that points into the run is there."""
+    for page, pattern in (("report.html", r"(?:src|href)='([^']+)'"), ("report.md", r"\]\(([^)]+)\)")):
+        text = open(os.path.join(run, page)).read()
+        for target in re.findall(pattern, text):
+            if "://" in target or target.startswith("#"):
+                continue
+            if not os.path.isfile(os.path.join(run, target)):
+                failures.append(f"{page}: '{target}' is not there")
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -164,6 +176,7 @@ def main():
         check_svg(os.path.join(run, "plots", name + ".svg"), failures)
     check_memory_by_category(run, failures)
     check_stacked_legends(run, failures)
+    check_report_links(run, failures)
     for f in failures:
         print("FAIL:", f)
     print(f"check_plots: {len(names)} plots, {len(failures)} failures")
