@@ -4,6 +4,7 @@
 // far beyond the number of tensors. The ZeRO-1/2 flat ranges against element
 // by element counting: every element of [0, P) has exactly one owner, ranges
 // are equal, contiguous and in rank order, and overlaps count what they cover.
+// FSDP's row slices against counting rows.
 #include <check.h>
 #include <stdlib.h>
 
@@ -107,6 +108,31 @@ START_TEST(test_zero12_flat_ranges) {
 }
 END_TEST
 
+// FSDP's row slices against counting rows one by one: slice r of a tensor of
+// `rows` rows is rows [r k, r k + k) with k = ceil(rows / N); the real ones are
+// those below `rows` (the rest padding), and every real row is in exactly one.
+START_TEST(test_row_slices) {
+    int shapes[] = {1, 2, 3, 7, 64, 65, 1024};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int world = 1; world <= 70; world += world < 9 ? 1 : 7) {
+            GPT2Tensor tensor = {.rows = shapes[i], .cols = 3, .numel = (size_t)shapes[i] * 3};
+            int k = (shapes[i] + world - 1) / world, covered = 0;
+            ck_assert_int_eq(row_slice_rows(&tensor, world), k);
+            ck_assert_uint_eq(row_slice_numel(&tensor, world), (size_t)k * 3);
+            ck_assert_uint_eq(row_slice_padded_numel(&tensor, world), (size_t)k * world * 3);
+            for (int r = 0; r < world; r++) {
+                int first = -1, count = row_slice_real_rows(&tensor, world, r, &first);
+                int want = r * k >= shapes[i] ? 0 : (r * k + k > shapes[i] ? shapes[i] - r * k : k);
+                ck_assert_msg(count == want && (count == 0 || first == r * k),
+                              "rows %d, N=%d, rank %d: rows [%d, +%d), expected [%d, +%d)", shapes[i], world, r, first,
+                              count, r * k, want);
+                covered += count;
+            }
+            ck_assert_int_eq(covered, shapes[i]);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("partition");
     TCase *tc = tcase_create("zero3");
@@ -116,5 +142,8 @@ int main(void) {
     TCase *flat = tcase_create("zero12");
     tcase_add_test(flat, test_zero12_flat_ranges);
     suite_add_tcase(s, flat);
+    TCase *rows = tcase_create("fsdp");
+    tcase_add_test(rows, test_row_slices);
+    suite_add_tcase(s, rows);
     return run_suite(s);
 }
