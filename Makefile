@@ -27,7 +27,7 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
             $(MPI_EXTRA) -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
-               libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps
+               libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps chromium
 
 # Sources by folder, from the bottom layer up (docs/README.md has the map): every
 # .c of these folders is in the library, and the CUDA build adds every .cu. The

@@ -22,6 +22,8 @@ if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/r
 # labels apart; memory_by_category's stacks are the ranks' peak moments
 run "report: every plot's axes labelled, its legend's entries with data, its tick labels apart; the memory stacks happened" \
     python3 tests/check_plots.py "$tmp/runs/tiny"
+run "report.html rendered by headless Chromium, as a person sees it" bash tests/render_report.sh "$tmp/runs/tiny" \
+    "$tmp/runs/tiny/rendered.png"
 # the units plot: FSDP's 3U collectives per step for J = 1 .. L (d2: U = 4, 3), its peak growing with the units
 if python3 - "$tmp/runs/tiny" <<'PY'
 import sys
