@@ -216,7 +216,13 @@ def memory_step_panel(tsv, title, timeline, peak, first, shown, blocks_of_unit):
             if not ticks or i + 1 - ticks[-1][0] >= spacing:  # where its first event's level begins
                 ticks.append((i + 1, part + (" " + tick_words(unit, blocks_of_unit) if part != "opt" else "")))
             last = here
-    rows.append([len(rows)] + stacked())
+    if not events and blocks_of_unit:  # nothing allocated: the level stays, the units' parts marked in order
+        units = len(blocks_of_unit)
+        ticks = [(u + 0.5, "F " + tick_words(u, blocks_of_unit)) for u in range(units)]
+        ticks += [(2 * units - u - 0.5, "B " + tick_words(u, blocks_of_unit)) for u in reversed(range(units))]
+        ticks.append((2 * units + 0.5, "opt"))
+        rows.append([2 * units + 1] + stacked())
+    rows.append([len(rows) if events else rows[-1][0] + 1] + stacked())
     # each level drawn as a step (its start and its end): one filled shape per category, no seams between events
     steps = [row for k, row in enumerate(rows) for row in ([row] + ([[rows[k + 1][0]] + row[1:]] if k + 1 < len(rows)
                                                                     else []))]
@@ -225,8 +231,9 @@ def memory_step_panel(tsv, title, timeline, peak, first, shown, blocks_of_unit):
     series = ", ".join(f"'{tsv}' using 1:{k + 2} with filledcurves x1 fs solid 0.85 noborder "
                        f"lc rgb '{PALETTE[CATEGORIES.index(c)]}' title '{c}'" for k, c in reversed(list(enumerate(shown))))
     key = "set key outside right top font ',9'" if first else "unset key"
-    quiet = ("set label 2 \"nothing is allocated or freed in this step: it holds its resident state throughout\" "
-             "at graph 0.5, graph 0.5 center front" if not events else "unset label 2")
+    quiet = ("set label 2 \"nothing is allocated or freed in this step: it holds its resident state throughout "
+             "(its units' parts marked in order)\" at graph 0.5, graph 0.5 center front" if not events
+             else "unset label 2")
     return f"""set title "{title}" font ',10'
 {key}
 set xtics ({xtics}) rotate by -45 font ',8'
