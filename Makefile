@@ -72,9 +72,18 @@ CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
+.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
-all: $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
+all: blas-check $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
+
+# OpenBLAS's OpenMP build, or a refusal: the pthread build's threads would fight
+# the layers' OpenMP threads for the cores (a step about 1.6x slower on 2 cores,
+# docs/performance.md). BLAS=any builds with whatever OpenBLAS pkg-config finds.
+blas-check:
+	@case "$(BLAS):$(OPENBLAS_LIBDIR)" in any:*|*openblas-openmp*) ;; \
+	  *) echo "make: OpenBLAS's OpenMP build is not installed (Debian's libopenblas-openmp-dev: make deps installs" \
+	          "it). With another build ($(or $(OPENBLAS_LIBDIR),none found)) its threads fight the layers' OpenMP" \
+	          "threads for the cores: steps about 1.6x slower. BLAS=any builds with it anyway." >&2; exit 1 ;; esac
 gpu: $(CUDA_BINS)
 
 $(CUDA_BUILD)/obj/%.o: %.cu
@@ -131,13 +140,13 @@ $(BUILD)/obj/trainers/train_%.o: examples/train.c
 $(BUILD)/train_%: $(BUILD)/obj/trainers/train_%.o $(BUILD)/libshardlab.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/libshardlab.a: $(LIB_OBJS)
+$(BUILD)/libshardlab.a: $(LIB_OBJS) | blas-check
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/%: $(BUILD)/obj/examples/%.o $(BUILD)/libshardlab.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/libshardlab_dry.a: $(DRY_OBJS)
+$(BUILD)/libshardlab_dry.a: $(DRY_OBJS) | blas-check
 	rm -f $@ && ar rcs $@ $^
 
 # build/plan and the step-time model's test run on the dry device.

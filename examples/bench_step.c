@@ -109,10 +109,12 @@ int main(int argc, char **argv) {
         if (step > 0 && sgemm_rate > sgemm_best) sgemm_best = sgemm_rate;
     }
     double step_gflops = gpt2_flops_per_step(&config, B, T) / best.step_s / 1e9;
+    BlasInfo blas = threads_blas();
     printf("%s B=%d T=%d: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; sgemm 1024^3 %.2f GFLOP/s "
-           "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s); step/sgemm = %.0f%%\n",
+           "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s, its %s build: %s); "
+           "step/sgemm = %.0f%%\n",
            config_name, B, T, P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
-           openblas_get_num_threads(), openblas_get_corename(), 100.0 * step_gflops / sgemm_best);
+           blas.threads, blas.kernel, blas.parallel, blas.config, 100.0 * step_gflops / sgemm_best);
     gpt2_print_op_times(&best_ops, &best);
     sgemm_free(&sgemm);
     free(tokens);

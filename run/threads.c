@@ -28,3 +28,11 @@ int threads_configure(int ranks_on_node, int *cores) {
     openblas_set_num_threads(threads);
     return threads;
 }
+
+BlasInfo threads_blas(void) {
+    static const char *const modes[] = {"sequential", "pthreads", "openmp"};
+    int mode = openblas_get_parallel();
+    return (BlasInfo){.config = openblas_get_config(), .kernel = openblas_get_corename(),
+                      .parallel = mode >= 0 && mode <= 2 ? modes[mode] : "unknown",
+                      .threads = openblas_get_num_threads()};
+}

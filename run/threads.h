@@ -13,4 +13,13 @@ int threads_configure(int ranks_on_node, int *cores);
 // each rank to one core when there are no more ranks than cores).
 int threads_cores_on_node(void);
 
+// The BLAS this process runs: OpenBLAS's build line, the kernel it chose for
+// this CPU (OPENBLAS_CORETYPE may choose another), how it runs its threads
+// ("openmp": the layers' pool; "pthreads" or "sequential" otherwise), and how many.
+typedef struct {
+    const char *config, *kernel, *parallel;
+    int threads;
+} BlasInfo;
+BlasInfo threads_blas(void);
+
 #endif

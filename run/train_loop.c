@@ -607,6 +607,17 @@ static void write_timeline(FILE *f, const MemTimeline *t, int step) {
     fprintf(f, "}}");
 }
 
+// `text` as a JSON string: quotes, backslashes and control characters escaped.
+static void write_json_text(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
 static void write_summary(Run *run, double tokens_per_s) {
     run->summary.mem = run->mem;
     run->summary.rss_peak_bytes = mem_rss_peak_bytes();
@@ -646,7 +657,13 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "}, \"blocks_of_unit\": [");  // 0 for the embeddings' unit and the head
     for (int u = 0; u < run->model.layout.num_units; u++)
         fprintf(f, "%s%d", u ? ", " : "", run->model.layout.unit_num_layers[u]);
-    fprintf(f, "], \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
+    BlasInfo blas = threads_blas();  // rank 0's, which writes the summary
+    fprintf(f, "], \"blas\": {\"config\": ");
+    write_json_text(f, blas.config);
+    fprintf(f, ", \"kernel\": ");
+    write_json_text(f, blas.kernel);
+    fprintf(f, ", \"parallel\": \"%s\", \"threads\": %d}", blas.parallel, blas.threads);
+    fprintf(f, ", \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",
             run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s, threads_cores_on_node(),
             run->comm.local_size);
