@@ -442,6 +442,7 @@ fails "compare.sh: takes no arguments" "unexpected argument '--bogus'" bash exam
 help_ok "bench_overlap.sh --help" bash examples/bench_overlap.sh --help
 fails "bench_overlap.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_overlap.sh --bogus
 fails "bench_overlap.sh: STEPS=1" "give at least 2" env STEPS=1 bash examples/bench_overlap.sh
+fails "bench_overlap.sh: ROUNDS=0" "ROUNDS=0: give a whole number of rounds" env ROUNDS=0 bash examples/bench_overlap.sh
 help_ok "bench_gpu.sh --help" bash examples/bench_gpu.sh --help
 fails "bench_gpu.sh: takes no arguments" "unexpected argument '--bogus'" bash examples/bench_gpu.sh --bogus
 for tool in train_ddp train_zero3 train_fsdp bench_comm; do
