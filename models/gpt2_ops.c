@@ -275,38 +275,70 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 
 // exp for the element-wise loops. libm's expf and tanhf are calls the compiler
 // cannot vectorise, and they were most of GELU's and the softmax's time; this one
-// is straight-line arithmetic that it turns into vector instructions. x = n ln 2
-// + r with |r| <= ln2 / 2 (ln 2 in two parts, so r is exact), e^r by its Taylor
-// series to r^7 (a relative error under 6e-9, below float's 6e-8), times 2^n made
-// in the exponent bits. Below -87 (e^x under float's smallest normal) it gives 0;
-// above 88, e^88. Every element takes the same instructions, in a vector lane or
-// in the loop's scalar remainder, so a result does not depend on the threads. The
-// double build (finite differences in tests/test_layers.c) keeps libm's exp.
-static inline real_t exp_elementwise(real_t x) {
+// is straight-line arithmetic. x = n ln 2 + r with |r| <= ln2 / 2 (ln 2 in two
+// parts, so r is exact), e^r by its Taylor series to r^7 (a relative error under
+// 6e-9, below float's 6e-8), times 2^n made in the exponent bits. Below -87 (e^x
+// under float's smallest normal) it gives 0; above 88, e^88; NaN stays NaN.
+//
+// The float build computes it on LANES elements at once with GCC's vector
+// extensions (vector_size: AVX2's or AVX-512's registers on x86, NEON's pairs on
+// arm64), because the compiler vectorises a loop of selects only where the
+// instruction set has masks (AVX-512), and every exp of AVX2 would be scalar. A
+// loop's last, partial group goes through the same lanes, padded: every element
+// takes the same instructions wherever it falls, so a result depends neither on
+// the threads nor on N. The double build (finite differences in
+// tests/test_layers.c) keeps libm's exp, one element at a time.
 #ifdef SHARDLAB_REAL_DOUBLE
-    return exp(x);
+static inline real_t exp_elementwise(real_t x) { return exp(x); }
+real_t exp_element(real_t x) { return exp_elementwise(x); }
 #else
-    // written with selects and a rounding constant, not fminf/fmaxf/floorf, which
-    // the compiler only vectorises when told to bend IEEE rules
-    // (a NaN takes 0's path through the integer conversion below, which a NaN would make undefined, and comes out NaN)
-    float clamped = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x == x ? x : 0.0f;
-    const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
-    float n = (clamped * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
-    float r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 = 0.693145752 + 1.42860677e-6
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-              r * (1.0f / 5040)))))));
-    int bits = ((int)n + 127) << 23;  // 2^n
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : x == x ? p * scale : x;
-#endif
+#define LANES 8
+typedef float lanes_f __attribute__((vector_size(LANES * sizeof(float))));
+typedef int32_t lanes_i __attribute__((vector_size(LANES * sizeof(int32_t))));
+
+static inline lanes_f splat(float x) { return (lanes_f){x, x, x, x, x, x, x, x}; }
+// where mask (all ones per lane), a; else b
+static inline lanes_f select_lanes(lanes_i mask, lanes_f a, lanes_f b) {
+    return (lanes_f)(((lanes_i)a & mask) | ((lanes_i)b & ~mask));
 }
 
-real_t exp_element(real_t x) { return exp_elementwise(x); }
+static inline lanes_f exp_lanes(lanes_f x) {
+    lanes_i nan = ~(x == x), below = x < splat(-87.0f);
+    // clamped into [-87, 88]; a NaN takes 0's path through the integer conversion below (undefined for a NaN)
+    lanes_f clamped = select_lanes(below, splat(-87.0f), x);
+    clamped = select_lanes(clamped > splat(88.0f), splat(88.0f), clamped);
+    clamped = select_lanes(nan, splat(0.0f), clamped);
+    const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
+    lanes_f n = (clamped * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
+    lanes_f r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 = 0.693145752 + 1.42860677e-6
+    lanes_f p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+                r * (1.0f / 5040)))))));
+    lanes_i bits = (__builtin_convertvector(n, lanes_i) + 127) << 23;  // 2^n
+    lanes_f result = select_lanes(below, splat(0.0f), p * (lanes_f)bits);
+    return select_lanes(nan, x, result);
+}
+
+// The loads and stores of a group of LANES elements from i, count of them real
+// (the rest of a partial group padded with `pad`, and not stored).
+static inline lanes_f load_lanes(const float *x, int count, float pad) {
+    lanes_f v = splat(pad);
+    if (count == LANES) memcpy(&v, x, sizeof v);  // a whole group: one (unaligned) vector load
+    else memcpy(&v, x, (size_t)count * sizeof(float));
+    return v;
+}
+
+static inline void store_lanes(float *x, lanes_f v, int count) {
+    if (count == LANES) memcpy(x, &v, sizeof v);
+    else memcpy(x, &v, (size_t)count * sizeof(float));
+}
+
+real_t exp_element(real_t x) { return exp_lanes(splat(x))[0]; }
+#endif
 
 // GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
 // written as x s with s = 1 / (1 + e^(-2u)) = (1 + tanh u) / 2: one exp, no
 // tanh, and no cancellation where tanh u is near -1.
+#ifdef SHARDLAB_REAL_DOUBLE
 void gelu_forward(real_t *out, const real_t *inp, int N) {
 #pragma omp parallel for simd
     for (int i = 0; i < N; i++) {
@@ -315,9 +347,22 @@ void gelu_forward(real_t *out, const real_t *inp, int N) {
         out[i] = x / (1 + exp_elementwise(-2 * u));
     }
 }
+#else
+void gelu_forward(real_t *out, const real_t *inp, int N) {
+    int groups = (N + LANES - 1) / LANES;
+#pragma omp parallel for
+    for (int g = 0; g < groups; g++) {
+        int count = N - g * LANES < LANES ? N - g * LANES : LANES;
+        lanes_f x = load_lanes(inp + (size_t)g * LANES, count, 0.0f);
+        lanes_f u = (float)GELU_SCALE * (x + 0.044715f * x * x * x);
+        store_lanes(out + (size_t)g * LANES, x / (1 + exp_lanes(-2 * u)), count);
+    }
+}
+#endif
 
 // d/dx [x s] = s + x s'(u) du/dx with s' = 2 s (1 - s) and 1 - s = e^(-2u) s:
 // again one exp, and no 1 - s that cancels where s is near 1.
+#ifdef SHARDLAB_REAL_DOUBLE
 void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
 #pragma omp parallel for simd
     for (int i = 0; i < N; i++) {
@@ -329,6 +374,23 @@ void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
         dinp[i] += (s + 2 * x * one_minus_s * s * du) * dout[i];
     }
 }
+#else
+void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
+    int groups = (N + LANES - 1) / LANES;
+#pragma omp parallel for
+    for (int g = 0; g < groups; g++) {
+        size_t at = (size_t)g * LANES;
+        int count = N - g * LANES < LANES ? N - g * LANES : LANES;
+        lanes_f x = load_lanes(inp + at, count, 0.0f);
+        lanes_f u = (float)GELU_SCALE * (x + 0.044715f * x * x * x);
+        lanes_f e = exp_lanes(-2 * u), s = 1 / (1 + e);
+        lanes_f one_minus_s = e * s;  // at most 1: e alone overflows a product where x is very negative
+        lanes_f du = (float)GELU_SCALE * (1 + 3 * 0.044715f * x * x);
+        lanes_f grad = (s + 2 * x * one_minus_s * s * du) * load_lanes(dout + at, count, 0.0f);
+        store_lanes(dinp + at, load_lanes(dinp + at, count, 0.0f) + grad, count);
+    }
+}
+#endif
 
 void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
 #pragma omp parallel for
@@ -343,11 +405,22 @@ __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *log
 #pragma omp simd reduction(max : maxval)
     for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;
     real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
+#ifdef SHARDLAB_REAL_DOUBLE
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < V; i++) {
         p[i] = exp_elementwise(logit[i] - maxval);
         sum += p[i];
     }
+#else
+    lanes_f sums = splat(0.0f);
+    for (int i = 0; i < V; i += LANES) {  // a partial last group padded with -inf: e^-inf = 0 adds nothing
+        int count = V - i < LANES ? V - i : LANES;
+        lanes_f e = exp_lanes(load_lanes(logit + i, count, -INFINITY) - maxval);
+        store_lanes(p + i, e, count);
+        sums += e;
+    }
+    for (int k = 0; k < LANES; k++) sum += sums[k];
+#endif
 #pragma omp simd
     for (int i = 0; i < V; i++) p[i] /= sum;
     for (int i = V; i < Vp; i++) p[i] = 0;
