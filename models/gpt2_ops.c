@@ -281,8 +281,8 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 // under float's smallest normal) it gives 0; above 88, e^88; NaN stays NaN.
 //
 // The float build computes it on LANES elements at once with GCC's vector
-// extensions (vector_size: AVX2's or AVX-512's registers on x86, NEON's pairs on
-// arm64), because the compiler vectorises a loop of selects only where the
+// extensions (vector_size: an AVX-512 register's 16, else AVX2's 8 on x86, NEON's
+// pairs on arm64), because the compiler vectorises a loop of selects only where the
 // instruction set has masks (AVX-512), and every exp of AVX2 would be scalar. A
 // loop's last, partial group goes through the same lanes, padded: every element
 // takes the same instructions wherever it falls, so a result depends neither on
@@ -292,11 +292,19 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
 static inline real_t exp_elementwise(real_t x) { return exp(x); }
 real_t exp_element(real_t x) { return exp_elementwise(x); }
 #else
-#define LANES 8
+#ifdef __AVX512F__
+#define LANES 16  // a 512-bit register
+#else
+#define LANES 8   // a 256-bit one (two NEON registers on arm64)
+#endif
 typedef float lanes_f __attribute__((vector_size(LANES * sizeof(float))));
 typedef int32_t lanes_i __attribute__((vector_size(LANES * sizeof(int32_t))));
 
-static inline lanes_f splat(float x) { return (lanes_f){x, x, x, x, x, x, x, x}; }
+static inline lanes_f splat(float x) {
+    lanes_f v;
+    for (int k = 0; k < LANES; k++) v[k] = x;
+    return v;
+}
 // where mask (all ones per lane), a; else b
 static inline lanes_f select_lanes(lanes_i mask, lanes_f a, lanes_f b) {
     return (lanes_f)(((lanes_i)a & mask) | ((lanes_i)b & ~mask));
