@@ -33,14 +33,24 @@ static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) 
     return timer_now() - start;
 }
 
-// The slowest rank's mean time of one call, after a warm-up.
-static double time_op(Comm *comm, CommOp op, float *a, float *b, size_t count) {
-    int iters = count * sizeof(float) <= (1 << 20) ? 50 : 5;
+// The slowest rank's mean time of one call over `iters` calls, after a warm-up.
+static double time_op(Comm *comm, CommOp op, float *a, float *b, size_t count, int iters) {
     run_once(comm, op, a, b, count);
     comm_barrier(comm);
     double total = 0;
     for (int i = 0; i < iters; i++) total += run_once(comm, op, a, b, count);
     return comm_metric_max(comm, total / iters);
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The median of n values (sorted in place).
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The stand-in for a unit's forward or backward: sgemms of 256 x 256 matrices.
@@ -124,14 +134,17 @@ static void bench_overlap(Comm *comm, float *a, size_t max_count, double overlap
 int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    int max_mib = 64;
+    int max_mib = 64, rounds = 3;
     float overlap_ms = 0;
     const CliOption options[] = {
         {"--max-mib", "M", CLI_INT, &max_mib, 1, 1 << 20, "largest message, MiB (default 64)"},
+        {"--rounds", "R", CLI_INT, &rounds, 1, 1000,
+         "time each size in R rounds, the node reduction and MPI's in turn within each (A B A B ...): a row gives "
+         "the medians over the rounds and MPI's time over the node's with its spread (default 3)"},
         {"--overlap-ms", "X", CLI_FLOAT, &overlap_ms, 0.1, 1e5,
          "measure instead the all-reduce hidden behind X ms of compute, 1 MiB to M MiB"},
     };
-    CliSpec spec = {.synopsis = "[--max-mib M] [--overlap-ms X]   (under mpirun -np N)",
+    CliSpec spec = {.synopsis = "[--max-mib M] [--rounds R] [--overlap-ms X]   (under mpirun -np N)",
                     .about = "times every collective from 1 KiB to M MiB: time per call, algorithm and bus bandwidth",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     // each rank parses its own command line; the worst outcome (ERROR over HELP over
@@ -147,6 +160,8 @@ int main(int argc, char **argv) {
     // every rank must run the same message sizes, or the collectives would not match
     if (comm_metric_max(&comm, max_mib) != -comm_metric_max(&comm, -max_mib))
         fatal("--max-mib differs across ranks (rank %d has %d): give every rank the same", comm.rank, max_mib);
+    if (comm_metric_max(&comm, rounds) != -comm_metric_max(&comm, -rounds))
+        fatal("--rounds differs across ranks (rank %d has %d): give every rank the same", comm.rank, rounds);
     if (comm_metric_max(&comm, overlap_ms) != -comm_metric_max(&comm, -overlap_ms))
         fatal("--overlap-ms differs across ranks (rank %d has %g): give every rank the same", comm.rank, overlap_ms);
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);
@@ -160,27 +175,42 @@ int main(int argc, char **argv) {
     }
     int N = comm.world, node = comm_node_shared(&comm) && comm.node_reductions;
     if (comm.rank == 0)
-        printf("# bench_comm: %d ranks, backend %s%s\n", N, comm_backend_name(&comm),
-               node ? "; reductions through the node's shared memory, MPI's own beside them (mpi_*)" : "");
+        printf("# bench_comm: %d ranks, backend %s%s; medians over %d round(s)\n", N, comm_backend_name(&comm),
+               node ? "; reductions through the node's shared memory, MPI's own beside them in turn (mpi_*)" : "",
+               rounds);
     for (int op = 0; op < COMM_BARRIER; op++) {
         double factor = op == COMM_ALL_REDUCE ? 2.0 * (N - 1) / N
                       : (op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER) ? (double)(N - 1) / N : 1.0;
         int both = node && (op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE);
         if (comm.rank == 0)
             printf("# %s\n# %10s %12s %12s %12s%s\n", comm_op_names[op], "bytes", "time_us", "algbw_GB/s", "busbw_GB/s",
-                   both ? "  mpi_time_us mpi_busbw_GB/s" : "");
+                   both ? "  mpi_time_us mpi_busbw_GB/s  mpi/node[lowest-highest]" : "");
         for (size_t bytes = 1024; bytes <= max_count * sizeof(float); bytes *= 4) {
             size_t count = bytes / sizeof(float);
             count -= count % (size_t)N;  // reduce-scatter and all-gather need multiples of N
-            double t = time_op(&comm, op, a, b, count), busbw = (double)count * sizeof(float) / t / 1e9 * factor;
+            int calls = count * sizeof(float) <= (1 << 20) ? 50 : 5, iters = (calls + rounds - 1) / rounds;
+            double *times = xcalloc((size_t)rounds, sizeof(double)), *mpi = xcalloc((size_t)rounds, sizeof(double));
+            double *ratio = xcalloc((size_t)rounds, sizeof(double));
+            for (int r = 0; r < rounds; r++) {
+                times[r] = time_op(&comm, op, a, b, count, iters);
+                if (both) {  // the same call on MPI's own reduction, right after: a pair
+                    comm.node_reductions = 0;
+                    mpi[r] = time_op(&comm, op, a, b, count, iters);
+                    comm.node_reductions = 1;
+                    ratio[r] = mpi[r] / times[r];
+                }
+            }
+            double t = median(times, rounds), busbw = (double)count * sizeof(float) / t / 1e9 * factor;
             if (comm.rank == 0) printf("  %10zu %12.1f %12.3f %12.3f", count * sizeof(float), 1e6 * t, busbw / factor, busbw);
-            if (both) {  // the same call on MPI's own reduction, in this run
-                comm.node_reductions = 0;
-                double mpi = time_op(&comm, op, a, b, count);
-                comm.node_reductions = 1;
-                if (comm.rank == 0) printf(" %12.1f %14.3f", 1e6 * mpi, (double)count * sizeof(float) / mpi / 1e9 * factor);
+            if (both && comm.rank == 0) {
+                double m = median(mpi, rounds), q = median(ratio, rounds);  // ratio sorted: its ends are the spread
+                printf(" %12.1f %14.3f  %.2f[%.2f-%.2f]", 1e6 * m, (double)count * sizeof(float) / m / 1e9 * factor, q,
+                       ratio[0], ratio[rounds - 1]);
             }
             if (comm.rank == 0) printf("\n");
+            free(times);
+            free(mpi);
+            free(ratio);
         }
     }
     free(a);

@@ -450,6 +450,7 @@ for tool in train_ddp train_zero3 train_fsdp bench_comm; do
     fails "$tool: unknown flag under mpirun" "unknown flag '--bogus'" $MPIRUN -np 2 "$BUILD/$tool" --bogus
     if [ "$(grep -c "unknown flag" "$tmp/err")" -eq 1 ]; then ok "$tool: the error is printed once"; else bad "$tool: the error is printed once"; cat "$tmp/err"; fi
 done
+fails "bench_comm: --rounds 0" "--rounds: '0' is not an integer in \\[1, 1000\\]" $MPIRUN -np 1 "$BUILD/bench_comm" --rounds 0
 fails "bench_comm: one rank of two with an unknown flag (no hang)" "unknown flag '--bogus'" \
     $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 1 --bogus
 fails "bench_comm: ranks with different --max-mib" "--max-mib differs across ranks" \
