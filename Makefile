@@ -72,7 +72,7 @@ CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench bench-gpu bench-overlap compare fuzz clean \
+.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench bench-gpu gpu-check bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
 all: blas-check $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 
@@ -117,6 +117,11 @@ test-gpu: gpu
 
 bench-gpu: gpu
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash examples/bench_gpu.sh
+
+# One call's worth on a GPU: kernels, memcheck, the quick GPU suite, the benchmark
+# against llm.c and PyTorch, each part under a timeout (examples/gpu_check.sh).
+gpu-check:
+	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash examples/gpu_check.sh
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

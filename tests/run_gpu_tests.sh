@@ -2,6 +2,8 @@
 # The GPU tests (make test-gpu), on a machine with a GPU: every CUDA layer
 # against the CPU, llmc_check on the GPU, and the strategy, checkpoint and
 # training-feature tests with GPU ranks (NCCL with one rank; ranks sharing the GPU through staged MPI).
+# SHARDLAB_TEST_QUICK=1 (make gpu-check): the strategies as make test-quick runs
+# them, exact resume of one run of each kind, no training-feature suite.
 # Ends with "N passed, M failed".
 cd "$(dirname "$0")/.."
 RUN_TIMEOUT=1200
@@ -21,5 +23,6 @@ for i in $(seq 10); do cat "$tmp/small.txt" "$tmp/small.txt" > "$tmp/s2" && mv "
 "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer byte --out "$tmp/byte" > /dev/null
 run "strategies on GPU ranks" python3 tests/test_strategies.py "$cuda" "$MPIRUN" 36
 run "checkpoints on GPU ranks" python3 tests/test_checkpoints.py "$cuda" "$tmp/byte" "$MPIRUN"
-run "training features on GPU ranks" python3 tests/test_training.py "$cuda" "$MPIRUN" 36 "$BUILD"
+if [ "${SHARDLAB_TEST_QUICK:-}" = 1 ]; then echo "(quick: the training-feature suite skipped)"
+else run "training features on GPU ranks" python3 tests/test_training.py "$cuda" "$MPIRUN" 36 "$BUILD"; fi
 finish
