@@ -9,6 +9,8 @@
 #            and classifier, the step's time per op
 #   llmc     llm.c's train_gpt2cu on the same token file (LLMC=binary, or
 #            LLMC_SRC=its repository, built here)
+#   profile  Nsight Compute's time of every kernel in one step (d12 bf16), summed
+#            by kernel, when ncu is there
 #   trainers each strategy's trainer at one rank (NCCL), d12 bf16
 #   torch    PyTorch torch.compile + SDPA in bf16, when torch with CUDA imports
 # Logs go to OUT_DIR (default runs/gpu-check), one per part, and a table of the
@@ -17,7 +19,7 @@
 # (the flags are read first), so a run here finds a wrong flag or a missing
 # program before the GPU's minutes are spent; the part then reads "cpu-ok".
 set -uo pipefail
-usage="usage: [BUILD=build] [NO_BUILD=1] [OUT_DIR=runs/gpu-check] [PARTS=\"build test memcheck test-gpu bench llmc trainers torch\"]
+usage="usage: [BUILD=build] [NO_BUILD=1] [OUT_DIR=runs/gpu-check] [PARTS=\"build test memcheck test-gpu bench profile llmc trainers torch\"]
        [LLMC=train_gpt2cu | LLMC_SRC=llm.c] [MPIRUN=mpirun] [BATCH=16] bash examples/gpu_check.sh   (make gpu-check)"
 case "${1:-}" in
     --help|-h) echo "$usage"; exit 0 ;;
@@ -29,7 +31,7 @@ BUILD=${BUILD:-build}
 OUT_DIR=${OUT_DIR:-runs/gpu-check}
 MPIRUN=${MPIRUN:-mpirun}
 BATCH=${BATCH:-16}
-ALL_PARTS="build test memcheck test-gpu bench llmc trainers torch"
+ALL_PARTS="build test memcheck test-gpu bench profile llmc trainers torch"
 PARTS=${PARTS:-$ALL_PARTS}
 for part in $PARTS; do
     case " $ALL_PARTS " in *" $part "*) ;; *) echo "gpu_check.sh: PARTS: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 1 ;; esac
@@ -103,6 +105,33 @@ bench() {
     done
     return $rc
 }
+profile() {  # one step's kernels, each run alone (ncu serializes them), summed by name
+    local flags="--config d12 --batch $BATCH --seq 1024 --steps 1 --precision bf16 ${PROFILE_FLAGS---fused-attention}"
+    write_token_file "$tmp/data" || return 1
+    if [ $gpu = 0 ] || ! command -v ncu > /dev/null; then
+        echo "(no GPU or no ncu: the per-kernel profile skipped)"
+        gpu "$cuda/train_single" --data "$tmp/data" $flags --quiet
+        return
+    fi
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$tmp/ncu.csv" \
+        "$cuda/train_single" --data "$tmp/data" $flags --quiet || return 1
+    python3 - "$tmp/ncu.csv" <<'PY'
+import collections, csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+per = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+total, count = collections.Counter(), collections.Counter()
+for r in rows:
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    name = r["Kernel Name"].split("(")[0][:70]
+    total[name] += float(r["Metric Value"].replace(",", "")) * per[r["Metric Unit"]]
+    count[name] += 1
+all_ms = sum(total.values())
+print(f"{sum(count.values())} kernels, {all_ms:.1f} ms of kernel time in all")
+for name, ms in total.most_common(30):
+    print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {count[name]:6d}x  {name}")
+PY
+}
 llmc() {
     local bin=${LLMC:-${LLMC_SRC:+$LLMC_SRC/train_gpt2cu}}
     [ -n "$bin" ] || { echo "(no LLMC or LLMC_SRC: llm.c skipped)"; return 0; }
@@ -134,13 +163,14 @@ torch_compiled() {
 }
 
 export BUILD OUT_DIR MPIRUN BATCH cuda tmp gpu
-export -f gpu build one_step_memcheck quick_test_gpu bench llmc trainers torch_compiled \
+export -f gpu build one_step_memcheck quick_test_gpu bench profile llmc trainers torch_compiled \
     write_token_file llmc_result run_llmc run_trainer
 part build 240 build
 part test 120 gpu "$cuda/test_gpu"
 part memcheck 120 one_step_memcheck
 part test-gpu 150 quick_test_gpu
 part bench 120 bench
+part profile 150 profile
 part llmc 60 llmc
 part trainers 120 trainers
 part torch 150 torch_compiled
