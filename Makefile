@@ -66,7 +66,7 @@ GENCODE   = $(if $(GPU_CC),-gencode arch=compute_$(GPU_CC)$(comma)code=sm_$(GPU_
             -gencode arch=compute_80$(comma)code=sm_80 -gencode arch=compute_90$(comma)code=sm_90)
 NVCCFLAGS = -std=c++17 -O3 -I. $(GENCODE) -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 \
-            -lcublas -lcudart -lnccl -lstdc++
+            -lcublasLt -lcublas -lcudart -lnccl -lstdc++
 CUDA_BUILD = $(BUILD)/cuda
 CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \

@@ -16,6 +16,7 @@
 #include "device/device_cuda.h"
 
 static cublasHandle_t cublas_handle;  // created by device_init, one per process
+static cublasLtHandle_t cublaslt_handle;  // the same, for products with epilogues
 static int cuda_device = -1;
 // --offload-optimizer's copies (device_copy_start): their stream, the event that
 // orders each after the compute stream's work, and the marks, reused in a ring
@@ -42,6 +43,7 @@ extern "C" void device_init(int local_rank) {
     CUBLAS_CHECK(cublasCreate(&cublas_handle));
     // fp32 mode: cuBLAS may use TF32 tensor cores unless NVIDIA_TF32_OVERRIDE=0
     CUBLAS_CHECK(cublasSetMathMode(cublas_handle, CUBLAS_TF32_TENSOR_OP_MATH));
+    CUBLAS_CHECK(cublasLtCreate(&cublaslt_handle));
     // keep freed memory in the pool instead of returning it at every sync
     cudaMemPool_t pool;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
@@ -56,6 +58,11 @@ extern "C" void device_init(int local_rank) {
 cublasHandle_t device_cublas(void) {
     CHECK(cuda_device >= 0, "device_init was not called");
     return cublas_handle;
+}
+
+cublasLtHandle_t device_cublaslt(void) {
+    CHECK(cuda_device >= 0, "device_init was not called");
+    return cublaslt_handle;
 }
 
 // Zeroed device memory from the stream-ordered pool, counted under `category`.

@@ -3,15 +3,15 @@
 # at most about 9 minutes, each part under its own timeout:
 #   build    make gpu once (NO_BUILD=1: BUILD already holds a build for this GPU)
 #   test     test_gpu: every CUDA kernel against the CPU, outputs poisoned with NaN
-#   memcheck compute-sanitizer's memcheck on one training step (d2), fp32 and bf16
+#   memcheck compute-sanitizer's memcheck on one training step (d2): fp32, and bf16
+#            with each attention
 #   test-gpu make test-gpu's quick form (SHARDLAB_TEST_QUICK=1)
 #   bench    bench_gpu d12, B = 16, T = 1024: fp32/TF32 and bf16, each attention
 #            and classifier, the step's time per op
 #   llmc     llm.c's train_gpt2cu on the same token file (LLMC=binary, or
 #            LLMC_SRC=its repository, built here)
-#   profile  Nsight Compute's time of every kernel in one step (d12 bf16), summed
-#            by kernel, when ncu is there
-#   trainers each strategy's trainer at one rank (NCCL), d12 bf16
+#   trainers each strategy's trainer at one rank (NCCL), d12, with TRAINER_FLAGS
+#            (default --precision bf16 --fused-classifier)
 #   torch    PyTorch torch.compile + SDPA in bf16, when torch with CUDA imports
 # Logs go to OUT_DIR (default runs/gpu-check), one per part, and a table of the
 # parts and their results is printed last and kept as OUT_DIR/summary.txt.
@@ -19,8 +19,9 @@
 # (the flags are read first), so a run here finds a wrong flag or a missing
 # program before the GPU's minutes are spent; the part then reads "cpu-ok".
 set -uo pipefail
-usage="usage: [BUILD=build] [NO_BUILD=1] [OUT_DIR=runs/gpu-check] [PARTS=\"build test memcheck test-gpu bench profile llmc trainers torch\"]
-       [LLMC=train_gpt2cu | LLMC_SRC=llm.c] [MPIRUN=mpirun] [BATCH=16] bash examples/gpu_check.sh   (make gpu-check)"
+usage="usage: [BUILD=build] [NO_BUILD=1] [OUT_DIR=runs/gpu-check] [PARTS=\"build test memcheck test-gpu bench llmc trainers torch\"]
+       [LLMC=train_gpt2cu | LLMC_SRC=llm.c] [MPIRUN=mpirun] [BATCH=16] [TRAINER_FLAGS=\"--precision bf16 ...\"]
+       bash examples/gpu_check.sh   (make gpu-check)"
 case "${1:-}" in
     --help|-h) echo "$usage"; exit 0 ;;
     "") ;;
@@ -31,7 +32,8 @@ BUILD=${BUILD:-build}
 OUT_DIR=${OUT_DIR:-runs/gpu-check}
 MPIRUN=${MPIRUN:-mpirun}
 BATCH=${BATCH:-16}
-ALL_PARTS="build test memcheck test-gpu bench profile llmc trainers torch"
+TRAINER_FLAGS=${TRAINER_FLAGS:---precision bf16 --fused-classifier}
+ALL_PARTS="build test memcheck test-gpu bench llmc trainers torch"
 PARTS=${PARTS:-$ALL_PARTS}
 for part in $PARTS; do
     case " $ALL_PARTS " in *" $part "*) ;; *) echo "gpu_check.sh: PARTS: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 1 ;; esac
@@ -86,7 +88,7 @@ one_step_memcheck() {  # the first step of a small model, every kernel once; --f
     local sanitizer=""
     [ $gpu = 0 ] || sanitizer="compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20"
     write_token_file "$tmp/small" 200000 || return 1
-    for flags in "--precision fp32" "--precision bf16 --fused-attention --fused-classifier"; do
+    for flags in "--precision fp32" "--precision bf16 --fused-classifier" "--precision bf16 --fused-attention"; do
         echo "-- $flags"
         gpu $sanitizer "$cuda/train_single" --config d2 --data "$tmp/small" --batch 4 --seq 64 --steps 1 $flags \
             --quiet || return 1
@@ -98,39 +100,12 @@ quick_test_gpu() {
 }
 bench() {
     local rc=0
-    for flags in "--precision fp32" "--precision bf16" "--precision bf16 --fused-attention" \
-                 "--precision bf16 --fused-attention --fused-classifier"; do
+    for flags in "--precision fp32" "--precision bf16" "--precision bf16 --fused-classifier" \
+                 "--precision bf16 --fused-attention" "--precision bf16 --fused-attention --fused-classifier"; do
         echo "-- bench_gpu $flags"
         gpu "$cuda/bench_gpu" --config d12 --batch "$BATCH" --seq 1024 --steps 10 $flags || rc=1
     done
     return $rc
-}
-profile() {  # one step's kernels, each run alone (ncu serializes them), summed by name
-    local flags="--config d12 --batch $BATCH --seq 1024 --steps 1 --precision bf16 ${PROFILE_FLAGS---fused-attention}"
-    write_token_file "$tmp/data" || return 1
-    if [ $gpu = 0 ] || ! command -v ncu > /dev/null; then
-        echo "(no GPU or no ncu: the per-kernel profile skipped)"
-        gpu "$cuda/train_single" --data "$tmp/data" $flags --quiet
-        return
-    fi
-    ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$tmp/ncu.csv" \
-        "$cuda/train_single" --data "$tmp/data" $flags --quiet || return 1
-    python3 - "$tmp/ncu.csv" <<'PY'
-import collections, csv, sys
-rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-per = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
-total, count = collections.Counter(), collections.Counter()
-for r in rows:
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    name = r["Kernel Name"].split("(")[0][:70]
-    total[name] += float(r["Metric Value"].replace(",", "")) * per[r["Metric Unit"]]
-    count[name] += 1
-all_ms = sum(total.values())
-print(f"{sum(count.values())} kernels, {all_ms:.1f} ms of kernel time in all")
-for name, ms in total.most_common(30):
-    print(f"{ms:9.2f} ms {100 * ms / all_ms:5.1f}% {count[name]:6d}x  {name}")
-PY
 }
 llmc() {
     local bin=${LLMC:-${LLMC_SRC:+$LLMC_SRC/train_gpt2cu}}
@@ -145,10 +120,10 @@ trainers() {
     write_token_file "$tmp/data" || return 1
     for strategy in single ddp zero3 fsdp; do
         if [ $gpu = 1 ]; then
-            run_trainer "$cuda" "$strategy" "$tmp/data" "$BATCH" --precision bf16 --fused-attention --fused-classifier || rc=1
+            run_trainer "$cuda" "$strategy" "$tmp/data" "$BATCH" $TRAINER_FLAGS || rc=1
         else
             gpu $MPIRUN -np 1 "$cuda/train_$strategy" --config d12 --data "$tmp/data" --batch "$BATCH" --seq 1024 \
-                --steps 8 --precision bf16 --fused-attention --fused-classifier --quiet || rc=1
+                --steps 8 $TRAINER_FLAGS --quiet || rc=1
         fi
     done
     return $rc
@@ -162,15 +137,14 @@ torch_compiled() {
     python3 examples/bench_torch.py --batch "$BATCH" --seq 1024 --steps 10 --runs compile-bf16
 }
 
-export BUILD OUT_DIR MPIRUN BATCH cuda tmp gpu
-export -f gpu build one_step_memcheck quick_test_gpu bench profile llmc trainers torch_compiled \
+export BUILD OUT_DIR MPIRUN BATCH TRAINER_FLAGS cuda tmp gpu
+export -f gpu build one_step_memcheck quick_test_gpu bench llmc trainers torch_compiled \
     write_token_file llmc_result run_llmc run_trainer
 part build 240 build
 part test 120 gpu "$cuda/test_gpu"
 part memcheck 120 one_step_memcheck
 part test-gpu 150 quick_test_gpu
 part bench 120 bench
-part profile 150 profile
 part llmc 60 llmc
 part trainers 120 trainers
 part torch 150 torch_compiled

@@ -87,6 +87,7 @@ static void init_span(Resident *r, int t, size_t at, void *grads, void *params, 
 
 void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem) {
     const GPT2Layout *layout = &model->layout;
+    memset(r, 0, sizeof *r);  // a Resident on the stack starts as garbage: no range, no offload
     flat_layout_init(&r->flat, layout, count);
     alloc_arrays(r, model, r->flat.total, r->flat.total, r->flat.total, mem);
     for (int t = 0; t < layout->num_tensors; t++)
@@ -95,6 +96,7 @@ void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccou
 
 void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem) {
     const GPT2Layout *layout = &model->layout;
+    memset(r, 0, sizeof *r);
     size_t P = layout->num_params, hi;
     flat_range(P, world, rank, &r->lo, &hi);
     r->range = 1;

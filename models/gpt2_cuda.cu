@@ -76,7 +76,7 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
               attention_fused_forward_cuda(x.atty, x.att_lse, x.qkv, att_drop, B, T, C, NH, attention_math(model)));
     else  // scratch: dfch_gelu (4BTC) and att_scratch are free during the forward pass
         TIMED(forward_s, GPT2_OP_ATTENTION, attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, a->att_scratch,
-                                                                   att_drop, B, T, C, NH));
+                                                                   att_drop, B, T, C, NH, attention_math(model)));
     TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ, matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l),
                                                                  P(GPT2_ATTPROJB, l), B, T, C, C, operands));
     if (attproj_drop)
@@ -106,26 +106,31 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
     const Dropout *attproj_drop = gpt2_dropout(model, l, DROPOUT_ATTPROJ, &sites[1]);
     const Dropout *fcproj_drop = gpt2_dropout(model, l, DROPOUT_FCPROJ, &sites[2]);
 
-    device_zero(a->dfch_gelu, 4 * BTC);
-    device_zero(a->dfch, 4 * BTC);
+    // Each product's dinp and GELU's are the buffer's only contribution: written,
+    // not added, so no buffer is zeroed first (DINP_WRITE).
     const float *dbranch = a->dresidual;  // d(fcproj)
     if (fcproj_drop) {
         TIMED(backward_s, GPT2_OP_RESIDUAL, dropout_apply_cuda(a->dln, a->dresidual, fcproj_drop, B, T, C));
         dbranch = a->dln;
     }
+    int fused = 0;  // GELU's backward in the product's epilogue (bf16 operands), timed with it
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                               P(GPT2_FCPROJW, l), B, T, 4 * C, C, operands));
-    TIMED(backward_s, GPT2_OP_GELU, gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC)));
-    device_zero(a->dln, BTC);
+          fused = matmul_gelu_backward_cuda(a->dfch, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
+                                            P(GPT2_FCPROJW, l), x.fch, B, T, 4 * C, C, operands));
+    if (!fused) {
+        TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
+              matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
+                                   P(GPT2_FCPROJW, l), B, T, 4 * C, C, DINP_WRITE, operands));
+        TIMED(backward_s, GPT2_OP_GELU,
+              gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC), DINP_WRITE));
+    }
     TIMED(backward_s, GPT2_OP_MATMUL_FC, matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2,
-                                                              P(GPT2_FCW, l), B, T, C, 4 * C, operands));
+                                                              P(GPT2_FCW, l), B, T, C, 4 * C, DINP_WRITE, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2,
                                   P(GPT2_LN2W, l), x.ln2_mean, x.ln2_rstd, B, T, C));
 
-    device_zero(a->datty, BTC);
-    device_zero(a->dqkv, 3 * BTC);
+    device_zero(a->dqkv, 3 * BTC);  // the attentions add into it
     dbranch = a->dresidual;  // d(attproj)
     if (attproj_drop) {
         TIMED(backward_s, GPT2_OP_RESIDUAL, dropout_apply_cuda(a->dln, a->dresidual, attproj_drop, B, T, C));
@@ -133,7 +138,7 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
     }
     TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
           matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
-                               P(GPT2_ATTPROJW, l), B, T, C, C, operands));
+                               P(GPT2_ATTPROJW, l), B, T, C, C, DINP_WRITE, operands));
     if (model->attention == ATTENTION_KEEPS_LOGSUMEXP)
         TIMED(backward_s, GPT2_OP_ATTENTION,
               attention_fused_backward_cuda(a->dqkv, a->att_delta, a->datty, x.qkv, x.atty, x.att_lse, att_drop, B,
@@ -141,10 +146,10 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
     else  // the MLP's gradient buffers are done with: they serve as the attention's scratch
         TIMED(backward_s, GPT2_OP_ATTENTION,
               attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch,
-                                      att_drop, B, T, C, NH));
-    device_zero(a->dln, BTC);
+                                      att_drop, B, T, C, NH, attention_math(model)));
     TIMED(backward_s, GPT2_OP_MATMUL_QKV, matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv,
-                                                               x.ln1, P(GPT2_QKVW, l), B, T, C, 3 * C, operands));
+                                                               x.ln1, P(GPT2_QKVW, l), B, T, C, 3 * C, DINP_WRITE,
+                                                               operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual,
                                   P(GPT2_LN1W, l), x.ln1_mean, x.ln1_rstd, B, T, C));
@@ -188,11 +193,10 @@ static void head_backward(GPT2 *model, bf16 *operands) {
         TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
               softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, gpt2_dloss(model), B, T,
                                                  c->vocab_size, c->padded_vocab_size));
-    device_zero(a->dln, (size_t)B * T * C);
-    device_zero(a->dresidual, (size_t)B * T * C);
+    device_zero(a->dresidual, (size_t)B * T * C);  // the layernorm's backward adds into it
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_backward_cuda(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf,
                                                                    P(GPT2_WTE, 0), B, T, C, c->padded_vocab_size,
-                                                                   operands));
+                                                                   DINP_WRITE, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual, P(GPT2_LNFW, 0),
                                   a->lnf_mean, a->lnf_rstd, B, T, C));

@@ -3,6 +3,7 @@
 // element-wise layers give each element a thread. cuBLAS is column-major, so a
 // row-major (rows, cols) matrix is its (cols, rows) transpose: see matmul below.
 #include <cuda_runtime.h>
+#include <stdio.h>
 
 #include "device/cuda_check.h"
 #include "device/device.h"
@@ -27,9 +28,12 @@ __device__ static float warp_max(float x) {
 static unsigned int row_blocks(int rows) { return (unsigned int)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK); }
 
 // Column sums (bias and layernorm parameter gradients): a block of
-// COLUMN_TILE x SUM_LANES threads per tile of columns.
-#define COLUMN_TILE 32
-#define SUM_LANES 32
+// COLUMN_TILE x SUM_LANES threads per tile of columns. Narrow tiles make many
+// blocks (96 for GPT-2 small's 768 channels, against the H100's 132
+// multiprocessors); a warp reads 4 rows' 8 consecutive columns, one 32-byte
+// memory sector each.
+#define COLUMN_TILE 8
+#define SUM_LANES 128
 
 // ---------------------------------------------------------------- encoder
 
@@ -155,9 +159,8 @@ __global__ static void layernorm_backward_input_kernel(float *dinp, const float 
 // dweight, dbias: one thread per channel sums over the rows (deterministic).
 // dweight[c] += sum over rows of (inp - mean) * rstd * dout, dbias[c] += sum of
 // dout. A block sums a tile of COLUMN_TILE columns: thread (x, y) adds rows y,
-// y + SUM_LANES, ... of column x (a warp reads one row's consecutive columns),
-// then thread y = 0 adds the lanes in order. Enough blocks to fill the GPU
-// for C in the hundreds, and the same order every run.
+// y + SUM_LANES, ... of column x, then thread y = 0 adds the lanes in order:
+// the same order every run.
 __global__ static void layernorm_backward_params_kernel(float *dweight, float *dbias, const float *dout,
                                                         const float *inp, const float *mean, const float *rstd,
                                                         int rows, int C) {
@@ -256,38 +259,107 @@ static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, i
                               &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Row-major out (rows, OC) = inp (rows, C) @ weight^T, weight (OC, C). In
-// cuBLAS's column-major terms: out^T (OC, rows) = weight^T^T ... i.e.
-// gemm(op(A) = weight^T as stored, op(B) = inp as stored).
-static void gemm_forward(float *out, const float *inp, const float *weight, int rows, int C, int OC, bf16 *operands) {
+// A product with cuBLASLt's epilogue fused in, on bf16 operands: D (m, n) =
+// op(A) op(B) in gemm's column-major terms, then CUBLASLT_EPILOGUE_BIAS adds
+// bias (m) to each column; _GELU_AUX_BIAS also keeps that sum in aux (m, n)
+// and writes GELU of it; _DGELU multiplies by GELU's derivative at aux. D and
+// aux are fp32, accumulated in fp32. Returns cuBLASLt's status: an epilogue it
+// has no kernel for on this GPU and these types is an answer, not an error, and
+// the caller runs the separate kernels instead (said once on stderr).
+static cublasStatus_t lt_gemm(cublasLtEpilogue_t epilogue, cublasOperation_t op_a, cublasOperation_t op_b, int m,
+                              int n, int k, const bf16 *A, int lda, const bf16 *B, int ldb, float *D, int ldd,
+                              const float *bias, const float *aux) {
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, d = NULL;
+    cublasLtMatmulPreference_t preference = NULL;
+    cublasLtMatmulHeuristicResult_t found;
+    int results = 0;
+    int64_t aux_ld = ldd;
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t status;
+    do {  // each step only if the ones before succeeded; everything made is destroyed below
+        if ((status = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) break;
+        if ((status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a))) break;
+        if ((status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b))) break;
+        if ((status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue)))
+            break;
+        if (bias && (status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                             sizeof bias)))
+            break;
+        if (aux && ((status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                             sizeof aux)) ||
+                    (status = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                             sizeof aux_ld))))
+            break;
+        if ((status = cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, op_a == CUBLAS_OP_N ? m : k,
+                                                 op_a == CUBLAS_OP_N ? k : m, lda)))
+            break;
+        if ((status = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, op_b == CUBLAS_OP_N ? k : n,
+                                                 op_b == CUBLAS_OP_N ? n : k, ldb)))
+            break;
+        if ((status = cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, m, n, ldd))) break;
+        if ((status = cublasLtMatmulPreferenceCreate(&preference))) break;  // no workspace: none to account for
+        if ((status = cublasLtMatmulAlgoGetHeuristic(device_cublaslt(), desc, a, b, d, d, preference, 1, &found,
+                                                     &results)))
+            break;
+        if (results == 0) {
+            status = CUBLAS_STATUS_NOT_SUPPORTED;
+            break;
+        }
+        status = cublasLtMatmul(device_cublaslt(), desc, &one, A, a, B, b, &zero, D, d, D, d, &found.algo, NULL, 0, 0);
+    } while (0);
+    if (preference) CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+    if (d) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(d));
+    if (b) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(b));
+    if (a) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(a));
+    if (desc) CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    static int said;  // the one process-wide flag: say a missing epilogue once, not at every product
+    if (status != CUBLAS_STATUS_SUCCESS && !said) {
+        said = 1;
+        fprintf(stderr, "shardlab: cuBLASLt has no kernel for epilogue %d here (%s): the separate kernels run\n",
+                (int)epilogue, cublasGetStatusString(status));
+    }
+    return status;
+}
+
+// Row-major out (rows, OC) = inp (rows, C) @ weight^T + bias, weight (OC, C); with
+// pre, pre = that and out = GELU(pre). In cuBLAS's column-major terms: out^T
+// (OC, rows) = op(A = weight as stored, transposed) @ inp as stored. bf16
+// operands take the bias and GELU in the product's epilogue where cuBLASLt
+// can; fp32 ones (and the fallback) add them in a kernel after it.
+static void product_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias,
+                            int rows, int C, int OC, bf16 *operands) {
     const void *w = weight, *x = inp;
     if (operands) {
         size_t at = 0;
         w = rounded(operands, &at, weight, (size_t)OC * C);
         x = rounded(operands, &at, inp, (size_t)rows * C);
+        cublasLtEpilogue_t epilogue = pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        if (bias && lt_gemm(epilogue, CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, (const bf16 *)w, C, (const bf16 *)x, C,
+                            out, OC, bias, pre) == CUBLAS_STATUS_SUCCESS)
+            return;
     }
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, w, C, x, C, 0.0f, out, OC, operands != NULL);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, w, C, x, C, 0.0f, pre ? pre : out, OC, operands != NULL);
+    if (pre)
+        bias_gelu_kernel<<<device_blocks((size_t)rows * OC, 256), 256>>>(pre, out, bias, rows, OC);
+    else if (bias)
+        add_bias_kernel<<<device_blocks((size_t)rows * OC, 256), 256>>>(out, bias, rows, OC);
+    CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B,
                                     int T, int C, int OC, bf16 *operands) {
-    size_t rows = (size_t)B * T;
-    gemm_forward(out, inp, weight, (int)rows, C, OC, operands);
-    if (!bias) return;
-    add_bias_kernel<<<device_blocks(rows * OC, 256), 256>>>(out, bias, rows, OC);
-    CUDA_CHECK_LAUNCH();
+    product_forward(out, NULL, inp, weight, bias, B * T, C, OC, operands);
 }
 
 extern "C" void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
                                               const float *bias, int B, int T, int C, int OC, bf16 *operands) {
-    size_t rows = (size_t)B * T;
-    gemm_forward(pre, inp, weight, (int)rows, C, OC, operands);
-    bias_gelu_kernel<<<device_blocks(rows * OC, 256), 256>>>(pre, out, bias, rows, OC);
-    CUDA_CHECK_LAUNCH();
+    product_forward(out, pre, inp, weight, bias, B * T, C, OC, operands);
 }
 
 extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                     const float *weight, int B, int T, int C, int OC, bf16 *operands) {
+                                     const float *weight, int B, int T, int C, int OC, DinpMode mode,
+                                     bf16 *operands) {
     int rows = B * T;
     const void *w = weight, *x = inp, *dy = dout;
     if (operands) {
@@ -296,8 +368,9 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
         x = rounded(operands, &at, inp, (size_t)rows * C);
         dy = rounded(operands, &at, dout, (size_t)rows * OC);
     }
-    // dinp (rows, C) += dout (rows, OC) @ weight (OC, C)
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, 1.0f, dinp, C, operands != NULL);
+    // dinp (rows, C) (+)= dout (rows, OC) @ weight (OC, C)
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, mode == DINP_ADD ? 1.0f : 0.0f, dinp, C,
+         operands != NULL);
     // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, C, operands != NULL);
     if (!dbias) return;
@@ -306,94 +379,137 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     CUDA_CHECK_LAUNCH();
 }
 
+extern "C" int matmul_gelu_backward_cuda(float *dpre, float *dweight, float *dbias, const float *dout,
+                                         const float *inp, const float *weight, const float *pre, int B, int T,
+                                         int C, int OC, bf16 *operands) {
+    int rows = B * T;
+    if (!operands) return 0;
+    size_t at = 0;
+    const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
+    const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
+    const bf16 *dy = rounded(operands, &at, dout, (size_t)rows * OC);
+    // dpre (rows, C) = gelu'(pre) * (dout (rows, OC) @ weight (OC, C))
+    if (lt_gemm(CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, dpre, C, NULL, pre) !=
+        CUBLAS_STATUS_SUCCESS)
+        return 0;
+    // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, C, 1);
+    bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
+                                                                                                   OC);
+    CUDA_CHECK_LAUNCH();
+    return 1;
+}
+
 // ---------------------------------------------------------------- attention
+
+// The attention that keeps its probabilities runs on fp32 data, or on bf16 in a
+// bf16 run (as llm.c's): its kernels take either element type, loading into fp32
+// and rounding what they store (a store of fp32 is exact).
+__device__ static float load(float x) { return x; }
+__device__ static float load(bf16 x) { return bf16_to_float(x); }
+__device__ static void store(float *p, float x) { *p = x; }
+__device__ static void store(bf16 *p, float x) { *p = bf16_from_float(x); }
 
 // qkv (B, T, 3, NH, hs) -> q, k, v (B, NH, T, hs) each, so that each (b, h) is
 // one contiguous (T, hs) matrix for a strided-batched gemm.
-__global__ static void permute_kernel(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int hs) {
+template <typename E>
+__global__ static void permute_kernel(E *q, E *k, E *v, const float *qkv, int B, int T, int NH, int hs) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * NH * T * hs) return;
     int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
     size_t C = (size_t)NH * hs, from = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * hs + d;
-    q[i] = qkv[from];
-    k[i] = qkv[from + C];
-    v[i] = qkv[from + 2 * C];
+    store(&q[i], qkv[from]);
+    store(&k[i], qkv[from + C]);
+    store(&v[i], qkv[from + 2 * C]);
 }
 
 // The reverse for a gradient: dq, dk, dv (B, NH, T, hs) -> dqkv (B, T, 3, NH, hs), added.
-__global__ static void unpermute_qkv_kernel(float *dqkv, const float *dq, const float *dk, const float *dv, int B,
-                                            int T, int NH, int hs) {
+template <typename E>
+__global__ static void unpermute_qkv_kernel(float *dqkv, const E *dq, const E *dk, const E *dv, int B, int T, int NH,
+                                            int hs) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * NH * T * hs) return;
     int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
     size_t C = (size_t)NH * hs, to = (size_t)b * T * 3 * C + (size_t)t * 3 * C + (size_t)h * hs + d;
-    dqkv[to] += dq[i];
-    dqkv[to + C] += dk[i];
-    dqkv[to + 2 * C] += dv[i];
+    dqkv[to] += load(dq[i]);
+    dqkv[to + C] += load(dk[i]);
+    dqkv[to + 2 * C] += load(dv[i]);
 }
 
 // (B, NH, T, hs) <-> (B, T, NH, hs) for the attention output and its gradient.
-__global__ static void head_major_kernel(float *dst, const float *src, int B, int T, int NH, int hs, int to_heads) {
+template <typename Dst, typename Src>
+__global__ static void head_major_kernel(Dst *dst, const Src *src, int B, int T, int NH, int hs, int to_heads) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * NH * T * hs) return;
     int d = (int)(i % hs), t = (int)((i / hs) % T), h = (int)((i / hs / T) % NH), b = (int)(i / hs / T / NH);
     size_t token_major = (size_t)b * T * NH * hs + (size_t)t * NH * hs + (size_t)h * hs + d;
-    if (to_heads) dst[i] = src[token_major];
-    else dst[token_major] = src[i];
+    if (to_heads) store(&dst[i], load(src[token_major]));
+    else store(&dst[token_major], load(src[i]));
 }
 
-// Causal softmax of one row of scores per warp; entries above the diagonal become 0.
-__global__ static void causal_softmax_kernel(float *att, int rows, int T) {
+// Causal softmax of one row of scores per warp; entries above the diagonal become
+// 0. Each probability is exp(s - max) / sum from its score, rounded once.
+template <typename E>
+__global__ static void causal_softmax_kernel(E *att, int rows, int T) {
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows) return;
     int t = row % T;
-    float *a = att + (size_t)row * T;
+    E *a = att + (size_t)row * T;
     float maxval = -INFINITY;
-    for (int j = lane; j <= t; j += WARP) maxval = fmaxf(maxval, a[j]);
+    for (int j = lane; j <= t; j += WARP) maxval = fmaxf(maxval, load(a[j]));
     maxval = warp_max(maxval);
     float sum = 0;
-    for (int j = lane; j <= t; j += WARP) {
-        float e = expf(a[j] - maxval);
-        a[j] = e;
-        sum += e;
-    }
+    for (int j = lane; j <= t; j += WARP) sum += expf(load(a[j]) - maxval);
     float inv = 1.0f / warp_sum(sum);
-    for (int j = lane; j < T; j += WARP) a[j] = j <= t ? a[j] * inv : 0.0f;
+    for (int j = lane; j < T; j += WARP) store(&a[j], j <= t ? expf(load(a[j]) - maxval) * inv : 0.0f);
 }
 
 // datt -> dpreatt in place: dpre = att * (datt - sum(att * datt)), row by row.
-__global__ static void softmax_backward_kernel(float *datt, const float *att, int rows, int T) {
+template <typename E>
+__global__ static void softmax_backward_kernel(E *datt, const E *att, int rows, int T) {
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
     if (row >= rows) return;
     int t = row % T;
-    const float *a = att + (size_t)row * T;
-    float *d = datt + (size_t)row * T;
+    const E *a = att + (size_t)row * T;
+    E *d = datt + (size_t)row * T;
     float dot = 0;
-    for (int j = lane; j <= t; j += WARP) dot += a[j] * d[j];
+    for (int j = lane; j <= t; j += WARP) dot += load(a[j]) * load(d[j]);
     dot = warp_sum(dot);
-    for (int j = lane; j < T; j += WARP) d[j] = j <= t ? a[j] * (d[j] - dot) : 0.0f;
+    for (int j = lane; j < T; j += WARP) store(&d[j], j <= t ? load(a[j]) * (load(d[j]) - dot) : 0.0f);
 }
 
+// A product per (batch row, head), column-major as gemm above: fp32 through
+// cublasSgemmStridedBatched (TF32 where cuBLAS may), or bf16 operands and
+// result with fp32 accumulation.
 static void strided_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
-                         const float *A, int lda, long long stride_a, const float *Bm, int ldb, long long stride_b,
-                         float beta, float *Cm, int ldc, long long stride_c, int batches) {
-    CUBLAS_CHECK(cublasSgemmStridedBatched(device_cublas(), op_a, op_b, m, n, k, &alpha, A, lda, stride_a, Bm, ldb,
-                                           stride_b, &beta, Cm, ldc, stride_c, batches));
+                         const void *A, int lda, long long stride_a, const void *Bm, int ldb, long long stride_b,
+                         void *Cm, int ldc, long long stride_c, int batches, int bf16_data) {
+    const float beta = 0.0f;
+    if (!bf16_data) {
+        CUBLAS_CHECK(cublasSgemmStridedBatched(device_cublas(), op_a, op_b, m, n, k, &alpha, (const float *)A, lda,
+                                               stride_a, (const float *)Bm, ldb, stride_b, &beta, (float *)Cm, ldc,
+                                               stride_c, batches));
+        return;
+    }
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(device_cublas(), op_a, op_b, m, n, k, &alpha, A, CUDA_R_16BF, lda, stride_a,
+                                            Bm, CUDA_R_16BF, ldb, stride_b, &beta, Cm, CUDA_R_16BF, ldc, stride_c,
+                                            batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // out = in (B,NH,T,T) with drop's mask of the probabilities: element h*T + t2
 // of row b's position t, as the CPU's drop_probabilities.
-__global__ static void dropout_probabilities_kernel(float *out, const float *in, Dropout drop, size_t n, int NH,
-                                                    int T) {
+template <typename E>
+__global__ static void dropout_probabilities_kernel(E *out, const E *in, Dropout drop, size_t n, int NH, int T) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)NH * T * T;
     if (i >= n) return;
     int b = (int)(i / per_row), h = (int)(i / ((size_t)T * T) % NH), t = (int)(i / T % T), t2 = (int)(i % T);
     uint64_t key = dropout_row_key(&drop, b, t);
-    float value = in[i];
-    out[i] = dropout_keep(&drop, key, (uint64_t)h * T + t2) ? value * drop.scale : 0.0f;
+    float value = load(in[i]);
+    store(&out[i], dropout_keep(&drop, key, (uint64_t)h * T + t2) ? value * drop.scale : 0.0f);
 }
 
-static void drop_probabilities(float *out, const float *in, const Dropout *drop, int B, int NH, int T) {
+template <typename E>
+static void drop_probabilities(E *out, const E *in, const Dropout *drop, int B, int NH, int T) {
     size_t n = (size_t)B * NH * T * T;
     dropout_probabilities_kernel<<<device_blocks(n, 256), 256>>>(out, in, *drop, n, NH, T);
     CUDA_CHECK_LAUNCH();
@@ -415,34 +531,37 @@ extern "C" void dropout_apply_cuda(float *out, const float *in, const Dropout *d
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, float *dropped,
-                                       const Dropout *drop, int B, int T, int C, int NH) {
-    int hs = C / NH, batches = B * NH;
+// The attention keeping its probabilities on E (fp32 or bf16) data; `att`,
+// `dropped`, the scratch buffers hold E elements from their start.
+template <typename E>
+static void attention_forward(float *out, E *att, const float *qkv, E *scratch, E *dropped, const Dropout *drop,
+                              int B, int T, int C, int NH) {
+    int hs = C / NH, batches = B * NH, bf16_data = sizeof(E) == sizeof(bf16);
     size_t n = (size_t)B * T * C;
-    float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *y = scratch + 3 * n;
+    E *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *y = scratch + 3 * n;
     long long mat = (long long)T * hs, tt = (long long)T * T;
     permute_kernel<<<device_blocks(n, 256), 256>>>(q, k, v, qkv, B, T, NH, hs);
     CUDA_CHECK_LAUNCH();
     // att (T, T) = scale * q @ k^T, per (b, h); column-major: att^T = k q^T
-    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, mat, q, hs, mat, 0.0f, att, T,
-                 tt, batches);
+    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, mat, q, hs, mat, att, T, tt,
+                 batches, bf16_data);
     causal_softmax_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(att, batches * T, T);
     CUDA_CHECK_LAUNCH();
     if (drop) drop_probabilities(dropped, att, drop, B, NH, T);
     // y (T, hs) = att @ v (the dropped probabilities with drop)
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, drop ? dropped : att, T, tt, 0.0f, y, hs, mat,
-                 batches);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, drop ? dropped : att, T, tt, y, hs, mat,
+                 batches, bf16_data);
     head_major_kernel<<<device_blocks(n, 256), 256>>>(out, y, B, T, NH, hs, 0);
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                        float *scratch, float *dscratch, float *datt, const Dropout *drop, int B,
-                                        int T, int C, int NH) {
-    int hs = C / NH, batches = B * NH;
+template <typename E>
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const E *att, E *scratch,
+                               E *dscratch, E *datt, const Dropout *drop, int B, int T, int C, int NH) {
+    int hs = C / NH, batches = B * NH, bf16_data = sizeof(E) == sizeof(bf16);
     size_t n = (size_t)B * T * C;
-    float *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *dy = scratch + 3 * n;
-    float *dq = dscratch, *dk = dscratch + n, *dv = dscratch + 2 * n;
+    E *q = scratch, *k = scratch + n, *v = scratch + 2 * n, *dy = scratch + 3 * n;
+    E *dq = dscratch, *dk = dscratch + n, *dv = dscratch + 2 * n;
     long long mat = (long long)T * hs, tt = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     permute_kernel<<<device_blocks(n, 256), 256>>>(q, k, v, qkv, B, T, NH, hs);
@@ -451,18 +570,36 @@ extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const fl
     CUDA_CHECK_LAUNCH();
     // dv (T, hs) = att^T @ dy, of the probabilities that multiplied v (dropped, in datt for now)
     if (drop) drop_probabilities(datt, att, drop, B, NH, T);
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, mat, drop ? datt : att, T, tt, 0.0f, dv, hs, mat,
-                 batches);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, mat, drop ? datt : att, T, tt, dv, hs, mat,
+                 batches, bf16_data);
     // datt (T, T) = dy @ v^T, through the same mask back to the probabilities
-    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, mat, dy, hs, mat, 0.0f, datt, T, tt, batches);
+    strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, mat, dy, hs, mat, datt, T, tt, batches, bf16_data);
     if (drop) drop_probabilities(datt, datt, drop, B, NH, T);
     softmax_backward_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(datt, att, batches * T, T);
     CUDA_CHECK_LAUNCH();
     // dq = scale * dpre @ k ; dk = scale * dpre^T @ q
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, mat, datt, T, tt, 0.0f, dq, hs, mat, batches);
-    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, mat, datt, T, tt, 0.0f, dk, hs, mat, batches);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, mat, datt, T, tt, dq, hs, mat, batches, bf16_data);
+    strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, mat, datt, T, tt, dk, hs, mat, batches, bf16_data);
     unpermute_qkv_kernel<<<device_blocks(n, 256), 256>>>(dqkv, dq, dk, dv, B, T, NH, hs);
     CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, float *dropped,
+                                       const Dropout *drop, int B, int T, int C, int NH, AttentionMath math) {
+    if (math == ATTENTION_BF16)
+        attention_forward(out, (bf16 *)att, qkv, (bf16 *)scratch, (bf16 *)dropped, drop, B, T, C, NH);
+    else
+        attention_forward(out, att, qkv, scratch, dropped, drop, B, T, C, NH);
+}
+
+extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                        float *scratch, float *dscratch, float *datt, const Dropout *drop, int B,
+                                        int T, int C, int NH, AttentionMath math) {
+    if (math == ATTENTION_BF16)
+        attention_backward(dqkv, dout, qkv, (const bf16 *)att, (bf16 *)scratch, (bf16 *)dscratch, (bf16 *)datt, drop,
+                           B, T, C, NH);
+    else
+        attention_backward(dqkv, dout, qkv, att, scratch, dscratch, datt, drop, B, T, C, NH);
 }
 
 // ---------------------------------------------------------------- gelu, residual
@@ -474,14 +611,14 @@ __global__ static void gelu_forward_kernel(float *out, const float *inp, int N) 
     out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, int N) {
+__global__ static void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, int N, DinpMode mode) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     float x = inp[i];
     float arg = GELU_SCALE * (x + 0.044715f * x * x * x);
     float th = tanhf(arg), ch = coshf(arg);
     float grad = 0.5f * (1.0f + th) + x * 0.5f / (ch * ch) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = mode == DINP_ADD ? dinp[i] + grad * dout[i] : grad * dout[i];
 }
 
 __global__ static void residual_forward_kernel(float *out, const float *a, const float *b, int N) {
@@ -494,8 +631,8 @@ extern "C" void gelu_forward_cuda(float *out, const float *inp, int N) {
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N) {
-    gelu_backward_kernel<<<device_blocks((size_t)N, 256), 256>>>(dinp, inp, dout, N);
+extern "C" void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N, DinpMode mode) {
+    gelu_backward_kernel<<<device_blocks((size_t)N, 256), 256>>>(dinp, inp, dout, N, mode);
     CUDA_CHECK_LAUNCH();
 }
 

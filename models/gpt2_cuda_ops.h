@@ -1,7 +1,9 @@
 // gpt2_cuda_ops.h: GPT-2's layers as CUDA kernels, with the same arguments and
 // the same meaning as gpt2_ops.h (every backward adds into its gradients), on
 // device pointers, queued on the compute stream. Matrix products go through
-// cuBLAS. Where a layer is fused with its neighbour the name says so.
+// cuBLAS. Where a layer is fused with its neighbour the name says so. Two
+// backwards may instead write their dinp (DinpMode), where nothing else adds
+// into it: the unit then neither zeroes the buffer first nor reads it back.
 #ifndef SHARDLAB_GPT2_CUDA_OPS_H
 #define SHARDLAB_GPT2_CUDA_OPS_H
 
@@ -30,25 +32,39 @@ void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, f
 // multiplied on bf16 tensor cores with fp32 accumulation, as a --precision bf16
 // run does. It must hold matmul_operands(B*T, C, OC, backward) elements.
 size_t matmul_operands(size_t rows, int C, int OC, int backward);
+typedef enum { DINP_ADD, DINP_WRITE } DinpMode;  // dinp += the gradient, or dinp = it
 void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
                          int C, int OC, bf16 *operands);
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int B, int T, int C, int OC, bf16 *operands);
-// pre = inp @ weight^T + bias, out = gelu(pre): the bias add and GELU in one pass.
+                          const float *weight, int B, int T, int C, int OC, DinpMode mode, bf16 *operands);
+// pre = inp @ weight^T + bias, out = gelu(pre): the bias add and GELU in one pass
+// (bf16 operands: in the product's cuBLASLt epilogue, as matmul_forward_cuda's bias).
 void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC, bf16 *operands);
+// The backward of a product whose input is GELU(pre), with GELU's backward in the
+// product's cuBLASLt epilogue (bf16 operands): dpre = gelu'(pre) * (dout @ weight)
+// written, dweight and dbias added as matmul_backward_cuda. Returns 0, having
+// changed nothing, where that epilogue is not there (fp32 operands, or none in
+// this cuBLASLt): then matmul_backward_cuda and gelu_backward_cuda do it.
+int matmul_gelu_backward_cuda(float *dpre, float *dweight, float *dbias, const float *dout, const float *inp,
+                              const float *weight, const float *pre, int B, int T, int C, int OC, bf16 *operands);
+// The attentions' arithmetic: fp32 (TF32 where cuBLAS may use it), or bf16.
+typedef enum { ATTENTION_FP32, ATTENTION_TF32, ATTENTION_BF16 } AttentionMath;
 // scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.
 // With drop (NULL: none), the probabilities are dropped into `dropped` (B,NH,T,T)
-// to multiply v; att keeps them whole (gpt2_ops.h's attention_forward).
+// to multiply v; att keeps them whole (gpt2_ops.h's attention_forward). With
+// ATTENTION_BF16 (as llm.c): q, k, v, the scores, the probabilities and every
+// product's result are bf16, each buffer holding bf16 elements from its start
+// (att: the first half of its bytes); softmax and its backward compute in fp32.
 void attention_forward_cuda(float *out, float *att, const float *qkv, float *scratch, float *dropped,
-                            const Dropout *drop, int B, int T, int C, int NH);
+                            const Dropout *drop, int B, int T, int C, int NH, AttentionMath math);
 // scratch: (4,B,T,C) for q, k, v and dout head-major; dscratch: (3,B,T,C);
-// datt: (B,NH,T,T).
+// datt: (B,NH,T,T). math as the forward's.
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                             float *dscratch, float *datt, const Dropout *drop, int B, int T, int C, int NH);
+                             float *dscratch, float *datt, const Dropout *drop, int B, int T, int C, int NH,
+                             AttentionMath math);
 // The fused attention (attention_cuda.cu): causal, flash-style, no (T,T) matrix
 // in memory. Its products run with the operands `math` says, accumulating in fp32.
-typedef enum { ATTENTION_FP32, ATTENTION_TF32, ATTENTION_BF16 } AttentionMath;
 // out (B,T,C) and lse (B,NH,T), each row's log-sum-exp of scores, from qkv
 // (B,T,3C); with drop (NULL: none), the probabilities that multiply v are dropped
 // with the CPU's masks (gpt2_ops.h's attention_forward). Heads of at most 64 channels.
@@ -62,7 +78,7 @@ void attention_fused_backward_cuda(float *dqkv, float *delta, const float *dout,
 // out = in with drop's mask (gpt2_ops.h's dropout_apply): bit for bit the CPU's.
 void dropout_apply_cuda(float *out, const float *in, const Dropout *drop, int B, int T, int C);
 void gelu_forward_cuda(float *out, const float *inp, int N);
-void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int N, DinpMode mode);
 void residual_forward_cuda(float *out, const float *a, const float *b, int N);
 void softmax_crossentropy_forward_cuda(float *losses, float *probs, const float *logits, const int *targets, int B,
                                        int T, int V, int Vp);
