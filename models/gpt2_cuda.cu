@@ -113,17 +113,10 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         TIMED(backward_s, GPT2_OP_RESIDUAL, dropout_apply_cuda(a->dln, a->dresidual, fcproj_drop, B, T, C));
         dbranch = a->dln;
     }
-    int fused = 0;  // GELU's backward in the product's epilogue (bf16 operands), timed with it
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-          fused = matmul_gelu_backward_cuda(a->dfch, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                                            P(GPT2_FCPROJW, l), x.fch, B, T, 4 * C, C, operands));
-    if (!fused) {
-        TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-              matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                                   P(GPT2_FCPROJW, l), B, T, 4 * C, C, DINP_WRITE, operands));
-        TIMED(backward_s, GPT2_OP_GELU,
-              gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC), DINP_WRITE));
-    }
+          matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
+                               P(GPT2_FCPROJW, l), B, T, 4 * C, C, DINP_WRITE, operands));
+    TIMED(backward_s, GPT2_OP_GELU, gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC), DINP_WRITE));
     TIMED(backward_s, GPT2_OP_MATMUL_FC, matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2,
                                                               P(GPT2_FCW, l), B, T, C, 4 * C, DINP_WRITE, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,

@@ -262,8 +262,10 @@ static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, i
 // A product with cuBLASLt's epilogue fused in, on bf16 operands: D (m, n) =
 // op(A) op(B) in gemm's column-major terms, then CUBLASLT_EPILOGUE_BIAS adds
 // bias (m) to each column; _GELU_AUX_BIAS also keeps that sum in aux (m, n)
-// and writes GELU of it; _DGELU multiplies by GELU's derivative at aux. D and
-// aux are fp32, accumulated in fp32. Returns cuBLASLt's status: an epilogue it
+// and writes GELU of it. D and aux are fp32, accumulated in fp32. (GELU's
+// backward in the next product's epilogue, _DGELU, was measured slower on an
+// H200 than the product and gelu_backward_cuda apart: 11.2 against 9.9 ms a
+// step at d12, B = 16, so it is not used.) Returns cuBLASLt's status: an epilogue it
 // has no kernel for on this GPU and these types is an answer, not an error, and
 // the caller runs the separate kernels instead (said once on stderr).
 static cublasStatus_t lt_gemm(cublasLtEpilogue_t epilogue, cublasOperation_t op_a, cublasOperation_t op_b, int m,
@@ -379,27 +381,6 @@ extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, 
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" int matmul_gelu_backward_cuda(float *dpre, float *dweight, float *dbias, const float *dout,
-                                         const float *inp, const float *weight, const float *pre, int B, int T,
-                                         int C, int OC, bf16 *operands) {
-    int rows = B * T;
-    if (!operands) return 0;
-    size_t at = 0;
-    const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
-    const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
-    const bf16 *dy = rounded(operands, &at, dout, (size_t)rows * OC);
-    // dpre (rows, C) = gelu'(pre) * (dout (rows, OC) @ weight (OC, C))
-    if (lt_gemm(CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, dpre, C, NULL, pre) !=
-        CUBLAS_STATUS_SUCCESS)
-        return 0;
-    // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, C, 1);
-    bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
-                                                                                                   OC);
-    CUDA_CHECK_LAUNCH();
-    return 1;
-}
-
 // ---------------------------------------------------------------- attention
 
 // The attention that keeps its probabilities runs on fp32 data, or on bf16 in a
@@ -478,6 +459,87 @@ __global__ static void softmax_backward_kernel(E *datt, const E *att, int rows, 
     for (int j = lane; j < T; j += WARP) store(&d[j], j <= t ? load(a[j]) * (load(d[j]) - dot) : 0.0f);
 }
 
+// The same two kernels on bf16 rows whose length T is a multiple of 8: each lane
+// moves 8 values (16 bytes) at a time, as one 2-byte value per lane would leave
+// the kernel short of memory bandwidth. Same arithmetic, summed in another order.
+#define PACK 8  // bf16 values in 16 bytes
+union Pack {
+    uint4 bits;
+    bf16 v[PACK];
+};
+
+__global__ static void causal_softmax_packed_kernel(bf16 *att, int rows, int T) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t = row % T;
+    bf16 *a = att + (size_t)row * T;
+    Pack p;
+    float maxval = -INFINITY;
+    for (int j0 = lane * PACK; j0 <= t; j0 += WARP * PACK) {
+        p.bits = *(const uint4 *)(a + j0);
+        for (int e = 0; e < PACK && j0 + e <= t; e++) maxval = fmaxf(maxval, bf16_to_float(p.v[e]));
+    }
+    maxval = warp_max(maxval);
+    float sum = 0;
+    for (int j0 = lane * PACK; j0 <= t; j0 += WARP * PACK) {
+        p.bits = *(const uint4 *)(a + j0);
+        for (int e = 0; e < PACK && j0 + e <= t; e++) sum += expf(bf16_to_float(p.v[e]) - maxval);
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int j0 = lane * PACK; j0 < T; j0 += WARP * PACK) {
+        if (j0 <= t) p.bits = *(const uint4 *)(a + j0);
+        for (int e = 0; e < PACK; e++)
+            p.v[e] = bf16_from_float(j0 + e <= t ? expf(bf16_to_float(p.v[e]) - maxval) * inv : 0.0f);
+        *(uint4 *)(a + j0) = p.bits;
+    }
+}
+
+__global__ static void softmax_backward_packed_kernel(bf16 *datt, const bf16 *att, int rows, int T) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t = row % T;
+    const bf16 *a = att + (size_t)row * T;
+    bf16 *d = datt + (size_t)row * T;
+    Pack pa, pd;
+    float dot = 0;
+    for (int j0 = lane * PACK; j0 <= t; j0 += WARP * PACK) {
+        pa.bits = *(const uint4 *)(a + j0);
+        pd.bits = *(const uint4 *)(d + j0);
+        for (int e = 0; e < PACK && j0 + e <= t; e++) dot += bf16_to_float(pa.v[e]) * bf16_to_float(pd.v[e]);
+    }
+    dot = warp_sum(dot);
+    for (int j0 = lane * PACK; j0 < T; j0 += WARP * PACK) {
+        if (j0 <= t) {
+            pa.bits = *(const uint4 *)(a + j0);
+            pd.bits = *(const uint4 *)(d + j0);
+        }
+        for (int e = 0; e < PACK; e++)
+            pd.v[e] = bf16_from_float(j0 + e <= t ? bf16_to_float(pa.v[e]) * (bf16_to_float(pd.v[e]) - dot) : 0.0f);
+        *(uint4 *)(d + j0) = pd.bits;
+    }
+}
+
+// Launches the row kernels: packed where the rows are bf16, of a length that is a
+// multiple of 8, from 16-byte aligned memory.
+template <typename E>
+static void causal_softmax(E *att, int rows, int T) {
+    if (sizeof(E) == sizeof(bf16) && T % PACK == 0 && (uintptr_t)att % 16 == 0)
+        causal_softmax_packed_kernel<<<row_blocks(rows), ROWS_PER_BLOCK * WARP>>>((bf16 *)att, rows, T);
+    else
+        causal_softmax_kernel<<<row_blocks(rows), ROWS_PER_BLOCK * WARP>>>(att, rows, T);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename E>
+static void softmax_backward(E *datt, const E *att, int rows, int T) {
+    if (sizeof(E) == sizeof(bf16) && T % PACK == 0 && (uintptr_t)att % 16 == 0 && (uintptr_t)datt % 16 == 0)
+        softmax_backward_packed_kernel<<<row_blocks(rows), ROWS_PER_BLOCK * WARP>>>((bf16 *)datt, (const bf16 *)att,
+                                                                                    rows, T);
+    else
+        softmax_backward_kernel<<<row_blocks(rows), ROWS_PER_BLOCK * WARP>>>(datt, att, rows, T);
+    CUDA_CHECK_LAUNCH();
+}
+
 // A product per (batch row, head), column-major as gemm above: fp32 through
 // cublasSgemmStridedBatched (TF32 where cuBLAS may), or bf16 operands and
 // result with fp32 accumulation.
@@ -545,8 +607,7 @@ static void attention_forward(float *out, E *att, const float *qkv, E *scratch, 
     // att (T, T) = scale * q @ k^T, per (b, h); column-major: att^T = k q^T
     strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, mat, q, hs, mat, att, T, tt,
                  batches, bf16_data);
-    causal_softmax_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(att, batches * T, T);
-    CUDA_CHECK_LAUNCH();
+    causal_softmax(att, batches * T, T);
     if (drop) drop_probabilities(dropped, att, drop, B, NH, T);
     // y (T, hs) = att @ v (the dropped probabilities with drop)
     strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, mat, drop ? dropped : att, T, tt, y, hs, mat,
@@ -575,8 +636,7 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     // datt (T, T) = dy @ v^T, through the same mask back to the probabilities
     strided_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, mat, dy, hs, mat, datt, T, tt, batches, bf16_data);
     if (drop) drop_probabilities(datt, datt, drop, B, NH, T);
-    softmax_backward_kernel<<<row_blocks(batches * T), ROWS_PER_BLOCK * WARP>>>(datt, att, batches * T, T);
-    CUDA_CHECK_LAUNCH();
+    softmax_backward(datt, att, batches * T, T);
     // dq = scale * dpre @ k ; dk = scale * dpre^T @ q
     strided_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, hs, mat, datt, T, tt, dq, hs, mat, batches, bf16_data);
     strided_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, hs, mat, datt, T, tt, dk, hs, mat, batches, bf16_data);

@@ -41,13 +41,6 @@ void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float
 // (bf16 operands: in the product's cuBLASLt epilogue, as matmul_forward_cuda's bias).
 void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC, bf16 *operands);
-// The backward of a product whose input is GELU(pre), with GELU's backward in the
-// product's cuBLASLt epilogue (bf16 operands): dpre = gelu'(pre) * (dout @ weight)
-// written, dweight and dbias added as matmul_backward_cuda. Returns 0, having
-// changed nothing, where that epilogue is not there (fp32 operands, or none in
-// this cuBLASLt): then matmul_backward_cuda and gelu_backward_cuda do it.
-int matmul_gelu_backward_cuda(float *dpre, float *dweight, float *dbias, const float *dout, const float *inp,
-                              const float *weight, const float *pre, int B, int T, int C, int OC, bf16 *operands);
 // The attentions' arithmetic: fp32 (TF32 where cuBLAS may use it), or bf16.
 typedef enum { ATTENTION_FP32, ATTENTION_TF32, ATTENTION_BF16 } AttentionMath;
 // scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.

@@ -155,12 +155,9 @@ static void round_host(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
-// The products' cuBLASLt epilogues in bf16 (inp, w rounded already): bias and
-// GELU after the product, pre keeping GELU's input; then the backward of a
-// second product (weight w2 (C, OC)) that takes GELU(pre), with GELU's backward
-// in its epilogue. Outputs start as NaN. Where this cuBLASLt has no such
-// epilogue the separate kernels run, and are checked the same way.
-static void check_bf16_gelu_epilogues(const float *inp, const float *w, const float *bias, bf16 *operands) {
+// The product's cuBLASLt epilogue in bf16 (inp, w rounded already): bias and
+// GELU after the product, pre keeping GELU's input. Outputs start as NaN.
+static void check_bf16_gelu_epilogue(const float *inp, const float *w, const float *bias, bf16 *operands) {
     size_t nin = B * T * C, nout = B * T * OC;
     float *pre = calloc(nout, 4), *gelu = calloc(nout, 4), *poison = malloc(nout * 4);
     for (size_t i = 0; i < nout; i++) poison[i] = NAN;
@@ -171,35 +168,7 @@ static void check_bf16_gelu_epilogues(const float *inp, const float *w, const fl
                                   C, OC, operands);
     ck_assert_msg(relative_error(d_pre, pre, nout) <= 1e-3, "bf16 epilogue: pre-activation");
     ck_assert_msg(relative_error(d_gelu, gelu, nout) <= 1e-3, "bf16 epilogue: gelu");
-    // backward: the second product multiplies GELU(pre) as read back (the GPU's own values), rounded
-    float *w2 = random_host(C * OC, 46, 1), *dout2 = random_host(nin, 47, 1), *dout2_rounded = malloc(nin * 4);
-    float *x2 = malloc(nout * 4), *dgelu = calloc(nout, 4), *dpre = calloc(nout, 4);
-    float *dw2 = calloc(C * OC, 4), *db2 = calloc(C, 4), *unused = calloc(C, 4);
-    device_to_host(x2, d_gelu, nout);
-    device_to_host(pre, d_pre, nout);  // the aux the GPU kept, as the backward reads it
-    round_host(x2, nout);
-    round_host(w2, C * OC);
-    memcpy(dout2_rounded, dout2, nin * 4);
-    round_host(dout2_rounded, nin);
-    matmul_backward(dgelu, dw2, unused, dout2_rounded, x2, w2, B, T, OC, C);
-    gelu_backward(dpre, pre, dgelu, (int)nout);
-    for (size_t r = 0; r < (size_t)B * T; r++)  // the bias gradient adds up dout itself, in fp32
-        for (int o = 0; o < C; o++) db2[o] += dout2[r * C + o];
-    float *d_dpre = to_device(poison, nout), *d_dw2 = device_alloc(&mem, MEM_ACTIVATIONS, C * OC);
-    float *d_db2 = device_alloc(&mem, MEM_ACTIVATIONS, C), *d_dout2 = to_device(dout2, nin);
-    float *d_w2 = to_device(w2, C * OC);
-    int fused = matmul_gelu_backward_cuda(d_dpre, d_dw2, d_db2, d_dout2, d_gelu, d_w2, d_pre, B, T, OC, C, operands);
-    if (!fused) {
-        float *d_dgelu = to_device(poison, nout);
-        matmul_backward_cuda(d_dgelu, d_dw2, d_db2, d_dout2, d_gelu, d_w2, B, T, OC, C, DINP_WRITE, operands);
-        gelu_backward_cuda(d_dpre, d_pre, d_dgelu, (int)nout, DINP_WRITE);
-    }
-    printf("bf16 GELU backward in the product's epilogue: %s\n", fused ? "yes" : "no (the separate kernels)");
-    ck_assert_msg(relative_error(d_dpre, dpre, nout) <= 1e-3, "bf16 epilogue: dpre");
-    ck_assert_msg(relative_error(d_dw2, dw2, C * OC) <= 1e-3, "bf16 epilogue: dweight");
-    ck_assert_msg(relative_error(d_db2, db2, C) <= 1e-3, "bf16 epilogue: dbias");
-    free(pre), free(gelu), free(poison), free(w2), free(dout2), free(dout2_rounded), free(x2), free(dgelu);
-    free(dpre), free(dw2), free(db2), free(unused);
+    free(pre), free(gelu), free(poison);
 }
 
 // bf16 products: the CPU's fp32 products of the operands rounded to bf16 (exact
@@ -234,7 +203,7 @@ START_TEST(test_matmul_bf16_operands) {
     for (size_t r = 0; r < (size_t)B * T; r++)
         for (int o = 0; o < OC; o++) db[o] += dout32[r * OC + o];
     assert_close("bf16 matmul dbias", d_db, db, OC);
-    check_bf16_gelu_epilogues(inp, w, bias, operands);
+    check_bf16_gelu_epilogue(inp, w, bias, operands);
 }
 END_TEST
 
@@ -264,8 +233,8 @@ static double materialized_bf16_tolerance(void) { return 16 * 0x1p-8; }
 // with it, the probabilities the CPU and the GPU drop are the same ones (the
 // values agree to rounding). In fp32 to 1e-3; in bf16 (ATTENTION_BF16) to
 // materialized_bf16_tolerance, the probabilities read back widened.
-static void check_materialized_attention(const Dropout *drop, AttentionMath math) {
-    size_t nqkv = B * T * 3 * C, n = B * T * C, natt = B * NH * T * T;
+static void check_materialized_attention(int b, int t, int c, int nh, const Dropout *drop, AttentionMath math) {
+    size_t nqkv = (size_t)b * t * 3 * c, n = (size_t)b * t * c, natt = (size_t)b * nh * t * t;
     int bf16_data = math == ATTENTION_BF16;
     float *qkv = random_host(nqkv, 19, 1), *dout = random_host(n, 20, 1), *poison = malloc(n * 4);
     for (size_t i = 0; i < n; i++) poison[i] = NAN;
@@ -275,8 +244,8 @@ static void check_materialized_attention(const Dropout *drop, AttentionMath math
     float *d_dqkv = to_device(dqkv, nqkv);
     float *d_scratch = device_alloc(&mem, MEM_ACTIVATIONS, 4 * n), *d_dscratch = device_alloc(&mem, MEM_ACTIVATIONS, 3 * n);
     float *d_datt = device_alloc(&mem, MEM_ACTIVATIONS, natt);
-    attention_forward(out, att, qkv, scratch, drop, B, T, C, NH);
-    attention_forward_cuda(d_out, d_att, d_qkv, d_scratch, d_datt, drop, B, T, C, NH, math);
+    attention_forward(out, att, qkv, scratch, drop, b, t, c, nh);
+    attention_forward_cuda(d_out, d_att, d_qkv, d_scratch, d_datt, drop, b, t, c, nh, math);
     double tol = bf16_data ? materialized_bf16_tolerance() : 1e-3;
     float *got = malloc(natt * 4);
     if (bf16_data) device_to_host_widened(got, d_att, natt, DTYPE_BF16);
@@ -293,12 +262,13 @@ static void check_materialized_attention(const Dropout *drop, AttentionMath math
         else device_to_host(dropped, d_datt, natt);
         for (size_t i = 0; i < natt; i++) ck_assert_msg((dropped[i] == 0) == (scratch[i] == 0), "mask %zu", i);
     }
-    attention_backward(dqkv, dout, qkv, att, scratch, drop, B, T, C, NH);
-    attention_backward_cuda(d_dqkv, to_device(dout, n), d_qkv, d_att, d_scratch, d_dscratch, d_datt, drop, B, T, C,
-                            NH, math);
+    attention_backward(dqkv, dout, qkv, att, scratch, drop, b, t, c, nh);
+    attention_backward_cuda(d_dqkv, to_device(dout, n), d_qkv, d_att, d_scratch, d_dscratch, d_datt, drop, b, t, c,
+                            nh, math);
     double dqkv_error = relative_error(d_dqkv, dqkv, nqkv);
-    printf("attention keeping probabilities %s %s: out %.2e, probabilities %.2e, dqkv %.2e (tolerance %.2e)\n",
-           bf16_data ? "bf16" : "fp32", drop ? "dropout" : "", out_error, att_error / att_ref, dqkv_error, tol);
+    printf("attention keeping probabilities B=%d T=%d C=%d NH=%d %s %s: out %.2e, probabilities %.2e, dqkv %.2e "
+           "(tolerance %.2e)\n", b, t, c, nh, bf16_data ? "bf16" : "fp32", drop ? "dropout" : "", out_error,
+           att_error / att_ref, dqkv_error, tol);
     ck_assert_msg(dqkv_error <= tol, "attention dqkv: relative error %.3e", dqkv_error);
     free(qkv), free(dout), free(poison), free(out), free(att), free(dqkv), free(scratch), free(dropped), free(got);
 }
@@ -345,11 +315,15 @@ static void check_fused_attention(int b, int t, int c, int nh, const Dropout *dr
     free(qkv), free(dout), free(dqkv), free(dqkv_start), free(out), free(att), free(scratch), free(poison);
 }
 
+// The layers' shape (T = 17: bf16 rows one value per lane), and rows of a
+// multiple of 8 (bf16 rows 8 values per lane): T = 64, and 40 with head size 18.
 START_TEST(test_attention) {
-    for (int bf16_data = 0; bf16_data <= 1; bf16_data++) {
-        check_materialized_attention(NULL, bf16_data ? ATTENTION_BF16 : ATTENTION_FP32);
-        check_materialized_attention(&gpu_drop, bf16_data ? ATTENTION_BF16 : ATTENTION_FP32);
-    }
+    const int shapes[][4] = {{B, T, C, NH}, {2, 64, 64, 2}, {1, 40, 36, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int bf16_data = 0; bf16_data <= 1; bf16_data++)
+            for (int dropping = 0; dropping <= 1; dropping++)
+                check_materialized_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                                             dropping ? &gpu_drop : NULL, bf16_data ? ATTENTION_BF16 : ATTENTION_FP32);
 }
 END_TEST
 
