@@ -64,7 +64,7 @@ GPU_CC   := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/
 comma    := ,
 GENCODE   = $(if $(GPU_CC),-gencode arch=compute_$(GPU_CC)$(comma)code=sm_$(GPU_CC),\
             -gencode arch=compute_80$(comma)code=sm_80 -gencode arch=compute_90$(comma)code=sm_90)
-NVCCFLAGS = -std=c++17 -O3 -I. $(GENCODE) -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
+NVCCFLAGS = -std=c++17 -O3 -I. $(GENCODE) -MMD -MP -Xcompiler -Wall -I$(NCCL_HOME)/include $(shell pkg-config --cflags ompi-c 2>/dev/null)
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 \
             -lcublasLt -lcublas -lcudart -lnccl -lstdc++
 CUDA_BUILD = $(BUILD)/cuda
@@ -252,7 +252,7 @@ clean:
 # since moved or removed would ask make for that file).
 DEP_SRCS = $(wildcard */*.c */*/*.c)
 -include $(wildcard $(DEP_SRCS:%.c=$(BUILD)/obj/%.d) $(DEP_SRCS:%.c=$(BUILD)/obj/f64/%.d) \
-                    $(TRAINERS:%=$(BUILD)/obj/trainers/%.d))
+                    $(TRAINERS:%=$(BUILD)/obj/trainers/%.d) $(CUDA_SRCS:%.cu=$(CUDA_BUILD)/obj/%.d))
 
 # A homework check: STRATEGY (one of build/plan --strategies) at RANKS ranks, with
 # the trainer flags in ARGS, against train_single on a tiny model, check by check
