@@ -23,7 +23,7 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
     float beta2_correction = 1.0f - powf(cfg.beta2, (float)step);
     // element i touches only element i: any split over threads and vector lanes gives the same result
 #pragma omp parallel for simd
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < count; i++)  // vectorised
         adamw_element(&params[i], grads[i], &m[i], &v[i], cfg, beta1_correction, beta2_correction);
 }
 
@@ -44,7 +44,7 @@ void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
         float beta1_correction = 1.0f - powf(cfg.beta1, (float)span->step);
         float beta2_correction = 1.0f - powf(cfg.beta2, (float)span->step);
 #pragma omp parallel for simd
-        for (size_t i = 0; i < span->count; i++)
+        for (size_t i = 0; i < span->count; i++)  // vectorised
             adamw_element(&span->params[i], bf16_to_float(span->grads_bf16[i]), &span->m[i], &span->v[i], cfg,
                           beta1_correction, beta2_correction);
     } else {
@@ -52,7 +52,7 @@ void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     }
     if (span->working) {
 #pragma omp parallel for simd
-        for (size_t i = 0; i < span->count; i++) span->working[i] = bf16_from_float(span->params[i]);
+        for (size_t i = 0; i < span->count; i++) span->working[i] = bf16_from_float(span->params[i]);  // vectorised
     }
 }
 

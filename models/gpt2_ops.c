@@ -36,7 +36,7 @@ static void add_column_sums(real_t *sums, const real_t *rows, int R, int cols) {
         thread_columns(cols, &begin, &end);
         for (int r = 0; r < R; r++) {
             const real_t *row = rows + (size_t)r * cols;
-            for (int c = begin; c < end; c++) sums[c] += row[c];
+            for (int c = begin; c < end; c++) sums[c] += row[c];  // vectorised
         }
     }
 }
@@ -49,7 +49,7 @@ void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_
             real_t *out_bt = out + ((size_t)b * T + t) * C;
             const real_t *wte_row = wte + (size_t)inp[b * T + t] * C;
             const real_t *wpe_row = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) out_bt[i] = wte_row[i] + wpe_row[i];
+            for (int i = 0; i < C; i++) out_bt[i] = wte_row[i] + wpe_row[i];  // vectorised
         }
     }
 }
@@ -61,7 +61,7 @@ void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int 
             const real_t *dout_bt = dout + ((size_t)b * T + t) * C;
             real_t *dwte_row = dwte + (size_t)inp[b * T + t] * C;
             real_t *dwpe_row = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
+            for (int i = 0; i < C; i++) {  // vectorised
                 dwte_row[i] += dout_bt[i];
                 dwpe_row[i] += dout_bt[i];
             }
@@ -75,14 +75,14 @@ void layernorm_forward(real_t *out, real_t *mean, real_t *rstd, const real_t *in
     for (int row = 0; row < B * T; row++) {
         const real_t *x = inp + (size_t)row * C;
         real_t m = 0;
-        for (int i = 0; i < C; i++) m += x[i];
+        for (int i = 0; i < C; i++) m += x[i];  // vectorised
         m /= C;
         real_t var = 0;
-        for (int i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
+        for (int i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);  // vectorised
         var /= C;
         real_t s = 1 / sqrt(var + LAYERNORM_EPS);
         real_t *y = out + (size_t)row * C;
-        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * s * weight[i] + bias[i];  // vectorised
         mean[row] = m;
         rstd[row] = s;
     }
@@ -100,7 +100,7 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
         real_t m = mean[row], s = rstd[row];
         // two reductions over the row: mean of dnorm and mean of dnorm * norm
         real_t dnorm_mean = 0, dnorm_norm_mean = 0;
-        for (int i = 0; i < C; i++) {
+        for (int i = 0; i < C; i++) {  // vectorised
             real_t norm = (x[i] - m) * s;
             real_t dnorm = weight[i] * dy[i];
             dnorm_mean += dnorm;
@@ -108,7 +108,7 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
         }
         dnorm_mean /= C;
         dnorm_norm_mean /= C;
-        for (int i = 0; i < C; i++) {
+        for (int i = 0; i < C; i++) {  // vectorised
             real_t norm = (x[i] - m) * s;
             real_t dnorm = weight[i] * dy[i];
             dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
@@ -124,7 +124,7 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
             const real_t *dy = dout + (size_t)row * C;
             const real_t *x = inp + (size_t)row * C;
             real_t m = mean[row], s = rstd[row];
-            for (int i = begin; i < end; i++) dweight[i] += (x[i] - m) * s * dy[i];
+            for (int i = begin; i < end; i++) dweight[i] += (x[i] - m) * s * dy[i];  // vectorised
         }
     }
 }
@@ -139,7 +139,7 @@ void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const 
 #pragma omp parallel for
     for (int r = 0; r < rows; r++) {
         real_t *out_r = out + (size_t)r * OC;
-        for (int o = 0; o < OC; o++) out_r[o] += bias[o];
+        for (int o = 0; o < OC; o++) out_r[o] += bias[o];  // vectorised
     }
 }
 
@@ -167,7 +167,7 @@ static void causal_softmax_rows(real_t *att, int T) {
             row[t2] = exp(row[t2] - maxval);
             sum += row[t2];
         }
-        for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;
+        for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;  // vectorised
         for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
     }
 }
@@ -257,8 +257,8 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
                 const real_t *a = att_bh + (size_t)t * T;
                 real_t *d = datt + (size_t)t * T;
                 real_t dot = 0;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * d[t2];
-                for (int t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - dot);
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * d[t2];  // vectorised
+                for (int t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - dot);  // vectorised
                 for (int t2 = t + 1; t2 < T; t2++) d[t2] = 0;
             }
             const real_t *dpreatt = datt;
@@ -402,7 +402,7 @@ void gelu_backward(real_t *dinp, const real_t *inp, const real_t *dout, int N) {
 
 void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
 #pragma omp parallel for
-    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];
+    for (int i = 0; i < N; i++) out[i] = a[i] + b[i];  // vectorised
 }
 
 // One row's softmax over its first V of Vp logits into p (zeros past V), which
@@ -411,7 +411,7 @@ void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
 __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *logit, int target, int V, int Vp) {
     real_t maxval = logit[0], target_logit = logit[target];  // read before p may overwrite it
 #pragma omp simd reduction(max : maxval)
-    for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;
+    for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;  // vectorised
     real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
 #ifdef SHARDLAB_REAL_DOUBLE
 #pragma omp simd reduction(+ : sum)
@@ -427,7 +427,7 @@ __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *log
         store_lanes(p + i, e, count);
         sums += e;
     }
-    for (int k = 0; k < LANES; k++) sum += sums[k];
+    for (int k = 0; k < LANES; k++) sum += sums[k];  // vectorised
 #endif
 #pragma omp simd
     for (int i = 0; i < V; i++) p[i] /= sum;
@@ -438,7 +438,7 @@ __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *log
 // One row's dlogits = dloss * (p - onehot(target)) from its probabilities p
 // (which may be the same buffer); padded columns get 0.
 static void crossentropy_grad_row(real_t *dl, const real_t *p, int target, real_t dloss, int V, int Vp) {
-    for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;
+    for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;  // vectorised
     for (int i = V; i < Vp; i++) dl[i] = 0;
     dl[target] -= dloss;
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# bench_step's per-op table accounts for the step it timed (timing: run alone, not beside other parts).
+# bench_step's per-op table accounts for the step it timed (timing: run alone, not beside other parts);
+# the element-wise loops vectorised for this machine and for AVX2 (make vec-check).
 # One part of make test (tests/run_tests.sh runs the parts side by side); alone:
 #   BUILD=build MPIRUN="mpirun ..." bash tests/suites/bench.sh
 # Ends with "N passed, M failed".
 cd "$(dirname "$0")/../.."
 . tests/testlib.sh
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+if make -s vec-check > "$tmp/vec" 2>&1; then ok "make vec-check: $(tail -n 1 "$tmp/vec")"
+else bad "make vec-check"; cat "$tmp/vec"; fi
 echo "== bench_step: the per-op table accounts for the step it timed"
 # Plausibility, not speed: every op kind has a row with time in each pass it
 # runs in, the rows add up to the step, and what no row timed ("other") is small.
