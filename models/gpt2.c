@@ -295,6 +295,30 @@ void gpt2_init(GPT2 *model, GPT2Config config, int B, int T, int recompute, Atte
     layout_activations(&model->acts, model->acts_memory, &config, B, T, recompute, attention, classifier);
 }
 
+static size_t operand_aligned(size_t count) {
+    return (count + GPT2_OPERAND_ALIGN - 1) / GPT2_OPERAND_ALIGN * GPT2_OPERAND_ALIGN;
+}
+
+size_t gpt2_product_operands(size_t rows, int C, int OC, int backward) {
+    // forward: weight and inp; backward: weight, inp and dout
+    return operand_aligned((size_t)OC * C) + operand_aligned(rows * C) + (backward ? operand_aligned(rows * OC) : 0);
+}
+
+size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward) {
+    const GPT2Config *c = &model->layout.config;
+    size_t rows = (size_t)model->B * model->T, most = 0;
+    int C = c->channels;
+    if (unit == 0 || model->param_dtype != DTYPE_BF16) return 0;
+    if (model->layout.unit_num_layers[unit] == 0) return gpt2_product_operands(rows, C, c->padded_vocab_size, backward);
+    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv, attproj, fc, fcproj
+    for (int i = 0; i < 4; i++)
+        for (int pass = 0; pass <= backward; pass++) {
+            size_t n = gpt2_product_operands(rows, shapes[i][0], shapes[i][1], pass);
+            if (n > most) most = n;
+        }
+    return most;
+}
+
 float gpt2_dloss(const GPT2 *model) { return 1.0f / ((float)model->B * model->T * model->grad_accum); }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {

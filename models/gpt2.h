@@ -208,6 +208,8 @@ typedef struct {
                                // them (kit/resident.h), updated after each step; 0: none
     int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
                                // master, in host memory and updates it on the CPU (kit/resident.h)
+    int gpu_operands;          // build/plan --gpu: the dry run holds what the CUDA build's bf16 products
+                               // hold while a unit runs, their bf16 operands (gpt2_unit_operands)
     OffloadEarly *offload_early;  // NULL, or from the last micro-batch's backward to the step: offloaded
                                // updates begin as gradient shares are final (kit/resident.h)
     float dropout;             // --dropout P (dropout.h): 0, none
@@ -298,6 +300,15 @@ int gpt2_device_fuses_attention(void);
 // those up around them.
 void gpt2_device_forward(GPT2 *model, int unit);
 void gpt2_device_backward(GPT2 *model, int unit);
+// A bf16 run on a GPU multiplies on bf16 tensor cores: each product first rounds
+// its operands into a buffer of their own, each part GPT2_OPERAND_ALIGN elements
+// aligned (128 bytes, so that cuBLAS may take its fastest kernels). Elements of a
+// product of (rows, C) by (OC, C) (backward: its dout (rows, OC) too), and of the
+// largest product of a unit's pass (with recompute the forward runs in the
+// backward too); 0 in an fp32 run. Counted as activations while the unit runs.
+#define GPT2_OPERAND_ALIGN 64
+size_t gpt2_product_operands(size_t rows, int C, int OC, int backward);
+size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward);
 
 // Block `layer`'s activations: its own slices, or with recompute the one shared
 // set (its input and output, residual3, are always its own).

@@ -195,29 +195,11 @@ static void head_backward(GPT2 *model, bf16 *operands) {
                                   a->lnf_mean, a->lnf_rstd, B, T, C));
 }
 
-// A bf16 run multiplies on bf16 tensor cores (matmul_forward_cuda): the bf16
-// operands of the unit's largest product (backward: with recompute, its forward
-// runs too) need this many elements, counted as activations while the unit runs.
-static size_t unit_operands(const GPT2 *model, int unit, int backward) {
-    const GPT2Config *c = &model->layout.config;
-    size_t rows = (size_t)model->B * model->T, most = 0;
-    int C = c->channels;
-    if (unit == 0 || model->param_dtype != DTYPE_BF16) return 0;
-    if (model->layout.unit_num_layers[unit] == 0) return matmul_operands(rows, C, c->padded_vocab_size, backward);
-    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv, attproj, fc, fcproj
-    for (int i = 0; i < 4; i++)
-        for (int pass = 0; pass <= backward; pass++) {
-            size_t n = matmul_operands(rows, shapes[i][0], shapes[i][1], pass);
-            if (n > most) most = n;
-        }
-    return most;
-}
-
 extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
-    size_t count = unit_operands(model, unit, 0);
+    size_t count = gpt2_unit_operands(model, unit, 0);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
@@ -238,7 +220,7 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
 extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
-    size_t count = unit_operands(model, unit, 1);
+    size_t count = gpt2_unit_operands(model, unit, 1);
     bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);

@@ -8,6 +8,7 @@
 #include "device/cuda_check.h"
 #include "device/device.h"
 #include "device/device_cuda.h"
+#include "models/gpt2.h"
 #include "models/gpt2_cuda_ops.h"
 
 #define WARP 32
@@ -227,15 +228,9 @@ __global__ static void bias_backward_kernel(float *dbias, const float *dout, int
     dbias[o] += sum;
 }
 
-// bf16 operands: each matrix rounded into its own part of the operands buffer,
-// the parts 128-byte aligned so that cuBLAS can take its fastest kernels.
-#define OPERAND_ALIGN 64  // bf16 elements
-static size_t aligned(size_t count) { return (count + OPERAND_ALIGN - 1) / OPERAND_ALIGN * OPERAND_ALIGN; }
-
-extern "C" size_t matmul_operands(size_t rows, int C, int OC, int backward) {
-    // forward: weight and inp; backward: weight, inp and dout
-    return aligned((size_t)OC * C) + aligned(rows * C) + (backward ? aligned(rows * OC) : 0);
-}
+// bf16 operands: each matrix rounded into its own part of the operands buffer
+// (gpt2_product_operands counts them), the parts GPT2_OPERAND_ALIGN aligned.
+static size_t aligned(size_t count) { return (count + GPT2_OPERAND_ALIGN - 1) / GPT2_OPERAND_ALIGN * GPT2_OPERAND_ALIGN; }
 
 // Rounds `count` fp32 values into bf16 at operands[*at], and moves *at past them.
 static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size_t count) {

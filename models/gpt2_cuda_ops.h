@@ -30,8 +30,7 @@ void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, f
 // The products take a buffer `operands`: NULL multiplies in fp32 (TF32 where
 // cuBLAS is allowed to); otherwise the operands are rounded to bf16 into it and
 // multiplied on bf16 tensor cores with fp32 accumulation, as a --precision bf16
-// run does. It must hold matmul_operands(B*T, C, OC, backward) elements.
-size_t matmul_operands(size_t rows, int C, int OC, int backward);
+// run does. It must hold gpt2_product_operands(B*T, C, OC, backward) elements (gpt2.h).
 typedef enum { DINP_ADD, DINP_WRITE } DinpMode;  // dinp += the gradient, or dinp = it
 void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
                          int C, int OC, bf16 *operands);

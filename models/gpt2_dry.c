@@ -3,6 +3,7 @@
 // --time) a unit advances the virtual clock by its FLOPs (comm/sim_clock.h): backward
 // by twice forward's, and blocks recomputed in backward by its forward again.
 #include "comm/sim_clock.h"
+#include "device/device.h"
 #include "models/gpt2.h"
 
 // Forward FLOPs of the model's unit `unit` for its B x T tokens (backward: twice
@@ -19,11 +20,27 @@ static double unit_forward_flops(const GPT2 *model, int unit) {
 // The planner counts the activations of either attention (plan --fused-attention).
 int gpt2_device_fuses_attention(void) { return 1; }
 
+// build/plan --gpu: the bf16 operands the CUDA build's products hold while the unit runs.
+static void *open_operands(GPT2 *model, int unit, int backward, size_t *count) {
+    *count = model->gpu_operands ? gpt2_unit_operands(model, unit, backward) : 0;
+    return *count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, *count, DTYPE_BF16) : NULL;
+}
+
+static void close_operands(GPT2 *model, void *operands, size_t count) {
+    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
+}
+
 void gpt2_device_forward(GPT2 *model, int unit) {
+    size_t count;
+    void *operands = open_operands(model, unit, 0, &count);
     if (model->clock) sim_compute(model->clock, unit_forward_flops(model, unit));
+    close_operands(model, operands, count);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     int blocks = model->layout.unit_num_layers[unit] > 0;
+    size_t count;
+    void *operands = open_operands(model, unit, 1, &count);
     if (model->clock) sim_compute(model->clock, (model->recompute && blocks ? 3 : 2) * unit_forward_flops(model, unit));
+    close_operands(model, operands, count);
 }

@@ -24,6 +24,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     model.grad_dtype = d->grads;
     model.ema_decay = d->ema;
     model.offload_optimizer = d->offload_optimizer;
+    model.gpu_operands = d->gpu_operands;
     StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
                            .quiet = 1, .accum_mode = d->accum_mode};
     strategy_group_units(&ctx, d->units);

@@ -181,7 +181,7 @@ START_TEST(test_matmul_bf16_operands) {
     float *d_inp = to_device(inp, nin), *d_w = to_device(w, OC * C), *d_bias = to_device(bias, OC);
     float *d_out = to_device(out, nout), *d_dout = to_device(dout, nout), *d_dinp = to_device(dinp, nin);
     float *d_dw = to_device(dw, OC * C), *d_db = to_device(db, OC);
-    bf16 *operands = device_alloc_as(&mem, MEM_ACTIVATIONS, matmul_operands((size_t)B * T, C, OC, 1), DTYPE_BF16);
+    bf16 *operands = device_alloc_as(&mem, MEM_ACTIVATIONS, gpt2_product_operands((size_t)B * T, C, OC, 1), DTYPE_BF16);
     matmul_forward(exact, inp, w, bias, B, T, C, OC);
     round_host(inp, nin);
     round_host(w, OC * C);

@@ -498,6 +498,28 @@ for flag, formula, saved_bytes in fusions:
         check(r.returncode != 0 and flag in r.stderr,
               f"plan {mode[0]} {flag} is refused, naming the flag: {r.stderr.strip()[:120]}")
 
+# --gpu (the CUDA trainers' memory in bf16): while a unit's pass runs, its largest product's bf16 operands are
+# held as activations, each part aligned to 64 elements: weight, input, and (backward) dout. So the activations'
+# peak rises by the largest of them over the units, 2 bytes an element, every other category unchanged.
+C = int(re.search(r"\bC=(\d+)", head).group(1))
+def aligned(n):
+    return (n + 63) // 64 * 64
+def operands(rows, c_in, c_out, backward):
+    return aligned(c_out * c_in) + aligned(rows * c_in) + (aligned(rows * c_out) if backward else 0)
+largest = max([operands(b * T, C, Vp, 1)] +
+              [operands(b * T, ci, co, 1) for ci, co in ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))])
+shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40", "--precision", "bf16"]
+plain, gpu = plan_rows(shape), plan_rows([*shape, "--gpu"])
+check(len(plain) == len(gpu) and all(g[3][ACT] - p[3][ACT] == 2 * largest for p, g in zip(plain, gpu)),
+      f"plan --precision bf16 --gpu: activations rise by the largest product's bf16 operands, {2 * largest} B")
+check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == g[3][:ACT] + g[3][ACT + 1:len(CATS)] for p, g in zip(plain, gpu)),
+      "plan --precision bf16 --gpu: the other categories equal")
+for extra, why in (([], "fp32"), (["--precision", "bf16", "--traffic"], "--traffic"),
+                   (["--precision", "bf16", "--time"], "--time")):
+    r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--gpu", *extra], capture_output=True,
+                       text=True)
+    check(r.returncode != 0 and "--gpu" in r.stderr, f"plan --gpu with {why} is refused: {r.stderr.strip()[:120]}")
+
 # --offload-optimizer: refused with --traffic, --layout and --ema; with --time the wait for its copies and CPU
 # AdamW takes the last column, and --host-link and --cpu-adam go with it alone. DDP's whole model at N = 1 with a
 # clip (every update at the step): on a link alone (an instant CPU) 2 latencies per tensor and 8 bytes per
