@@ -620,7 +620,7 @@ int main(int argc, char **argv) {
         {"--fused-classifier", NULL, CLI_SWITCH, &fused_classifier, 0, 0,
          "the trainers' --fused-classifier: no (B, T, Vp) probabilities kept"},
         {"--gpu", NULL, CLI_SWITCH, &gpu, 0, 0,
-         "the CUDA trainers' memory: with --precision bf16, each product's bf16 operands while its unit runs"},
+         "the CUDA trainers' memory: with --precision bf16, the bf16 operands of a unit's largest product while it runs"},
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
@@ -748,6 +748,9 @@ int main(int argc, char **argv) {
     if (gpu && param_dtype != DTYPE_BF16)
         fatal("--gpu: the CUDA trainers hold more than the CPU's only with --precision bf16 (their products' bf16 "
               "operands); an fp32 plan is the same for both");
+    if (fused_attention && param_dtype == DTYPE_BF16 && !gpu)
+        fatal("--fused-attention: only the CUDA trainers have it, and in bf16 they hold their products' bf16 operands "
+              "too: give --gpu with it");
     if (params_only) {
         if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
         print_model_states(params_only, world, param_dtype, grad_dtype, offload);

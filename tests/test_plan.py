@@ -515,10 +515,17 @@ check(len(plain) == len(gpu) and all(g[3][ACT] - p[3][ACT] == 2 * largest for p,
 check(all(p[3][:ACT] + p[3][ACT + 1:len(CATS)] == g[3][:ACT] + g[3][ACT + 1:len(CATS)] for p, g in zip(plain, gpu)),
       "plan --precision bf16 --gpu: the other categories equal")
 for extra, why in (([], "fp32"), (["--precision", "bf16", "--traffic"], "--traffic"),
-                   (["--precision", "bf16", "--time"], "--time")):
+                   (["--precision", "bf16", "--time"], "--time"), (["--precision", "bf16", "--layout"], "--layout")):
     r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--gpu", *extra], capture_output=True,
                        text=True)
     check(r.returncode != 0 and "--gpu" in r.stderr, f"plan --gpu with {why} is refused: {r.stderr.strip()[:120]}")
+r = subprocess.run([f"{BUILD}/plan", "--params", "1e9", "--ranks", "4", "--gpu"], capture_output=True, text=True)
+check(r.returncode != 0 and "--gpu" in r.stderr, f"plan --params --gpu is refused: {r.stderr.strip()[:120]}")
+# the fused attention is the CUDA trainers' alone: a bf16 plan of it without their operands plans no build
+r = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--ranks", "2", "--precision", "bf16", "--fused-attention"],
+                   capture_output=True, text=True)
+check(r.returncode != 0 and "give --gpu" in r.stderr,
+      f"plan --precision bf16 --fused-attention without --gpu is refused: {r.stderr.strip()[:120]}")
 
 # --offload-optimizer: refused with --traffic, --layout and --ema; with --time the wait for its copies and CPU
 # AdamW takes the last column, and --host-link and --cpu-adam go with it alone. DDP's whole model at N = 1 with a
