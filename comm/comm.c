@@ -28,7 +28,7 @@ struct CommLog {
 #define COMM_LOG_MAX 65536
 
 const char *const comm_op_names[COMM_NUM_OPS] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier",
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier",
 };
 
 // ---- groups ----
@@ -86,7 +86,8 @@ static void ring_bytes(CommOp op, uint64_t S, int rank, int world, int root, uin
     switch (op) {
     case COMM_ALL_REDUCE: *sent = *recv = 2 * (N - 1) * S / N; break;
     case COMM_REDUCE_SCATTER:
-    case COMM_ALL_GATHER: *sent = *recv = (N - 1) * S / N; break;
+    case COMM_ALL_GATHER:
+    case COMM_ALL_TO_ALL: *sent = *recv = (N - 1) * S / N; break;
     case COMM_BROADCAST:
         *sent = (rank == (root + world - 1) % world) ? 0 : S;  // the chain's last only receives
         *recv = rank == root ? 0 : S;
@@ -153,7 +154,11 @@ void comm_count_moved(Comm *comm, CommOp op, NodeMoved moved) {
 // instead of a hang or a silent corruption.
 static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, int root, int buffers_ok) {
     int root_ok = root >= 0 && root < comm->world;
-    int divisible = !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER) && count % (size_t)comm->world);
+    int divisible =
+        !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL) && count % (size_t)comm->world);
+    // int8 is a quantized wire's bytes (device/quantize.h): moved, never summed
+    if (dtype == DTYPE_INT8 && (op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE))
+        fatal("%s of int8: a quantized wire's codes cannot be summed (dequantize them first)", comm_op_names[op]);
     if (!comm->debug_checks) {
         // the local checks are free, so they always run; they end only this rank
         if (!buffers_ok) fatal("%s: null buffer", comm_op_names[op]);
@@ -210,6 +215,10 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, s
 
 CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
     return start(comm, COMM_ALL_GATHER, COMM_SUM, send, recv, count, dtype, 0, send && recv, recv, 0);
+}
+
+CommHandle comm_all_to_all_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
+    return start(comm, COMM_ALL_TO_ALL, COMM_SUM, send, recv, count, dtype, 0, send && recv, recv, 0);
 }
 
 CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root) {
@@ -293,6 +302,11 @@ void comm_reduce_scatter(Comm *comm, const void *send, void *recv, size_t count,
 
 void comm_all_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
     CommHandle h = comm_all_gather_start(comm, send, recv, count, dtype);
+    comm_wait(comm, &h);
+}
+
+void comm_all_to_all(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
+    CommHandle h = comm_all_to_all_start(comm, send, recv, count, dtype);
     comm_wait(comm, &h);
 }
 

@@ -13,6 +13,7 @@
 //   all_reduce      sent = recv = 2 (N-1)/N * S      (reduce-scatter + all-gather)
 //   reduce_scatter  sent = recv =   (N-1)/N * S      (S = the whole input)
 //   all_gather      sent = recv =   (N-1)/N * S      (S = the whole output)
+//   all_to_all      sent = recv =   (N-1)/N * S      (S = the whole input: block r to rank r)
 //   broadcast       chain root -> root+1 -> ...: every rank but the chain's last
 //                   sends S, every rank but the root receives S
 //   reduce          chain root+1 -> ... -> root: every rank but the root sends
@@ -46,7 +47,7 @@ extern "C" {
 #endif
 
 typedef enum {
-    COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_REDUCE,
+    COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_REDUCE, COMM_ALL_TO_ALL,
     COMM_BARRIER, COMM_NUM_OPS
 } CommOp;
 
@@ -147,7 +148,8 @@ void comm_free_group(Comm *group);
 // refuses two ranks on one GPU). Says which on rank 0.
 void comm_use_device_buffers(Comm *comm, int gpus_on_node);
 
-// Buffers hold `count` elements of `dtype` (dtype.h): fp32, or bf16, whose sums
+// Buffers hold `count` elements of `dtype` (dtype.h): int8 (a quantized wire's
+// bytes: all-gathers, all-to-alls and broadcasts only), fp32, or bf16, whose sums
 // are worked out in fp32 and rounded, one rounding per pairwise sum. The order of
 // the additions: rank order 0, 1, ..., N-1, whatever the size, where the group is
 // on one node, the engine runs its thread (not inline) and node_reductions is on
@@ -162,6 +164,9 @@ void comm_reduce_scatter(Comm *comm, const void *send, void *recv, size_t count,
 // `count`, rank r's part at offset r*count/N.
 void comm_all_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
 void comm_broadcast(Comm *comm, void *buf, size_t count, DType dtype, int root);
+// send and recv have `count` elements (divisible by N): block r of send (count/N
+// elements) goes to rank r, and block q of recv comes from rank q. Nothing summed.
+void comm_all_to_all(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
 // recv (used only at root) gets the sum or average of send over ranks; the root
 // may pass send == recv to reduce in place.
 void comm_reduce(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root, CommReduceOp op);
@@ -172,6 +177,7 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, s
                                      CommReduceOp op);
 CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
 CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root);
+CommHandle comm_all_to_all_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
 CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root,
                              CommReduceOp op);
 // Waits for the handle's collective, if it is in flight: returns 1 if it was, 0

@@ -113,6 +113,9 @@ static void issue(MPI_Comm comm, EngineOp *o) {
     case COMM_REDUCE:
         MPI_CHECK(MPI_Ireduce(o->send, o->recv, o->count, o->type, o->sum, o->root, comm, &o->request));
         break;
+    case COMM_ALL_TO_ALL:
+        MPI_CHECK(MPI_Ialltoall(o->send, o->count, o->type, o->recv, o->count, o->type, comm, &o->request));
+        break;
     case COMM_BARRIER: MPI_CHECK(MPI_Ibarrier(comm, &o->request)); break;
     default: fatal("comm: %d is not a collective", (int)o->op);
     }
@@ -358,7 +361,8 @@ static EngineOp engine_op(const Comm *comm, CommOp op, DType dtype) {
     int bf = dtype == DTYPE_BF16;
     int reduction = op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE;
     return (EngineOp){.op = op, .dtype = dtype, .node = reduction && comm->node_reductions && comm->engine->node,
-                      .type = bf ? MPI_UINT16_T : MPI_FLOAT, .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
+                      .type = bf ? MPI_UINT16_T : dtype == DTYPE_INT8 ? MPI_INT8_T : MPI_FLOAT,
+                      .sum = bf ? comm->engine->bf16_sum : MPI_SUM};
 }
 
 // x *= factor on host elements (bf16: in fp32, rounded).
@@ -383,7 +387,7 @@ static size_t mpi_element_bytes(const Comm *comm, DType dtype) {
 // it reads and writes one buffer; the root may reduce in place), staged through
 // host memory when the buffers are a GPU's.
 static void mpi_start(Comm *comm, CommHandle *h, const void *send, void *recv, size_t count, int root) {
-    size_t part = count / (size_t)comm->world;  // reduce-scatter's output, all-gather's input
+    size_t part = count / (size_t)comm->world;  // reduce-scatter's output, all-gather's input, all-to-all's block
     size_t in = h->op == COMM_ALL_GATHER ? part : count, out = h->op == COMM_REDUCE_SCATTER ? part : count;
     int in_place = h->op == COMM_ALL_REDUCE || h->op == COMM_BROADCAST ||
                    (h->op == COMM_REDUCE && comm->rank == root && send == recv);
@@ -391,7 +395,8 @@ static void mpi_start(Comm *comm, CommHandle *h, const void *send, void *recv, s
     EngineOp o = engine_op(comm, h->op, h->dtype);
     o.send = in_place ? MPI_IN_PLACE : send;
     o.recv = recv;
-    o.count = mpi_count(h->op, h->op == COMM_REDUCE_SCATTER || h->op == COMM_ALL_GATHER ? part : count);
+    o.count = mpi_count(h->op, h->op == COMM_REDUCE_SCATTER || h->op == COMM_ALL_GATHER || h->op == COMM_ALL_TO_ALL
+                                   ? part : count);
     o.root = root;
     if (h->op == COMM_BARRIER) o = (EngineOp){.op = COMM_BARRIER};
     engine_submit(comm, h, o);

@@ -70,7 +70,7 @@ static void nccl_start(Comm *comm, CommHandle *handle, const void *send, void *r
     CommNccl *nccl = comm->nccl;
     size_t part = count / (size_t)comm->world;
     ncclRedOp_t op = h.reduce_op == COMM_AVG ? ncclAvg : ncclSum;
-    ncclDataType_t type = h.dtype == DTYPE_BF16 ? ncclBfloat16 : ncclFloat;
+    ncclDataType_t type = h.dtype == DTYPE_BF16 ? ncclBfloat16 : h.dtype == DTYPE_INT8 ? ncclInt8 : ncclFloat;
     h.result_count = 0;  // NCCL averages itself
     cudaEvent_t ready, done;
     CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -93,6 +93,16 @@ static void nccl_start(Comm *comm, CommHandle *handle, const void *send, void *r
     case COMM_REDUCE:  // recv matters only at the root
         NCCL_CHECK(ncclReduce(send, recv, count, type, op, root, nccl->comm, nccl->stream));
         break;
+    case COMM_ALL_TO_ALL: {  // NCCL has no all-to-all of its own: a send and a receive with every peer, grouped
+        size_t block = part * dtype_size(h.dtype);
+        NCCL_CHECK(ncclGroupStart());
+        for (int peer = 0; peer < comm->world; peer++) {
+            NCCL_CHECK(ncclSend((const char *)send + peer * block, part, type, peer, nccl->comm, nccl->stream));
+            NCCL_CHECK(ncclRecv((char *)recv + peer * block, part, type, peer, nccl->comm, nccl->stream));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+        break;
+    }
     default:
         fatal("nccl_start: %s has no NCCL form", comm_op_names[h.op]);
     }

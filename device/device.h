@@ -11,6 +11,7 @@
 #include "device/dtype.h"
 #include "device/memory.h"
 #include "device/optim.h"
+#include "device/quantize.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,6 +71,10 @@ void device_from_host_rounded(void *dst, const float *host, size_t count, DType 
 void device_widen(float *dst, const bf16 *src, size_t count);         // dst = src, exactly
 void device_round(bf16 *dst, const float *src, size_t count);         // dst = round(src)
 void device_add_rounded(bf16 *dst, const float *src, size_t count);   // dst = round(dst + src)
+// Block-wise int8 or int4 (quantize.h): `count` numbers of `dtype` at x into the
+// quant_wire_bytes(count, format) bytes at wire (scales, then codes), and back.
+void device_quantize(void *wire, const void *x, size_t count, DType dtype, QuantFormat format);
+void device_dequantize(void *x, const void *wire, size_t count, DType dtype, QuantFormat format);
 
 // --offload-optimizer's copies between a device buffer and a host one, on their
 // own: each begins once the device work queued so far is done and runs beside the

@@ -140,6 +140,14 @@ void device_round(bf16 *dst, const float *src, size_t count) {
 void device_add_rounded(bf16 *dst, const float *src, size_t count) {
     for (size_t i = 0; i < count; i++) dst[i] = bf16_from_float(bf16_to_float(dst[i]) + src[i]);
 }
+void device_quantize(void *wire, const void *x, size_t count, DType dtype, QuantFormat format) {
+    quantize_host(wire, x, count, dtype, format);
+}
+
+void device_dequantize(void *x, const void *wire, size_t count, DType dtype, QuantFormat format) {
+    dequantize_host(x, wire, count, dtype, format);
+}
+
 void device_synchronize(void) {}
 
 DeviceReserved device_reserved(const MemAccount *acct) {

@@ -412,3 +412,93 @@ extern "C" void device_add_rounded(bf16 *dst, const float *src, size_t count) {
     add_rounded_kernel<<<device_blocks(count, 256), 256>>>(dst, src, count);
     CUDA_CHECK_LAUNCH();
 }
+
+// Block-wise int8 or int4 (quantize.h): the scales, one thread block a
+// quantization block, then the codes, a thread a byte of them (int4: two numbers,
+// perhaps of two blocks). A block's largest magnitude is an integer maximum of the
+// magnitudes' bits, exact in any order, so the scale, and with it every code, is
+// the CPU's bit for bit.
+enum { QUANT_THREADS = 256 };
+
+template <typename T> __device__ static float quant_load(const T *x, size_t i);
+template <> __device__ float quant_load<float>(const float *x, size_t i) { return x[i]; }
+template <> __device__ float quant_load<bf16>(const bf16 *x, size_t i) { return bf16_to_float(x[i]); }
+__device__ static void quant_store(float *x, size_t i, float v) { x[i] = v; }
+__device__ static void quant_store(bf16 *x, size_t i, float v) { x[i] = bf16_from_float(v); }
+
+template <typename T>
+__global__ static void quant_scales_kernel(float *scales, const T *x, size_t count, QuantFormat format) {
+    __shared__ unsigned int top;
+    size_t begin = (size_t)blockIdx.x * format.block, end = begin + format.block < count ? begin + format.block : count;
+    if (threadIdx.x == 0) top = 0;
+    __syncthreads();
+    unsigned int mine = 0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        unsigned int bits = __float_as_uint(quant_load(x, i)) & 0x7FFFFFFFu;
+        mine = bits > mine ? bits : mine;
+    }
+    atomicMax(&top, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) scales[blockIdx.x] = quant_scale(__uint_as_float(top), top < 0x7F800000u, format.bits);
+}
+
+template <typename T>
+__device__ static int8_t quant_code_at(const T *x, const float *scales, size_t i, size_t count, QuantFormat format) {
+    return i < count ? quant_code(quant_load(x, i), scales[i / format.block], format.bits) : 0;
+}
+
+// Byte i of the codes (and of the padding to 4 bytes: zeros).
+template <typename T>
+__global__ static void quant_codes_kernel(uint8_t *codes, size_t padded, const T *x, const float *scales, size_t count,
+                                          QuantFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= padded) return;
+    if (format.bits == 8) codes[i] = (uint8_t)quant_code_at(x, scales, i, count, format);
+    else codes[i] = quant_pair(quant_code_at(x, scales, 2 * i, count, format), quant_code_at(x, scales, 2 * i + 1, count, format));
+}
+
+template <typename T>
+__global__ static void dequantize_kernel(T *x, const float *scales, const uint8_t *codes, size_t count,
+                                         QuantFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    int8_t code = format.bits == 8 ? (int8_t)codes[i] : quant_half(codes[i / 2], (int)(i & 1));
+    quant_store(x, i, quant_value(code, scales[i / format.block]));
+}
+
+static void check_quant(QuantFormat format, DType dtype, size_t count) {
+    CHECK(format.block > 0 && (format.bits == 8 || format.bits == 4) && (dtype == DTYPE_FP32 || dtype == DTYPE_BF16),
+          "quantizing %s numbers to %d bits in blocks of %zu", dtype_name(dtype), format.bits, format.block);
+    CHECK(quant_blocks(count, format.block) < (1u << 31), "%zu quantization blocks: more than a grid holds",
+          quant_blocks(count, format.block));
+}
+
+extern "C" void device_quantize(void *wire, const void *x, size_t count, DType dtype, QuantFormat format) {
+    check_quant(format, dtype, count);
+    if (count == 0) return;
+    unsigned int blocks = (unsigned int)quant_blocks(count, format.block);
+    size_t padded = quant_wire_bytes(count, format) - 4 * (size_t)blocks;
+    float *scales = (float *)wire;
+    uint8_t *codes = (uint8_t *)wire + 4 * (size_t)blocks;
+    if (dtype == DTYPE_FP32) {
+        quant_scales_kernel<<<blocks, QUANT_THREADS>>>(scales, (const float *)x, count, format);
+        CUDA_CHECK_LAUNCH();
+        quant_codes_kernel<<<device_blocks(padded, 256), 256>>>(codes, padded, (const float *)x, scales, count, format);
+    } else {
+        quant_scales_kernel<<<blocks, QUANT_THREADS>>>(scales, (const bf16 *)x, count, format);
+        CUDA_CHECK_LAUNCH();
+        quant_codes_kernel<<<device_blocks(padded, 256), 256>>>(codes, padded, (const bf16 *)x, scales, count, format);
+    }
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void device_dequantize(void *x, const void *wire, size_t count, DType dtype, QuantFormat format) {
+    check_quant(format, dtype, count);
+    if (count == 0) return;
+    const float *scales = (const float *)wire;
+    const uint8_t *codes = (const uint8_t *)wire + 4 * quant_blocks(count, format.block);
+    if (dtype == DTYPE_FP32)
+        dequantize_kernel<<<device_blocks(count, 256), 256>>>((float *)x, scales, codes, count, format);
+    else dequantize_kernel<<<device_blocks(count, 256), 256>>>((bf16 *)x, scales, codes, count, format);
+    CUDA_CHECK_LAUNCH();
+}

@@ -79,6 +79,12 @@ void device_from_host_rounded(void *dst, const float *host, size_t count, DType 
 void device_widen(float *dst, const bf16 *src, size_t count) { (void)dst, (void)src, (void)count; }
 void device_round(bf16 *dst, const float *src, size_t count) { (void)dst, (void)src, (void)count; }
 void device_add_rounded(bf16 *dst, const float *src, size_t count) { (void)dst, (void)src, (void)count; }
+void device_quantize(void *wire, const void *x, size_t count, DType dtype, QuantFormat format) {
+    (void)wire, (void)x, (void)count, (void)dtype, (void)format;
+}
+void device_dequantize(void *x, const void *wire, size_t count, DType dtype, QuantFormat format) {
+    (void)x, (void)wire, (void)count, (void)dtype, (void)format;
+}
 
 void *device_host_alloc(size_t bytes) { return xcalloc(bytes, 1); }
 void device_host_free(void *ptr) { free(ptr); }

@@ -3,7 +3,9 @@
 // the same range, and 7 mantissa bits instead of 23 (about 3 significant
 // digits). A --precision bf16 run keeps the parameters the model reads, and
 // that collectives move, in bf16, and fp32 master copies for the optimizer
-// (docs/precision.md).
+// (docs/precision.md). int8 is a wire type alone: the bytes of a quantized
+// collective (device/quantize.h), never a parameter's or a gradient's type, and
+// never summed.
 #ifndef SHARDLAB_DTYPE_H
 #define SHARDLAB_DTYPE_H
 
@@ -15,7 +17,7 @@
 extern "C" {
 #endif
 
-typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 } DType;
+typedef enum { DTYPE_FP32 = 0, DTYPE_BF16, DTYPE_INT8 } DType;
 
 typedef uint16_t bf16;  // the bits of a bfloat16
 
@@ -27,10 +29,10 @@ typedef uint16_t bf16;  // the bits of a bfloat16
 #define DTYPE_HOST_DEVICE
 #endif
 
-static inline size_t dtype_size(DType dtype) { return dtype == DTYPE_BF16 ? 2 : 4; }
-// "fp32" or "bf16".
+static inline size_t dtype_size(DType dtype) { return dtype == DTYPE_BF16 ? 2 : dtype == DTYPE_INT8 ? 1 : 4; }
+// "fp32", "bf16" or "int8".
 const char *dtype_name(DType dtype);
-// Parses "fp32" or "bf16"; returns 0, or -1 for anything else.
+// Parses "fp32" or "bf16" (the types a run keeps numbers in); returns 0, or -1 for anything else.
 int dtype_parse(const char *text, DType *out);
 
 // Element `index` of a buffer of `dtype` elements.

@@ -19,6 +19,7 @@
 // backward: the same collectives, travelling under compute.
 // --shard-group M: all of it within groups of M ranks, slices then averaged across the
 // groups (kit/shard_groups.h); --shard-min-numel NUMEL: small tensors whole (kit/replicas.h).
+// ZeRO++'s --quantize-weights, --secondary-shard-group, --quantize-grads: kit/zeropp.h.
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -36,25 +37,29 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
+    QuantFormat weights_wire;        // --quantize-weights int8 (ZeRO++'s qwZ): training's gathers, blocks of int8
+    QuantFormat grads_wire;          // --quantize-grads int8|int4 (ZeRO++'s qgZ): the reduces, an all-to-all
+    SecondaryShards secondary;       // --secondary-shard-group M (ZeRO++'s hpZ): a unit's rows kept for its backward
 } State;
 
 // Starts one all-gather for every tensor of the unit neither here nor on its
-// way. Copy-in: my slice of each, one after another, into `send`.
-static void start_gather(State *s, int unit) {
+// way, of my slices (qwZ: quantized), or in a backward with hpZ of my node's rows
+// kept since the forward. Copy-in: my part of each, one after another, into `send`.
+static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
-    DType dtype = s->model->param_dtype;
     InFlight *g = &s->gathers[unit];
-    size_t pack = resident_unit_numel(&s->resident, layout, unit, s->tensor_state), at = 0;
+    Comm *from = secondary_group(&s->secondary, unit, direction, s->comm);
+    size_t pack = resident_unit_numel(&s->resident, layout, unit, s->tensor_state) * (s->comm->world / from->world);
     if (pack == 0) return;
-    inflight_open(g, s->mem, pack, pack * s->comm->world, dtype);
+    inflight_open(g, s->mem, pack, pack * from->world, s->model->param_dtype);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        device_copy_as(dtype_at(g->send, at, dtype), resident_params(&s->resident, t), s->resident.flat.count[t], dtype);
-        at += s->resident.flat.count[t];
+        if (from == s->comm) inflight_pack(g, resident_params(&s->resident, t), s->resident.flat.count[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
-    g->handle = comm_all_gather_start(s->comm, g->send, g->recv, g->recv_numel, dtype);
+    secondary_pack(&s->secondary, unit, g, from);
+    inflight_all_gather_start(g, from, s->mem, from == s->comm && direction ? s->weights_wire : (QuantFormat){0, 0});
 }
 
 // Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds rank 0's
@@ -64,13 +69,13 @@ static void finish_gather(State *s, int unit) {
     DType dtype = s->model->param_dtype;
     InFlight *g = &s->gathers[unit];
     size_t at = 0;
-    if (!inflight_wait(g, s->comm)) return;
+    if (!inflight_wait(g, g->comm)) return;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
-        size_t slice = s->resident.flat.count[t];
+        size_t slice = s->resident.flat.count[t] * (size_t)(s->comm->world / g->comm->world);  // hpZ: a node rank's
         alloc_full_params(s->model, s->mem, t, s->comm->world);
-        for (int r = 0; r < s->comm->world; r++)
+        for (int r = 0; r < g->comm->world; r++)
             device_copy_as(dtype_at(s->model->params[t], r * slice, dtype), dtype_at(g->recv, r * g->send_numel + at, dtype),
                            slice, dtype);
         at += slice;
@@ -83,8 +88,9 @@ static void finish_gather(State *s, int unit) {
 // `direction`, +1 forward, -1 backward) start behind it, to travel meanwhile.
 static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
-    for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k);
+    for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
+    if (direction > 0) secondary_keep(&s->secondary, unit, s->tensor_state);
 }
 
 static void release_unit(State *s, int unit) {
@@ -113,9 +119,10 @@ static void start_reduce(State *s, int unit) {
         for (int q = 0; q < s->comm->world; q++)
             device_copy_as(dtype_at(r->send, q * pack + at, dtype), dtype_at(s->model->grads[t], q * slice, dtype), slice,
                            dtype);
+        inflight_run(r, slice);
         at += slice;
     }
-    r->handle = comm_reduce_scatter_start(s->comm, r->send, r->recv, r->send_numel, dtype, COMM_AVG);
+    inflight_reduce_scatter_start(r, s->comm, s->mem, s->grads_wire);
 }
 
 // Waits for the unit's reduce-scatter, if one is in flight (and across the groups). Copy-out: my
@@ -215,6 +222,7 @@ static void destroy(void *state) {
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     replicas_free(&s->replicas);
+    secondary_free(&s->secondary);
     shard_groups_free(&s->groups);
     free(s->tensor_state);
     free(s->gathers);
@@ -233,6 +241,9 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->accum_mode = ctx->accum_mode;
     s->reshard_after_forward = options->reshard_after_forward;
     s->prefetch = strategy_prefetch(ctx, "fsdp", options->prefetch);
+    s->weights_wire = zeropp_weights_format(ctx, "fsdp", &options->zeropp);
+    s->grads_wire = zeropp_grads_format(ctx, "fsdp", &options->zeropp);
+    secondary_init(&s->secondary, ctx, s->comm, "fsdp", &options->zeropp);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED

@@ -12,6 +12,7 @@ typedef struct {
     int shard_group;            // S: ranks that shard the model among them (0: all N); the N/S groups of S
                                 // consecutive ranks are replicas that all-reduce their reduced slices (hybrid)
     uint64_t shard_min_numel;   // tensors of fewer elements are kept whole on every rank (0: none; replicas.h)
+    ZeroppOptions zeropp;       // ZeRO++'s changes to the collectives (kit/zeropp.h)
 } FsdpOptions;
 
 Strategy fsdp_init(const StrategyContext *ctx);

@@ -7,8 +7,16 @@
 typedef struct {
     FsdpOptions options;
     UnitPolicy units;
-    CliOption flags[6];
+    CliOption flags[10];
 } FsdpPlugin;
+
+static const char *check_options(const void *options) {
+    const FsdpOptions *fsdp = options;
+    if (fsdp->zeropp.secondary_shard_group && !fsdp->reshard_after_forward)
+        return "--secondary-shard-group keeps a unit's rows for a backward gather that --reshard-after-forward 0 "
+               "does not make: it would do nothing";
+    return zeropp_problem(&fsdp->zeropp);
+}
 
 StrategyPlugin fsdp_plugin(void) {
     FsdpPlugin *p = xcalloc(1, sizeof *p);
@@ -26,11 +34,13 @@ StrategyPlugin fsdp_plugin(void) {
          "keep the tensors of fewer than NUMEL elements whole on every rank, their gradients all-reduced, and "
          "slice the rest (default 0: slice every tensor)"},
         UNIT_POLICY_FLAGS(p->units),
+        ZEROPP_FLAGS(p->options.zeropp),
     };
     _Static_assert(sizeof flags == sizeof p->flags, "one flag of the table a slot");
     memcpy(p->flags, flags, sizeof flags);
     return (StrategyPlugin){.name = "fsdp", .init = fsdp_init, .flags = p->flags, .num_flags = sizeof p->flags / sizeof p->flags[0],
-                            .options = &p->options, .units = &p->units,
-                            .shard_group = &p->options.shard_group, .whole_below = &p->options.shard_min_numel,
+                            .options = &p->options, .check_options = check_options, .units = &p->units,
+                            .shard_group = &p->options.shard_group,
+                            .node_group = &p->options.zeropp.secondary_shard_group, .whole_below = &p->options.shard_min_numel,
                             .storage = p};
 }

@@ -8,6 +8,7 @@
 //   partition.h     who holds what: whole tensors, row slices, flat ranges
 //   replicas.h      the gradient all-reduce across replica groups (hybrid sharding)
 //   shard_groups.h  the groups a hybrid strategy shards within
+//   zeropp.h        ZeRO++'s flags: quantized weight gathers
 //   device.h        memory and the device's copies and kernels (and, through
 //                   strategy.h, comm.h: the collectives)
 #ifndef SHARDLAB_KIT_H
@@ -20,6 +21,7 @@
 #include "kit/shard_groups.h"
 #include "kit/strategy.h"
 #include "kit/unit_buffers.h"
+#include "kit/zeropp.h"
 #include "util/errors.h"
 
 #endif

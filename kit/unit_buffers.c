@@ -1,5 +1,7 @@
 #include "kit/unit_buffers.h"
 
+#include <stdlib.h>
+
 #include "device/device.h"
 #include "kit/partition.h"
 #include "util/errors.h"
@@ -41,18 +43,128 @@ void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_
     f->dtype = dtype;
     f->send = device_alloc_as(mem, MEM_COMM_BUFFERS, send_numel, dtype);
     f->recv = device_alloc_as(mem, MEM_COMM_BUFFERS, recv_numel, dtype);
+    f->packed = 0;
+    f->num_runs = 0;
+    f->format = (QuantFormat){0, 0};
+}
+
+void inflight_run(InFlight *f, size_t count) {
+    f->runs = xrealloc(f->runs, (size_t)(f->num_runs + 1) * sizeof *f->runs);
+    f->runs[f->num_runs++] = count;
+    f->packed += count;
+}
+
+void inflight_pack(InFlight *f, const void *src, size_t count) {
+    CHECK(f->packed + count <= f->send_numel, "packing %zu elements after %zu into a send buffer of %zu", count,
+          f->packed, f->send_numel);
+    device_copy_as(dtype_at(f->send, f->packed, f->dtype), src, count, f->dtype);
+    inflight_run(f, count);
+}
+
+// The runs of `block` (one rank's elements, f->packed of them) to their wires, one after another.
+static void quantize_runs(InFlight *f, const void *block, void *wire) {
+    size_t at = 0, bytes = 0;
+    for (int i = 0; i < f->num_runs; i++) {
+        device_quantize((char *)wire + bytes, dtype_at((void *)block, at, f->dtype), f->runs[i], f->dtype, f->format);
+        at += f->runs[i];
+        bytes += quant_wire_bytes(f->runs[i], f->format);
+    }
+}
+
+static void dequantize_runs(InFlight *f, void *block, DType dtype, const void *wire) {
+    size_t at = 0, bytes = 0;
+    for (int i = 0; i < f->num_runs; i++) {
+        device_dequantize(dtype_at(block, at, dtype), (const char *)wire + bytes, f->runs[i], dtype, f->format);
+        at += f->runs[i];
+        bytes += quant_wire_bytes(f->runs[i], f->format);
+    }
+}
+
+// Allocates the wires of a quantized collective: wire_bytes of my runs, `out` of them to send.
+static void open_wires(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format, size_t out) {
+    CHECK((format.bits == 8 || format.bits == 4) && format.block > 0 && f->num_runs > 0,
+          "a collective quantized to %d bits in blocks of %zu, of %d runs", format.bits, format.block, f->num_runs);
+    f->format = format;
+    f->wire_bytes = 0;
+    for (int i = 0; i < f->num_runs; i++) f->wire_bytes += quant_wire_bytes(f->runs[i], format);
+    f->wire_send = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * out, DTYPE_INT8);
+    f->wire_recv = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format) {
+    CHECK(f->recv_numel == f->send_numel * (size_t)comm->world, "an all-gather of %zu elements a rank into %zu",
+          f->send_numel, f->recv_numel);
+    f->comm = comm;
+    if (format.bits == 0) {
+        f->handle = comm_all_gather_start(comm, f->send, f->recv, f->recv_numel, f->dtype);
+        return;
+    }
+    CHECK(f->packed == f->send_numel, "a quantized all-gather of %zu elements, %zu packed", f->send_numel, f->packed);
+    open_wires(f, comm, mem, format, 1);
+    quantize_runs(f, f->send, f->wire_send);
+    f->handle = comm_all_gather_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format) {
+    CHECK(f->send_numel == f->recv_numel * (size_t)comm->world, "a reduce-scatter of %zu elements into %zu a rank",
+          f->send_numel, f->recv_numel);
+    f->comm = comm;
+    if (format.bits == 0) {
+        f->handle = comm_reduce_scatter_start(comm, f->send, f->recv, f->send_numel, f->dtype, COMM_AVG);
+        return;
+    }
+    CHECK(f->packed == f->recv_numel, "a quantized reduce-scatter of %zu elements a rank, runs of %zu", f->recv_numel,
+          f->packed);
+    open_wires(f, comm, mem, format, (size_t)comm->world);
+    f->piece = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
+    f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
+    for (int q = 0; q < comm->world; q++)
+        quantize_runs(f, dtype_at(f->send, (size_t)q * f->recv_numel, f->dtype), (char *)f->wire_send + q * f->wire_bytes);
+    f->handle = comm_all_to_all_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+// qgZ's arrival: rank q's piece of my block, dequantized, added in rank order in fp32; the average rounded
+// once to the gradients' dtype.
+static void sum_pieces(InFlight *f) {
+    for (int q = 0; q < f->comm->world; q++) {
+        dequantize_runs(f, q == 0 ? f->sum : f->piece, DTYPE_FP32, (const char *)f->wire_recv + q * f->wire_bytes);
+        if (q > 0) device_add(f->sum, f->piece, f->recv_numel);
+    }
+    device_scale(f->sum, f->recv_numel, 1.0f / (float)f->comm->world);
+    if (f->dtype == DTYPE_FP32) device_copy(f->recv, f->sum, f->recv_numel);
+    else device_round(f->recv, f->sum, f->recv_numel);
 }
 
 int inflight_wait(InFlight *f, Comm *comm) {
     if (!f->send) return 0;
     comm_wait(comm, &f->handle);
+    if (f->format.bits && f->handle.op == COMM_ALL_GATHER)
+        for (int r = 0; r < f->comm->world; r++)
+            dequantize_runs(f, dtype_at(f->recv, (size_t)r * f->send_numel, f->dtype), f->dtype,
+                            (const char *)f->wire_recv + (size_t)r * f->wire_bytes);
+    if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_pieces(f);
     return 1;
 }
 
 void inflight_close(InFlight *f, MemAccount *mem) {
     device_free_as(mem, MEM_COMM_BUFFERS, f->send, f->send_numel, f->dtype);
     device_free_as(mem, MEM_COMM_BUFFERS, f->recv, f->recv_numel, f->dtype);
+    if (f->format.bits) {
+        int sends = f->piece ? f->comm->world : 1;
+        device_free_as(mem, MEM_COMM_BUFFERS, f->wire_send, f->wire_bytes * (size_t)sends, DTYPE_INT8);
+        device_free_as(mem, MEM_COMM_BUFFERS, f->wire_recv, f->wire_bytes * (size_t)f->comm->world, DTYPE_INT8);
+        if (f->piece) {
+            device_free(mem, MEM_COMM_BUFFERS, f->piece, f->recv_numel);
+            device_free(mem, MEM_COMM_BUFFERS, f->sum, f->recv_numel);
+        }
+        f->wire_send = f->wire_recv = NULL;
+        f->piece = f->sum = NULL;
+        f->format = (QuantFormat){0, 0};
+    }
     f->send = f->recv = NULL;
+    free(f->runs);
+    f->runs = NULL;
+    f->num_runs = 0;
 }
 
 int units_ahead(const GPT2Layout *layout, int unit, int direction, int prefetch) {

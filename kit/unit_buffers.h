@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "device/memory.h"
+#include "device/quantize.h"
 #include "kit/strategy.h"
 
 // model->params[t] becomes a new full-size buffer (params_gathered); freed, NULL.
@@ -33,12 +34,39 @@ typedef struct {
     void *send, *recv;              // NULL when nothing is in flight
     size_t send_numel, recv_numel;  // elements of `dtype`
     DType dtype;
+    // What inflight_pack put in send: one run a tensor, `packed` elements in all (a
+    // reduce-scatter's: the runs of one rank's block, inflight_run).
+    size_t *runs, packed;
+    int num_runs;
+    // A quantized collective (ZeRO++): send's runs quantized (device/quantize.h) into wire_send,
+    // `wire_bytes` a rank. qwZ's all-gather: the wires all-gathered as int8 into wire_recv, each
+    // rank's dequantized into recv on arrival. qgZ's reduce-scatter: rank q's block of runs to rank q
+    // by an all-to-all, the N pieces that arrive dequantized and summed in fp32 in rank order, then
+    // averaged, into recv.
+    QuantFormat format;             // bits 0: none, the wire is send and recv themselves
+    void *wire_send, *wire_recv;
+    size_t wire_bytes;
+    float *piece, *sum;             // (recv_numel) qgZ's fp32 dequantized piece and running sum
+    Comm *comm;                     // the collective's ranks: an all-gather's recv holds their sends
 } InFlight;
 // Allocates send, then recv, for a collective not already in flight on `f`.
 void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_numel, DType dtype);
+// Copy-in: `count` elements of f->dtype from src go next into send, as a run of their own.
+void inflight_pack(InFlight *f, const void *src, size_t count);
+// A reduce-scatter's copy-in, made by the caller: the next `count` elements of every rank's block are
+// a run of their own (one tensor's slice).
+void inflight_run(InFlight *f, size_t count);
+// Starts the all-gather of send into recv among comm's ranks (f->comm): as it is, or (format.bits 8) each run
+// quantized in blocks of format.block, one scale a block (its wire buffers counted
+// as comm_buffers too); inflight_wait dequantizes what arrives.
+void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
+// Starts the reduce-scatter (average) of send into recv among comm's ranks: as it is, or (format.bits
+// 8 or 4) each rank's block of runs quantized and sent to it by an all-to-all; inflight_wait
+// dequantizes the N pieces that arrive and averages them in fp32.
+void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
 // Waits for the collective; 0 if none was in flight (nothing to copy out).
 int inflight_wait(InFlight *f, Comm *comm);
-// Frees send and recv once the copy-out is done.
+// Frees send and recv (and the wire's) once the copy-out is done.
 void inflight_close(InFlight *f, MemAccount *mem);
 
 // How many of the `prefetch` units after `unit` in `direction` (+1 forward, -1

@@ -400,7 +400,8 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
 // --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with the
 // same rows per rank at every N (weak scaling): rank 0 of each, run dry on the
 // virtual clock of `machine`. A strategy's hybrid groups of M ranks
-// (StrategyPlugin.shard_group) apply where M divides N.
+// (StrategyPlugin.shard_group) apply where M divides N, and hpZ's nodes
+// (StrategyPlugin.node_group) hold at most the M ranks that shard.
 static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
     const DrySetup *d = &plan->setup;
     char offload_note[160] = "";
@@ -424,6 +425,8 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
             int M = N;  // hybrid groups of M ranks where the strategy has them and M divides N
             if (plugin.shard_group && *plugin.shard_group > 0 && N % *plugin.shard_group == 0) M = *plugin.shard_group;
             if (plugin.shard_group) *plugin.shard_group = M;
+            // hpZ's nodes of G ranks: fewer sharding ranks than G are all on one node
+            if (plugin.node_group && *plugin.node_group > M) *plugin.node_group = M;
             DryResult result = run_plugin(&shape, &plugin, 0, machine);
             strategy_plugin_free(&plugin);
             StepTime t = result.time;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make vec-check: every loop marked "// vectorised" in the element-wise code
-# (models/gpt2_ops.c, device/optim.c) must be one GCC vectorises, for this
+# (models/gpt2_ops.c, device/optim.c, device/quantize.c) must be one GCC vectorises, for this
 # machine's instruction set (-march=native) and for AVX2 alone (-march=haswell,
 # a machine without AVX-512), read from GCC's own report (-fopt-info-vec). A
 # loop the compiler leaves scalar runs several times slower on one of them
@@ -9,7 +9,7 @@
 # Ends with "N passed, M failed".
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
-FILES="models/gpt2_ops.c device/optim.c"
+FILES="models/gpt2_ops.c device/optim.c device/quantize.c"
 passed=0 failed=0
 tmp=$(mktemp -d /tmp/shardlab_vec.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT

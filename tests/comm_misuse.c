@@ -1,7 +1,8 @@
 // comm_misuse MODE: misuses the communication layer on purpose, for
 // tests/run_tests.sh to check that each misuse ends every rank with a clear
-// error instead of a hang. Modes: counts, null, root, divisible, rank-exit,
-// rank-exit-in-flight (rank 1 exits while its engine carries a collective).
+// error instead of a hang. Modes: counts, null, root, divisible, int8-sum (a sum
+// of a quantized wire's bytes), rank-exit, rank-exit-in-flight (rank 1 exits while
+// its engine carries a collective).
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,7 +14,7 @@ int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     comm.debug_checks = 1;
-    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|rank-exit|rank-exit-in-flight");
+    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|int8-sum|rank-exit|rank-exit-in-flight");
     const char *mode = argv[1];
     float buf[64] = {0}, out[64];
     if (strcmp(mode, "counts") == 0) {
@@ -24,6 +25,8 @@ int main(int argc, char **argv) {
         comm_broadcast(&comm, buf, 8, DTYPE_FP32, comm.world + 2);
     } else if (strcmp(mode, "divisible") == 0) {
         comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4 + 1, DTYPE_FP32, COMM_SUM);
+    } else if (strcmp(mode, "int8-sum") == 0) {
+        comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4, DTYPE_INT8, COMM_SUM);
     } else if (strcmp(mode, "rank-exit") == 0) {
         if (comm.rank == 1) fatal("rank 1 stops on purpose");
         sleep(1);

@@ -2,7 +2,7 @@
 # Runs every test (make test): the unit tests, then the parts below, side by side
 # in two streams (TEST_JOBS), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
-#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout
+#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout zeropp
 # Ends with "N passed, M failed" and a non-zero status on failure.
 # Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
 cd "$(dirname "$0")/.."
@@ -34,6 +34,8 @@ part plan "planner against measured accounting" python3 tests/test_plan.py "$BUI
 part compare "make compare on tiny runs: plots and report" bash tests/suites/compare.sh
 part portable "other CPUs: every strategy bit for bit its reference under other BLAS kernels and thread counts" \
     bash tests/run_portable.sh
+part zeropp "ZeRO++: quantized weight gathers to the byte, exact where they must be, the loss held" \
+    python3 tests/test_zeropp.py "$BUILD" "$MPIRUN"
 part training "training features: clipping, schedule, recompute, data order" \
     python3 tests/test_training.py "$BUILD" "$MPIRUN"
 part cli "command-line errors and --help" bash tests/suites/cli.sh

@@ -97,6 +97,10 @@ CASES = {
                         {"--ema": "0.9", "--out-model-ema": f"{tmp}/ema_b.bin"}),
     "--offload-optimizer": ({}, {"--offload-optimizer": True}),
     "--shard-min-numel": ({}, {"--shard-min-numel": "1000"}),
+    "--quantize-weights": ({}, {"--quantize-weights": "int8"}),
+    "--quantize-grads": ({"--quantize-grads": "int8"}, {"--quantize-grads": "int4"}),
+    "--quantize-block": ({"--quantize-weights": "int8"}, {"--quantize-weights": "int8", "--quantize-block": "64"}),
+    "--secondary-shard-group": ({}, {"--secondary-shard-group": "1"}),
     "--unit-blocks": ({}, {"--unit-blocks": "2"}),
     "--wrap-min-params": ({}, {"--wrap-min-params": "1000"}),
 }

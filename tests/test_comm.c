@@ -67,6 +67,28 @@ START_TEST(test_all_gather) {
 }
 END_TEST
 
+// Block q of my send goes to rank q; block q of my recv came from rank q. Int8 bytes
+// travel as they are (a quantized wire), and cannot be summed.
+START_TEST(test_all_to_all) {
+    int N = comm.world, r = comm.rank;
+    size_t part = 13;
+    float *send = calloc(part * N, sizeof(float)), *recv = calloc(part * N, sizeof(float));
+    for (int q = 0; q < N; q++)
+        for (size_t i = 0; i < part; i++) send[q * part + i] = (float)(r * 1000 + q * 100) + (float)i;
+    comm_all_to_all(&comm, send, recv, part * N, DTYPE_FP32);
+    for (int q = 0; q < N; q++)
+        for (size_t i = 0; i < part; i++) ck_assert_float_eq(recv[q * part + i], (float)(q * 1000 + r * 100) + (float)i);
+    int8_t *bytes = malloc(7 * (size_t)N), *got = malloc(7 * (size_t)N);
+    for (int q = 0; q < N; q++)
+        for (int i = 0; i < 7; i++) bytes[q * 7 + i] = (int8_t)(r * 16 + q * 4 + i - 64);
+    CommHandle h = comm_all_to_all_start(&comm, bytes, got, 7 * (size_t)N, DTYPE_INT8);
+    comm_wait(&comm, &h);
+    for (int q = 0; q < N; q++)
+        for (int i = 0; i < 7; i++) ck_assert_int_eq(got[q * 7 + i], (int8_t)(q * 16 + r * 4 + i - 64));
+    free(send), free(recv), free(bytes), free(got);
+}
+END_TEST
+
 START_TEST(test_broadcast_from_every_root) {
     int N = comm.world, r = comm.rank;
     for (int root = 0; root < N; root++) {
@@ -233,6 +255,7 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     comm_broadcast(&comm, a, n, DTYPE_FP32, 0);
     comm_broadcast(&comm, a, n, DTYPE_FP32, 0);
     comm_reduce(&comm, a, r == N - 1 ? b : NULL, n, DTYPE_FP32, N - 1, COMM_SUM);
+    comm_all_to_all(&comm, a, b, n, DTYPE_BF16);  // half the floats' bytes, as bf16
     comm_barrier(&comm);
     uint64_t S = n * 4;
     const CommCounter *c = comm.stats.ops;
@@ -249,6 +272,10 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     // chain 0 -> 1 -> ... -> N-1 (root): rank 0 only sends, the root only receives
     ck_assert_uint_eq(c[COMM_REDUCE].bytes_sent, r == N - 1 ? 0 : S);
     ck_assert_uint_eq(c[COMM_REDUCE].bytes_recv, N == 1 || r == 0 ? 0 : S);
+    ck_assert_uint_eq(c[COMM_ALL_TO_ALL].calls, 1);
+    ck_assert_uint_eq(c[COMM_ALL_TO_ALL].elements, n);
+    ck_assert_uint_eq(c[COMM_ALL_TO_ALL].bytes_sent, (N - 1) * (S / 2) / N);
+    ck_assert_uint_eq(c[COMM_ALL_TO_ALL].bytes_recv, (N - 1) * (S / 2) / N);
     ck_assert_uint_eq(c[COMM_BARRIER].calls, 1);
     ck_assert_uint_eq(c[COMM_BARRIER].bytes_sent, 0);
     free(a);
@@ -627,6 +654,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_all_reduce_sum_and_average);
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_all_gather);
+    tcase_add_test(tc, test_all_to_all);
     tcase_add_test(tc, test_broadcast_from_every_root);
     tcase_add_test(tc, test_reduce_to_every_root);
     tcase_add_test(tc, test_bf16_collectives);

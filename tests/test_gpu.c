@@ -513,6 +513,45 @@ START_TEST(test_ema_bitwise_the_cpu) {
 }
 END_TEST
 
+// ZeRO++'s quantizer (device/quantize.h): the GPU's wire, and what it turns back
+// into, are the CPU's bit for bit, int8 and int4, fp32 and bf16, odd sizes and a
+// block with a NaN.
+START_TEST(test_quantize_bitwise_the_cpu) {
+    size_t n = 1001;
+    float *x = random_host(n, 51, 3);
+    x[600] = NAN;
+    bf16 *xb = malloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) xb[i] = bf16_from_float(x[i]);
+    float *d_x = to_device(x, n);
+    bf16 *d_xb = device_alloc_as(&mem, MEM_ACTIVATIONS, n, DTYPE_BF16);
+    device_from_host_as(d_xb, xb, n, DTYPE_BF16);
+    const QuantFormat formats[] = {{8, 256}, {4, 256}, {8, 7}, {4, 33}};
+    for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++)
+        for (int b = 0; b < 2; b++) {
+            QuantFormat f = formats[k];
+            DType dtype = b ? DTYPE_BF16 : DTYPE_FP32;
+            size_t bytes = quant_wire_bytes(n, f);
+            unsigned char *want = malloc(bytes), *got = malloc(bytes);
+            quantize_host(want, b ? (void *)xb : (void *)x, n, dtype, f);
+            void *d_wire = device_alloc_as(&mem, MEM_ACTIVATIONS, bytes, DTYPE_INT8);
+            device_quantize(d_wire, b ? (void *)d_xb : (void *)d_x, n, dtype, f);
+            device_to_host_as(got, d_wire, bytes, DTYPE_INT8);
+            ck_assert_msg(memcmp(got, want, bytes) == 0, "int%d blocks of %zu, %s: the GPU's wire is the CPU's", f.bits,
+                          f.block, dtype_name(dtype));
+            size_t size = dtype_size(dtype);
+            void *back = malloc(n * size), *host = malloc(n * size), *d_back = device_alloc_as(&mem, MEM_ACTIVATIONS, n, dtype);
+            dequantize_host(host, want, n, dtype, f);
+            device_dequantize(d_back, d_wire, n, dtype, f);
+            device_to_host_as(back, d_back, n, dtype);
+            ck_assert_msg(memcmp(back, host, n * size) == 0, "int%d blocks of %zu, %s: dequantized alike", f.bits, f.block,
+                          dtype_name(dtype));
+            device_free_as(&mem, MEM_ACTIVATIONS, d_wire, bytes, DTYPE_INT8);
+            device_free_as(&mem, MEM_ACTIVATIONS, d_back, n, dtype);
+            free(want), free(got), free(back), free(host);
+        }
+}
+END_TEST
+
 int main(void) {
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);  // plain fp32 products for the comparison
     device_init(0);
@@ -531,6 +570,7 @@ int main(void) {
     tcase_add_test(tc, test_ema_bitwise_the_cpu);
     tcase_add_test(tc, test_dropout_bitwise_the_cpu);
     tcase_add_test(tc, test_matmul_bf16_operands);
+    tcase_add_test(tc, test_quantize_bitwise_the_cpu);
     suite_add_tcase(s, tc);
     TCase *fused = tcase_create("fused attention");
     tcase_set_timeout(fused, 120);

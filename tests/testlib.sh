@@ -48,9 +48,18 @@ help_ok() {
 # run_quick.sh both start with.
 run_unit_tests() {
     echo "== unit tests"
-    for t in test_layers test_model test_optim test_dtype test_step_time test_data test_io test_tokenizer test_train \
-             test_errors test_partition test_cache; do
+    local unit="test_layers test_model test_optim test_dtype test_quantize test_step_time test_data test_io
+                test_tokenizer test_train test_errors test_partition test_cache"
+    for t in $unit; do
         run "$t" "$BUILD/tests/$t"
+    done
+    # a unit test file that no list names would never run: test_comm runs under mpirun (tests/suites/comm.sh),
+    # test_gpu and test_comm_gpu on a GPU (tests/run_gpu_tests.sh)
+    for f in tests/test_*.c; do
+        case " $(echo $unit) test_comm test_gpu test_comm_gpu " in
+            *" $(basename "$f" .c) "*) ;;
+            *) run "$(basename "$f" .c) is run by make test (tests/testlib.sh's list)" false ;;
+        esac
     done
     run "test_diffs: the strategy files diff to their concept" python3 tests/test_diffs.py
     run "test_layout: folders by layer, no include circle" python3 tests/test_layout.py

@@ -1,0 +1,108 @@
+// zeropp.c: ZeRO++'s flags, read into what the strategy's collectives do.
+#include "kit/zeropp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "kit/partition.h"
+#include "util/errors.h"
+
+const char *zeropp_problem(const ZeroppOptions *options) {
+    if (options->quantize_weights && strcmp(options->quantize_weights, "int8") != 0)
+        return "--quantize-weights: the parameters can be quantized to int8 only";
+    if (options->quantize_grads && strcmp(options->quantize_grads, "int8") != 0 &&
+        strcmp(options->quantize_grads, "int4") != 0)
+        return "--quantize-grads: the gradients can be quantized to int8 or int4";
+    if (options->quantize_block && !options->quantize_weights && !options->quantize_grads)
+        return "--quantize-block sets the blocks of --quantize-weights and --quantize-grads, neither of which is "
+               "given: it would do nothing";
+    return NULL;
+}
+
+QuantFormat zeropp_weights_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
+    if (!options->quantize_weights) return (QuantFormat){0, 0};
+    QuantFormat format = {8, options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
+    strategy_note(ctx, "%s: parameters gathered for training as int8, one fp32 scale a block of %zu (ZeRO++'s qwZ)\n",
+                  name, format.block);
+    return format;
+}
+
+QuantFormat zeropp_grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
+    if (!options->quantize_grads) return (QuantFormat){0, 0};
+    QuantFormat format = {strcmp(options->quantize_grads, "int4") == 0 ? 4 : 8,
+                          options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
+    strategy_note(ctx, "%s: gradients reduced by an all-to-all of int%d pieces, one fp32 scale a block of %zu, "
+                       "summed in fp32 (ZeRO++'s qgZ)\n", name, format.bits, format.block);
+    return format;
+}
+
+void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
+                    const ZeroppOptions *options) {
+    int N = sharding->world, M = options->secondary_shard_group;
+    *h = (SecondaryShards){0};
+    if (M == 0) return;
+    if (M > N || N % M != 0)
+        fatal("%s: --secondary-shard-group %d does not divide the %d ranks that shard the model into nodes", name, M, N);
+    h->on = 1;
+    h->sharding_world = N;
+    h->model = ctx->model;
+    h->mem = ctx->mem;
+    h->kept = xcalloc((size_t)ctx->model->layout.num_units, sizeof(void *));
+    h->kept_numel = xcalloc((size_t)ctx->model->layout.num_units, sizeof(size_t));
+    comm_split(sharding, sharding->rank / M * M, 1, M, 0, &h->node);  // ranks r/M*M, ..., r/M*M + M-1
+    strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the node "
+                       "(ZeRO++'s hpZ)\n", name, M, M);
+}
+
+void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
+    if (!h->on) return;
+    const GPT2Layout *layout = &h->model->layout;
+    DType dtype = h->model->param_dtype;
+    int M = h->node.world, j = h->node.rank;
+    for (int u = unit == 0 ? 0 : unit; u < (unit == 0 ? layout->num_units : unit + 1); u++)
+        secondary_drop(h, u);  // a forward-only pass's (at unit 0, all of them)
+    size_t numel = 0, at = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (states[t] == TENSOR_GATHERED) numel += row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / M;
+    }
+    if (numel == 0) return;
+    h->kept[unit] = device_alloc_as(h->mem, MEM_PARAMS_GATHERED, numel, dtype);
+    h->kept_numel[unit] = numel;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        if (states[t] != TENSOR_GATHERED) continue;
+        size_t mine = row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / M;  // rows j of M, padded
+        device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], (size_t)j * mine, dtype), mine,
+                       dtype);
+        at += mine;
+    }
+}
+
+Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
+    return h->on && direction < 0 && h->kept[unit] ? &h->node : sharding;
+}
+
+void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from) {
+    if (from != &h->node) return;
+    CHECK(h->kept_numel[unit] == f->send_numel, "unit %d: %zu rows kept for a gather of %zu", unit,
+          h->kept_numel[unit], f->send_numel);
+    device_copy_as(f->send, h->kept[unit], f->send_numel, f->dtype);
+    f->packed = f->send_numel;
+    secondary_drop(h, unit);
+}
+
+void secondary_drop(SecondaryShards *h, int unit) {
+    if (!h->on || !h->kept[unit]) return;
+    device_free_as(h->mem, MEM_PARAMS_GATHERED, h->kept[unit], h->kept_numel[unit], h->model->param_dtype);
+    h->kept[unit] = NULL;
+}
+
+void secondary_free(SecondaryShards *h) {
+    if (!h->on) return;
+    for (int u = 0; u < h->model->layout.num_units; u++) secondary_drop(h, u);
+    comm_free_group(&h->node);
+    free(h->kept);
+    free(h->kept_numel);
+}

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""ZeRO++ on FSDP under mpirun (docs/zeropp.md), on test_strategies' model (C = 38: no size divisible by 3 or 4).
+
+qwZ, --quantize-weights int8 [--quantize-block B]:
+  - at N = 1..4, with the default block and B = 16, every rank's all-gathers carry exactly the int8 wire of its
+    slices (n + 4 ceil(n/B) bytes a tensor's slice of n, padded to 4), the reduce-scatters plain FSDP's bytes,
+    and the state kept is plain FSDP's (4 + 4 + 8 bytes a padded element): full precision;
+  - the wire is a function of the parameters alone: --prefetch 0, 1, 2, --reshard-after-forward 0 and
+    --offload-optimizer give bit for bit the same run; a run differs from plain FSDP's (the quantization happened);
+  - it composes with hybrid groups, bf16, accumulation, whole small tensors, clipping, units and the EMA;
+  - the model written out is never quantized (0 steps: the initial model, bit for bit), and a resume is exact;
+  - over 200 steps of d4, its loss stays closer to train_single's than another initialisation seed's does.
+qgZ, --quantize-grads int8|int4:
+  - at N = 1..4, every rank's reduce is an all-to-all of exactly the wire of its blocks (per destination rank, a
+    tensor's slice in n + 4 ceil(n/B) bytes for int8, ceil(n/2) + 4 ceil(n/B) for int4, padded to 4) and no
+    reduce-scatter is left; build/plan --traffic counts the same bytes;
+  - --prefetch 0, 1, 2 give bit for bit the same run; it composes with hybrid groups, bf16, accumulation, whole
+    small tensors, clipping, and with qwZ and hpZ together; a resume is exact;
+  - over 200 steps of d4, int8 and int4 stay closer to train_single's loss than another seed does.
+hpZ, --secondary-shard-group M:
+  - bit for bit plain FSDP's run (losses and model) at N = 1..4 with each M that divides N, with prefetch, hybrid
+    groups, bf16, accumulation and whole small tensors; with qwZ, bit for bit qwZ's run;
+  - the backward's all-gathers stay within the node: M ranks' rows, (M-1)/M of the unit's padded bytes, the
+    forward's as plain FSDP's, on every rank.
+Usage: test_zeropp.py BUILD_DIR "MPIRUN ..." """
+import os
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from testlib import Checks, read_log, run, write_learnable_shard
+
+sys.argv = sys.argv[:3]  # test_strategies' model and formulas, read with its arguments
+import test_strategies as ts  # noqa: E402
+
+BUILD, MPIRUN = sys.argv[1], shlex.split(sys.argv[2])
+CHECKS = Checks("zeropp")
+check = CHECKS.check
+DEFAULT_BLOCK = 256
+
+
+def wire_bytes(count, block, bits=8):
+    """quantize.h: a run of `count` numbers, the scales and then the codes, padded to 4 bytes."""
+    codes = count if bits == 8 else -(-count // 2)
+    return 4 * -(-count // block) + -(-codes // 4) * 4
+
+
+def unit_wire(unit, n, block, bits=8):
+    return sum(wire_bytes(ts.pad(i, n) // n, block, bits) for i in unit)
+
+
+def fsdp(n, *flags):
+    return [*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", *flags]
+
+
+def trained(tag, command, tmp):
+    """Runs a trainer with --log and --out-model: (steps, summary, final parameters), or None."""
+    log, out = os.path.join(tmp, "run.jsonl"), os.path.join(tmp, "run.bin")
+    rc = run([*command, "--log", log, "--out-model", out])
+    check(rc == 0, f"{tag}: runs")
+    if rc != 0:
+        return None
+    steps, summary = read_log(log)
+    return steps, summary, ts.read_params(out)
+
+
+def losses(result):
+    return [x["loss"] for x in result[0]]
+
+
+def check_wire(tag, summary, n, block):
+    """Every rank: the last step's all-gathers (two a unit: forward and backward) in int8 wire bytes, the
+    reduce-scatters (one a unit) in fp32 as plain FSDP's, and the resident state of plain FSDP."""
+    padded = sum(ts.pad(i, n) for i in range(len(ts.T))) // n
+    for rank in summary["ranks"]:
+        want = {"all_gather": [0, 0, 0, 0], "reduce_scatter": [0, 0, 0, 0]}
+        for unit in ts.UNITS:
+            for op, count, size in (("all_gather", unit_wire(unit, n, block) * n, 1),
+                                    ("all_gather", unit_wire(unit, n, block) * n, 1),
+                                    ("reduce_scatter", sum(ts.pad(i, n) for i in unit), 4)):
+                sent, recv = ts.ring(op, count, rank["rank"], n, size=size)
+                c = want[op]
+                c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {rank['rank']}: calls/elements/sent/recv {got} == {want}")
+        for cat, size in (("params", 4), ("grads", 4), ("optim", 8)):
+            current = rank["mem"][cat]["current"]
+            check(current == size * padded, f"{tag} rank {rank['rank']}: {cat} {current} == {size * padded} (full precision)")
+
+
+def check_planned(tag, summary, n, common, flags):
+    """build/plan --traffic runs FSDP's own code on the simulated network: its bytes are the run's."""
+    model = common[common.index("--model") + 1]
+    r = subprocess.run([f"{BUILD}/plan", "--model", model, "--ranks", str(n), "--batch", str(ts.BATCH), "--seq",
+                        str(ts.SEQ), "--traffic", *flags], capture_output=True, text=True, timeout=120)
+    planned = {(int(f[1]), f[2]): [int(x) for x in f[3:7]] for f in (line.split("\t") for line in r.stdout.splitlines())
+               if f[0] == "fsdp"}
+    measured = {(rank["rank"], op): [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+                for rank in summary["ranks"] for op, c in rank["comm_last_step"].items() if c["calls"]}
+    check(r.returncode == 0 and planned == measured, f"{tag}: plan --traffic {planned} == the run's {measured}")
+
+
+def check_qwz(tmp, common, plain):
+    for n in (1, 2, 3, 4):
+        for block in (None, 16):
+            flags = ["--quantize-weights", "int8"] + (["--quantize-block", str(block)] if block else [])
+            tag = f"fsdp N={n} {' '.join(flags)}"
+            result = trained(tag, fsdp(n, *common, *flags), tmp)
+            if result is None:
+                continue
+            check_wire(tag, result[1], n, block or DEFAULT_BLOCK)
+            if n == 3:
+                check_planned(tag, result[1], n, common, flags)
+            check(losses(result)[-1] < losses(result)[0] - 0.3, f"{tag}: learns ({losses(result)[0]:.4f} -> "
+                  f"{losses(result)[-1]:.4f})")
+            if n == 2 and block is None:
+                check(losses(result) != losses(plain) and result[2] != plain[2],
+                      f"{tag}: not plain FSDP's run (the weights did travel quantized)")
+                base = result
+    for flags in (["--prefetch", "0"], ["--prefetch", "2"], ["--reshard-after-forward", "0"],
+                  ["--offload-optimizer"]):
+        tag = f"fsdp N=2 --quantize-weights int8 {' '.join(flags)}"
+        result = trained(tag, fsdp(2, *common, "--quantize-weights", "int8", *flags), tmp)
+        if result is not None:
+            check(losses(result) == losses(base) and result[2] == base[2],
+                  f"{tag}: bitwise the run with the defaults (the wire depends on the parameters alone)")
+
+
+def check_qgz_wire(tag, summary, n, bits, block):
+    """Every rank: the last step's reduces, one all-to-all a unit of int8 wires, and plain FSDP's all-gathers."""
+    for rank in summary["ranks"]:
+        want = {"all_gather": [0, 0, 0, 0], "all_to_all": [0, 0, 0, 0]}
+        for unit in ts.UNITS:
+            count = sum(ts.pad(i, n) for i in unit)
+            for op, elements, size in (("all_gather", count, 4), ("all_gather", count, 4),
+                                       ("all_to_all", unit_wire(unit, n, block, bits) * n, 1)):
+                sent, recv = ts.ring("all_gather" if op == "all_gather" else "reduce_scatter", elements, rank["rank"],
+                                     n, size=size)
+                c = want[op]
+                c[0] += 1; c[1] += elements; c[2] += sent; c[3] += recv
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {rank['rank']}: calls/elements/sent/recv {got} == {want}")
+
+
+def check_qgz(tmp, common, ref):
+    base = {}
+    for bits in (8, 4):
+        for n in (1, 2, 3, 4):
+            flags = ["--quantize-grads", f"int{bits}"] + (["--quantize-block", "16"] if n == 3 else [])
+            tag = f"fsdp N={n} {' '.join(flags)}"
+            result = trained(tag, fsdp(n, *common, *flags), tmp)
+            if result is None:
+                continue
+            check_qgz_wire(tag, result[1], n, bits, 16 if n == 3 else DEFAULT_BLOCK)
+            if n == 3:
+                check_planned(tag, result[1], n, common, flags)
+            last, want = losses(result)[-1], losses(ref)[-1]
+            check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+            if n == 2:
+                base[bits] = result
+    for flags in (["--prefetch", "0"], ["--prefetch", "2"]):
+        tag = f"fsdp N=2 --quantize-grads int4 {' '.join(flags)}"
+        result = trained(tag, fsdp(2, *common, "--quantize-grads", "int4", *flags), tmp)
+        if result is not None and 4 in base:
+            check(losses(result) == losses(base[4]) and result[2] == base[4][2],
+                  f"{tag}: bitwise the run with the defaults (each piece summed in rank order where it lands)")
+    for n, flags in ((4, ["--shard-group", "2"]), (2, ["--precision", "bf16"]),
+                     (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, ["--grad-accum", "2"]),
+                     (3, ["--shard-min-numel", "200"]), (2, ["--grad-clip", "0.5"]),
+                     (4, ["--quantize-weights", "int8", "--secondary-shard-group", "2"])):
+        tag = f"fsdp N={n} --quantize-grads int8 {' '.join(flags)}"
+        result = trained(tag, fsdp(n, *common, "--quantize-grads", "int8", *flags), tmp)
+        if result is None:
+            continue
+        last, want = losses(result)[-1], losses(ref)[-1]
+        check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+
+
+def check_composes(tmp, common, ref):
+    """Each feature with qwZ: runs, learns, ends near train_single's loss."""
+    for n, flags in ((4, ["--shard-group", "2"]), (2, ["--precision", "bf16"]),
+                     (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, ["--grad-accum", "2"]),
+                     (3, ["--shard-min-numel", "200"]), (2, ["--grad-clip", "0.5"]), (2, ["--unit-blocks", "2"]),
+                     (2, ["--ema", "0.9"])):
+        tag = f"fsdp N={n} --quantize-weights int8 {' '.join(flags)}"
+        result = trained(tag, fsdp(n, *common, "--quantize-weights", "int8", *flags), tmp)
+        if result is None:
+            continue
+        last, want = losses(result)[-1], losses(ref)[-1]
+        check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+
+
+def check_hpz_traffic(tag, summary, n, m):
+    """Every rank: a unit's forward all-gather among all N, its backward's among the node's M."""
+    for rank in summary["ranks"]:
+        want = [0, 0, 0, 0]
+        for unit in ts.UNITS:
+            count = sum(ts.pad(i, n) for i in unit)
+            for ranks in (n, m):
+                sent, recv = ts.ring("all_gather", count, rank["rank"] % ranks, ranks)
+                want = [want[0] + 1, want[1] + count, want[2] + sent, want[3] + recv]
+        c = rank["comm_last_step"]["all_gather"]
+        got = [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+        check(got == want, f"{tag} rank {rank['rank']}: all-gathers {got} == {want} (the backward's within the node)")
+
+
+def check_hpz(tmp, common):
+    runs = [(n, m, []) for n in (1, 2, 3, 4) for m in range(1, n + 1) if n % m == 0]
+    runs += [(4, 2, ["--prefetch", "2"]), (4, 2, ["--prefetch", "0"]), (4, 1, ["--shard-group", "2"]),
+             (2, 1, ["--precision", "bf16"]), (2, 1, ["--grad-accum", "2"]),
+             (2, 1, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, 1, ["--shard-min-numel", "200"]),
+             (4, 2, ["--quantize-weights", "int8"])]
+    plain = {}
+    for n, m, flags in runs:
+        key = (n, tuple(flags))
+        if key not in plain:
+            plain[key] = trained(f"fsdp N={n} {' '.join(flags)}", fsdp(n, *common, *flags), tmp)
+        tag = f"fsdp N={n} --secondary-shard-group {m} {' '.join(flags)}"
+        result = trained(tag, fsdp(n, *common, "--secondary-shard-group", str(m), *flags), tmp)
+        if result is None or plain[key] is None:
+            continue
+        check(losses(result) == losses(plain[key]) and result[2] == plain[key][2],
+              f"{tag}: bitwise the losses and model of the run without it")
+        if not flags:
+            check_hpz_traffic(tag, result[1], n, m)
+
+
+def check_full_precision_out(tmp, model, common):
+    """--steps 0: the model written is the initial one, bit for bit (gather_full_model never quantizes)."""
+    out = os.path.join(tmp, "zero_steps.bin")
+    steps0 = [a for a in common if a != "--quiet"]
+    steps0[steps0.index("--steps") + 1] = "0"
+    check(run(fsdp(3, *steps0, "--quantize-weights", "int8", "--quiet", "--out-model", out)) == 0,
+          "fsdp N=3 --quantize-weights int8 --steps 0: runs")
+    if os.path.exists(out):
+        check(ts.read_params(out) == ts.read_params(model), "fsdp N=3 --quantize-weights int8 --steps 0: writes the "
+              "initial model bit for bit (the model written out is never quantized)")
+
+
+def check_resume(tmp, common, flags):
+    ck, whole, part = os.path.join(tmp, "ck"), os.path.join(tmp, "whole.jsonl"), os.path.join(tmp, "part.jsonl")
+    shutil.rmtree(ck, ignore_errors=True)
+    for log in (whole, part):  # a resumed run appends to its log
+        if os.path.exists(log):
+            os.remove(log)
+    ten = [a for a in common]
+    ten[ten.index("--steps") + 1] = "10"
+    ok = run(fsdp(2, *common, *flags, "--log", whole)) == 0
+    ok &= run(fsdp(2, *ten, *flags, "--ckpt-dir", ck)) == 0
+    ok &= run(fsdp(2, *common, *flags, "--resume", ck, "--log", part)) == 0
+    if ok:
+        a, b = read_log(whole)[0], read_log(part)[0]
+        ok = [x["loss"] for x in a[10:]] == [x["loss"] for x in b if x["step"] > 10]
+    check(ok, f"fsdp N=2 {' '.join(flags)}: 10 + resumed 10 steps equal 20 steps (bitwise)")
+
+
+def check_refusals(tmp, common):
+    for flags, says in ((["--quantize-grads", "int2"], "int8 or int4"),
+                        (["--secondary-shard-group", "3"], "--secondary-shard-group 3 does not divide the 2 ranks"),
+                        (["--secondary-shard-group", "2", "--shard-group", "1"], "does not divide the 1 ranks"),
+                        (["--secondary-shard-group", "1", "--reshard-after-forward", "0"], "it would do nothing"),
+                        (["--quantize-weights", "int4"], "int8 only"),
+                        (["--quantize-block", "64"], "neither of which is given"),
+                        (["--quantize-weights", "int8", "--quantize-block", "0"], "--quantize-block")):
+        r = subprocess.run(fsdp(2, *common, *flags), capture_output=True, text=True, timeout=120)
+        check(r.returncode != 0 and says in r.stderr and r.stderr.count(says) == 1,
+              f"fsdp {' '.join(flags)}: refused once, saying '{says}' ({r.stderr.strip()[:160]})")
+
+
+def check_docs_table():
+    """docs/zeropp.md's d4 table: each row's numbers are build/plan's for its flags."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    rows = re.findall(r"^\| (\(FSDP\)|`[^`]+`) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|$",
+                      open(os.path.join(root, "docs", "zeropp.md")).read(), re.M)
+    check(len(rows) == 7, f"docs/zeropp.md's d4 table has its seven rows ({len(rows)})")
+    for name, *numbers in rows:
+        extra = [] if name == "(FSDP)" else name.strip("`").split()
+        base = [f"{BUILD}/plan", "--config", "d4", "--ranks", "4", *extra]
+        traffic = subprocess.run([*base, "--traffic"], capture_output=True, text=True).stdout.splitlines()
+        tsv = subprocess.run([*base, "--tsv"], capture_output=True, text=True).stdout.splitlines()
+        sent = {f[2]: int(f[5]) for f in (l.split("\t") for l in traffic) if f[0] == "fsdp" and f[1] == "0"}
+        held = [[int(f[3]), int(f[8])] for f in (l.split("\t") for l in tsv) if f[0] == "fsdp"]
+        got = [sent.get("all_gather"), sent.get("reduce_scatter", sent.get("all_to_all")), *(held[0] if held else [])]
+        want = [int(x.replace(",", "")) for x in numbers]
+        check(got == want, f"docs/zeropp.md, d4 {name}: {want} == build/plan's {got}")
+
+
+def check_docs_what_if():
+    """docs/zeropp.md's 384-rank table: each row's tokens/s and exposed milliseconds are build/plan --time's."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    rows = re.findall(r"^\| (\(FSDP\)|`[^`]+`) \| ([\d,]+) \(([\d.]+)\) \| ([\d,]+) \(([\d.]+)\) \|$",
+                      open(os.path.join(root, "docs", "zeropp.md")).read(), re.M)
+    check(len(rows) == 5, f"docs/zeropp.md's 384-rank table has its five rows ({len(rows)})")
+    for name, *numbers in rows:
+        extra = [] if name == "(FSDP)" else name.strip("`").split()
+        got = []
+        for across in ("1e-5,25", "1e-5,3.125"):
+            out = subprocess.run([f"{BUILD}/plan", "--config", "d12", "--ranks", "384", "--batch", "6144", "--seq", "1024",
+                                  "--precision", "bf16", "--time", "--tokens-per-s", "146656", "--ranks-per-node", "16",
+                                  "--across", across, "--tsv", *extra], capture_output=True, text=True).stdout
+            row = [f for f in (l.split("\t") for l in out.splitlines()) if f[0] == "fsdp" and f[1] == "384"]
+            got += [f"{float(row[0][7]):,.0f}", f"{1000 * float(row[0][5]):.1f}"] if row else [None, None]
+        check(got == numbers, f"docs/zeropp.md, 384 ranks {name}: {numbers} == build/plan --time's {got}")
+
+
+def check_d4(tmp):
+    """200 steps of d4 (vocab 256, B = 4, T = 64): the mean loss of the last 50 steps of qwZ at N = 2 differs from
+    train_single's by less than train_single's own differs under another initialisation seed."""
+    data = os.path.join(tmp, "d4data")
+    os.makedirs(data)
+    rng = random.Random(7)
+    for name, count in (("train.bin", 100000), ("val.bin", 4000)):
+        write_learnable_shard(os.path.join(data, name), count, 256, rng)
+    common = ["--config", "d4", "--vocab", "256", "--data", data, "--batch", "4", "--seq", "64", "--steps", "200",
+              "--lr", "1e-3", "--quiet"]
+    means = {}
+    for name, command in (("single", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common]),
+                          ("single --seed 2", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, "--seed", "2"]),
+                          ("fsdp N=2 --quantize-weights int8", fsdp(2, *common, "--quantize-weights", "int8")),
+                          ("fsdp N=2 --quantize-grads int8", fsdp(2, *common, "--quantize-grads", "int8")),
+                          ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4"))):
+        log = os.path.join(tmp, "d4.jsonl")
+        if run([*command, "--log", log]) != 0:
+            check(False, f"d4 {name}: runs")
+            return
+        steps = [x["loss"] for x in read_log(log)[0]]
+        means[name] = sum(steps[-50:]) / 50
+    seed = abs(means["single --seed 2"] - means["single"])
+    print("d4, 200 steps, mean loss of the last 50: " + ", ".join(f"{k} {v:.5f}" for k, v in means.items()))
+    for name, mean in means.items():
+        if name.startswith("fsdp"):
+            moved = abs(mean - means["single"])
+            check(moved < seed, f"d4 200 steps: {name} moves the loss by {moved:.5f}, less than another seed does "
+                  f"({seed:.5f})")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="shardlab_zeropp_")
+    model = os.path.join(tmp, "model.bin")
+    assert run([f"{BUILD}/init_model", "--layers", str(ts.L), "--heads", str(ts.NH), "--channels", str(ts.C),
+                "--vocab", str(ts.V), "--max-seq", str(ts.MAXT), "--out", model]) == 0
+    rng = random.Random(5)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    for name, count in (("train.bin", 20000), ("val.bin", 2000)):
+        write_learnable_shard(os.path.join(data, name), count, ts.V, rng)
+    common = ["--model", model, "--data", data, "--batch", str(ts.BATCH), "--seq", str(ts.SEQ),
+              "--steps", str(ts.STEPS), "--lr", "1e-3", "--weight-decay", "0.1", "--quiet"]
+    ref = trained("train_single", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common], tmp)
+    plain = trained("fsdp N=2", fsdp(2, *common), tmp)
+    if ref is None or plain is None:
+        CHECKS.finish()
+    check_qwz(tmp, common, plain)
+    check_composes(tmp, common, ref)
+    check_qgz(tmp, common, ref)
+    check_hpz(tmp, common)
+    check_full_precision_out(tmp, model, common)
+    check_resume(tmp, common, ["--quantize-weights", "int8", "--quantize-block", "16"])
+    check_resume(tmp, common, ["--quantize-grads", "int4", "--secondary-shard-group", "1"])
+    check_refusals(tmp, common)
+    check_docs_table()
+    check_docs_what_if()
+    check_d4(tmp)
+    CHECKS.finish()
+
+
+if __name__ == "__main__":
+    main()
