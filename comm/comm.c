@@ -122,6 +122,7 @@ static void count_call(Comm *comm, CommOp op, size_t count, DType dtype, int roo
     for (Comm *c = comm; c; c = c->parent) {
         add_call(&c->stats, op, count, sent, recv);
         if (comm->is_across) add_call(&c->across, op, count, sent, recv);
+        if (comm->spans_machines) add_call(&c->machines, op, count, sent, recv);
     }
 }
 

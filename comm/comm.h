@@ -96,6 +96,8 @@ typedef struct Comm {
                          // sets 0 at init; bench_comm sets it per run to time both
     CommStats stats;     // every collective of this group, and of the groups split from it
     CommStats across;    // the part of stats that crossed between replica groups (comm_split's `across`)
+    CommStats machines;  // simulated network: the part of stats among ranks of more than one machine
+    int spans_machines;  // simulated network: this group's ranks sit on more than one machine (sim.c)
     struct Comm *parent; // the group this one was split from (comm_split), or NULL
     int is_across;       // this group joins ranks of different replica groups
     CommNccl *nccl;      // NCCL state, GPU build only

@@ -19,10 +19,12 @@ void comm_init_simulated(Comm *comm, int rank, int world, SimClock *clock) {
     comm->backend = &comm_sim_backend;
     comm->sim = xcalloc(1, sizeof *comm->sim);
     *comm->sim = (CommSim){.clock = clock, .first = 0, .stride = 1};
+    comm->spans_machines = clock->machine && world > clock->machine->ranks_per_node;
 }
 
 // Whether the group's ranks sit on more than one machine of the clock's.
 static int spans_machines(const Comm *comm) {
+    if (!comm->sim->clock->machine) return 0;
     int per_node = comm->sim->clock->machine->ranks_per_node;
     int last = comm->sim->first + comm->sim->stride * (comm->world - 1);
     return comm->sim->first / per_node != last / per_node;
@@ -33,7 +35,7 @@ static void sim_start(Comm *comm, CommHandle *h, const void *send, void *recv, s
     (void)send, (void)recv, (void)count, (void)root;
     if (h->op == COMM_BARRIER) return;
     double bytes = (double)h->count * dtype_size(h->dtype);
-    h->sim_done = sim_collective(comm->sim->clock, h->op, bytes, comm->world, spans_machines(comm));
+    h->sim_done = sim_collective(comm->sim->clock, h->op, bytes, comm->world, comm->spans_machines);
 }
 
 // Every simulated rank alike: the sum is N times this one's.
@@ -56,6 +58,7 @@ static void sim_split(Comm *parent, Comm *group, int first, int stride) {
     group->sim = xcalloc(1, sizeof *group->sim);
     *group->sim = (CommSim){.clock = parent->sim->clock, .first = parent->sim->first + parent->sim->stride * first,
                             .stride = parent->sim->stride * stride};
+    group->spans_machines = spans_machines(group);
 }
 
 static void sim_free(Comm *comm) {

@@ -341,6 +341,48 @@ plot {lines}, {points}""", plots, "scaling")
     return predicted
 
 
+# The rungs of the ladder and ZeRO++'s, cumulatively on FSDP: (label, strategy, its flags); G ranks a machine.
+def zeropp_rungs(G):
+    return [("DDP", "ddp", []), ("ZeRO-1", "zero1", []), ("ZeRO-2", "zero2", []), ("ZeRO-3", "zero3", []),
+            ("FSDP", "fsdp", []), ("+ qwZ", "fsdp", ["--quantize-weights", "int8"]),
+            ("+ hpZ", "fsdp", ["--quantize-weights", "int8", "--secondary-shard-group", str(G)]),
+            ("+ qgZ", "fsdp", ["--quantize-weights", "int8", "--secondary-shard-group", str(G),
+                               "--quantize-grads", "int4"])]
+
+
+def plot_zeropp(build, cfg, logs, data, plots):
+    """The bytes a rank sends per step to ranks on other machines, rung by rung up the ladder and then ZeRO++'s
+    changes added one by one on FSDP (docs/zeropp.md), at N = 64 and 384 on machines of 8 ranks: build/plan
+    --time's rank 0 (the collectives among ranks of more than one machine), this run's model and rows per rank."""
+    G, rows = 8, max(1, cfg["batch"] // logs["single"][1].get("world_size", 1))
+    rungs, across = zeropp_rungs(G), {}
+    for flags in {tuple(f) for _, _, f in zeropp_rungs(G)}:
+        cmd = [f"{build}/plan", *plan_model_args(cfg), "--ranks", "384", "--batch", str(384 * rows), "--seq",
+               str(cfg["seq"]), "--precision", cfg.get("precision", "fp32"), "--time", "--tokens-per-s", "1",
+               "--ranks-per-node", str(G), "--tsv", *flags]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        for line in r.stdout.splitlines():  # strategy, N, group, ..., bytes sent, of them among machines
+            f = line.split("\t")
+            across[(flags, f[0], int(f[1]))] = int(f[10])
+    table = [[label, across[(tuple(flags), name, 64)] / MB, across[(tuple(flags), name, 384)] / MB]
+             for label, name, flags in rungs]
+    write_tsv(f"{data}/zeropp.tsv", ["rung", "N=64", "N=384"], table)
+    gnuplot(f"""set title "Bytes each rank sends across machines per step, up the ladder and ZeRO++ (planner; machines of {G} ranks)"
+set ylabel "MB sent to other machines per rank per step"
+set xlabel "rung (ZeRO++'s changes added one by one on FSDP: qwZ int8 gathers, hpZ nodes of {G}, qgZ int4 reduces)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.9 border -1
+set boxwidth 0.9
+set yrange [0:*]
+set grid ytics
+set key top right box opaque
+plot '{data}/zeropp.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'N = 64', '' using 3 lc rgb '#ff7f0e' title 'N = 384'""",
+            plots, "zeropp", 1000, 520)
+
+
 def plot_units(build, cfg, world, logs, strategies, data, plots):
     """The trade of the strategies that gather by unit as their units grow (--unit-blocks J = 1 .. L blocks per
     unit; docs/fsdp.md): at this run's N and rows per rank, build/plan's peak per rank (ZeRO-3: its fullest rank)
@@ -757,6 +799,7 @@ set key outside right top vertical font ',9'
 plot {series}""", plots, f"timeline_{s}", 1100, 200 + 80 * world)
 
     plot_sharding(build, cfg, world, logs, data, plots)
+    plot_zeropp(build, cfg, logs, data, plots)
     if any("--unit-blocks" in registry(build)[s]["flags"] for s in strategies):
         plot_units(build, cfg, world, logs, strategies, data, plots)
     placements = {s: registry(build)[s]["placement"] for s in strategies}  # whole tensors: an unevenness to tell
@@ -829,6 +872,10 @@ CAPTIONS = {
                 "(FSDP).",
     "scaling": "The step-time model's tokens/s as N grows (the lines) against what was measured (the dots): "
                "where the lines bend, communication stops hiding under compute.",
+    "zeropp": "What each rank sends to other machines in one step, as the planner runs each strategy's own code: "
+              "sharding more moves more (ZeRO-3's broadcasts and reduces most), and ZeRO++ takes FSDP's back down: "
+              "int8 gathers, the backward's gathers kept inside the machine, int4 gradient pieces "
+              "(docs/zeropp.md).",
     "units": "Grouping more blocks into a unit means fewer collectives per step (dashed, right axis) but more "
              "gathered at once (solid, left axis).",
     "units_time": "A strategy that moves a unit per collective pays each collective's latency once per unit, so "
@@ -954,7 +1001,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
              ("memory_vs_ranks", "Memory per rank vs ranks (planner)"),
              ("model_state_vs_ranks", "Resident model state per rank vs ranks: the ZeRO ladder (planner)"),
              ("sharding", "Who keeps which parameters"),
-             ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points")]
+             ("scaling", "Tokens/s vs ranks: the step-time model (docs/scale.md), measured points"),
+             ("zeropp", "Bytes across machines per step: the ladder and ZeRO++ (planner)")]
     if os.path.exists(os.path.join(run, "plots", "host_memory.png")):
         plots.insert(2, ("host_memory", "Host memory per rank: the optimizer offloaded"))
     if os.path.exists(os.path.join(run, "plots", "units.png")):  # strategies that gather by unit were compared

@@ -8,7 +8,7 @@
 //   partition.h     who holds what: whole tensors, row slices, flat ranges
 //   replicas.h      the gradient all-reduce across replica groups (hybrid sharding)
 //   shard_groups.h  the groups a hybrid strategy shards within
-//   zeropp.h        ZeRO++'s flags: quantized weight gathers
+//   zeropp.h        ZeRO++'s flags and secondary shards: quantized gathers and reduces
 //   device.h        memory and the device's copies and kernels (and, through
 //                   strategy.h, comm.h: the collectives)
 #ifndef SHARDLAB_KIT_H

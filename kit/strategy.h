@@ -188,7 +188,7 @@ typedef struct {
     // 0: one group of N): build/plan --time takes M where it divides N
     int *shard_group;
     // NULL, or the option of ranks a node shares for ZeRO++'s secondary shards (0: off):
-    // build/plan --time takes it where it divides the sharding ranks, and fewer ranks as one node
+    // build/plan --time takes it where it divides the sharding ranks into more than one node
     int *node_group;
     // NULL, or the option below whose element count a tensor stays whole on every
     // rank (0: none): build/plan --layout draws those tensors whole

@@ -46,6 +46,7 @@ void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_
     f->packed = 0;
     f->num_runs = 0;
     f->format = (QuantFormat){0, 0};
+    f->comm = NULL;  // set by the inflight_*_start that starts its collective
 }
 
 void inflight_run(InFlight *f, size_t count) {
@@ -116,19 +117,19 @@ void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, Qua
     CHECK(f->packed == f->recv_numel, "a quantized reduce-scatter of %zu elements a rank, runs of %zu", f->recv_numel,
           f->packed);
     open_wires(f, comm, mem, format, (size_t)comm->world);
-    f->piece = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
+    f->part = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
     f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
     for (int q = 0; q < comm->world; q++)
         quantize_runs(f, dtype_at(f->send, (size_t)q * f->recv_numel, f->dtype), (char *)f->wire_send + q * f->wire_bytes);
     f->handle = comm_all_to_all_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
 }
 
-// qgZ's arrival: rank q's piece of my block, dequantized, added in rank order in fp32; the average rounded
+// qgZ's arrival: rank q's part of my rows, dequantized, added in rank order in fp32; the average rounded
 // once to the gradients' dtype.
-static void sum_pieces(InFlight *f) {
+static void sum_parts(InFlight *f) {
     for (int q = 0; q < f->comm->world; q++) {
-        dequantize_runs(f, q == 0 ? f->sum : f->piece, DTYPE_FP32, (const char *)f->wire_recv + q * f->wire_bytes);
-        if (q > 0) device_add(f->sum, f->piece, f->recv_numel);
+        dequantize_runs(f, q == 0 ? f->sum : f->part, DTYPE_FP32, (const char *)f->wire_recv + q * f->wire_bytes);
+        if (q > 0) device_add(f->sum, f->part, f->recv_numel);
     }
     device_scale(f->sum, f->recv_numel, 1.0f / (float)f->comm->world);
     if (f->dtype == DTYPE_FP32) device_copy(f->recv, f->sum, f->recv_numel);
@@ -137,12 +138,14 @@ static void sum_pieces(InFlight *f) {
 
 int inflight_wait(InFlight *f, Comm *comm) {
     if (!f->send) return 0;
+    CHECK(!f->comm || comm == f->comm, "waiting for a collective of %d ranks on a group of %d: wait on the group it was started on",
+          f->comm ? f->comm->world : 0, comm->world);
     comm_wait(comm, &f->handle);
     if (f->format.bits && f->handle.op == COMM_ALL_GATHER)
         for (int r = 0; r < f->comm->world; r++)
             dequantize_runs(f, dtype_at(f->recv, (size_t)r * f->send_numel, f->dtype), f->dtype,
                             (const char *)f->wire_recv + (size_t)r * f->wire_bytes);
-    if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_pieces(f);
+    if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_parts(f);
     return 1;
 }
 
@@ -150,15 +153,15 @@ void inflight_close(InFlight *f, MemAccount *mem) {
     device_free_as(mem, MEM_COMM_BUFFERS, f->send, f->send_numel, f->dtype);
     device_free_as(mem, MEM_COMM_BUFFERS, f->recv, f->recv_numel, f->dtype);
     if (f->format.bits) {
-        int sends = f->piece ? f->comm->world : 1;
+        int sends = f->part ? f->comm->world : 1;
         device_free_as(mem, MEM_COMM_BUFFERS, f->wire_send, f->wire_bytes * (size_t)sends, DTYPE_INT8);
         device_free_as(mem, MEM_COMM_BUFFERS, f->wire_recv, f->wire_bytes * (size_t)f->comm->world, DTYPE_INT8);
-        if (f->piece) {
-            device_free(mem, MEM_COMM_BUFFERS, f->piece, f->recv_numel);
+        if (f->part) {
+            device_free(mem, MEM_COMM_BUFFERS, f->part, f->recv_numel);
             device_free(mem, MEM_COMM_BUFFERS, f->sum, f->recv_numel);
         }
         f->wire_send = f->wire_recv = NULL;
-        f->piece = f->sum = NULL;
+        f->part = f->sum = NULL;
         f->format = (QuantFormat){0, 0};
     }
     f->send = f->recv = NULL;

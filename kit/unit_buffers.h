@@ -41,12 +41,12 @@ typedef struct {
     // A quantized collective (ZeRO++): send's runs quantized (device/quantize.h) into wire_send,
     // `wire_bytes` a rank. qwZ's all-gather: the wires all-gathered as int8 into wire_recv, each
     // rank's dequantized into recv on arrival. qgZ's reduce-scatter: rank q's block of runs to rank q
-    // by an all-to-all, the N pieces that arrive dequantized and summed in fp32 in rank order, then
+    // by an all-to-all, the N parts that arrive dequantized and summed in fp32 in rank order, then
     // averaged, into recv.
     QuantFormat format;             // bits 0: none, the wire is send and recv themselves
     void *wire_send, *wire_recv;
     size_t wire_bytes;
-    float *piece, *sum;             // (recv_numel) qgZ's fp32 dequantized piece and running sum
+    float *part, *sum;             // (recv_numel) qgZ's fp32 dequantized part and running sum
     Comm *comm;                     // the collective's ranks: an all-gather's recv holds their sends
 } InFlight;
 // Allocates send, then recv, for a collective not already in flight on `f`.
@@ -62,7 +62,7 @@ void inflight_run(InFlight *f, size_t count);
 void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
 // Starts the reduce-scatter (average) of send into recv among comm's ranks: as it is, or (format.bits
 // 8 or 4) each rank's block of runs quantized and sent to it by an all-to-all; inflight_wait
-// dequantizes the N pieces that arrive and averages them in fp32.
+// dequantizes the N parts that arrive and averages them in fp32.
 void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
 // Waits for the collective; 0 if none was in flight (nothing to copy out).
 int inflight_wait(InFlight *f, Comm *comm);

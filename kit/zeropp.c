@@ -10,10 +10,10 @@
 
 const char *zeropp_problem(const ZeroppOptions *options) {
     if (options->quantize_weights && strcmp(options->quantize_weights, "int8") != 0)
-        return "--quantize-weights: the parameters can be quantized to int8 only";
+        return "--quantize-weights: the parameters can be quantized to int8 only (give --quantize-weights int8)";
     if (options->quantize_grads && strcmp(options->quantize_grads, "int8") != 0 &&
         strcmp(options->quantize_grads, "int4") != 0)
-        return "--quantize-grads: the gradients can be quantized to int8 or int4";
+        return "--quantize-grads: the gradients can be quantized to int8 or int4 only (give one of the two)";
     if (options->quantize_block && !options->quantize_weights && !options->quantize_grads)
         return "--quantize-block sets the blocks of --quantize-weights and --quantize-grads, neither of which is "
                "given: it would do nothing";
@@ -32,40 +32,46 @@ QuantFormat zeropp_grads_format(const StrategyContext *ctx, const char *name, co
     if (!options->quantize_grads) return (QuantFormat){0, 0};
     QuantFormat format = {strcmp(options->quantize_grads, "int4") == 0 ? 4 : 8,
                           options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
-    strategy_note(ctx, "%s: gradients reduced by an all-to-all of int%d pieces, one fp32 scale a block of %zu, "
+    strategy_note(ctx, "%s: gradients reduced by an all-to-all of int%d parts, one fp32 scale a block of %zu, "
                        "summed in fp32 (ZeRO++'s qgZ)\n", name, format.bits, format.block);
     return format;
 }
 
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
                     const ZeroppOptions *options) {
-    int N = sharding->world, M = options->secondary_shard_group;
+    int N = sharding->world, H = options->secondary_shard_group;
     *h = (SecondaryShards){0};
-    if (M == 0) return;
-    if (M > N || N % M != 0)
-        fatal("%s: --secondary-shard-group %d does not divide the %d ranks that shard the model into nodes", name, M, N);
+    if (H == 0) return;
+    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
+    if (H > N || N % H != 0)
+        fatal("%s: --secondary-shard-group %d does not divide the %d ranks that shard the model%s into nodes", name, H,
+              N, of);
+    if (H == N)
+        fatal("%s: --secondary-shard-group %d makes one node of all %d ranks that shard the model%s: the backward's "
+              "gathers would cross the same links as without it, and the secondary shards would only hold memory",
+              name, H, N, of);
     h->on = 1;
     h->sharding_world = N;
     h->model = ctx->model;
     h->mem = ctx->mem;
     h->kept = xcalloc((size_t)ctx->model->layout.num_units, sizeof(void *));
     h->kept_numel = xcalloc((size_t)ctx->model->layout.num_units, sizeof(size_t));
-    comm_split(sharding, sharding->rank / M * M, 1, M, 0, &h->node);  // ranks r/M*M, ..., r/M*M + M-1
+    comm_split(sharding, sharding->rank / H * H, 1, H, 0, &h->node);  // ranks r/H*H, ..., r/H*H + H-1
     strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the node "
-                       "(ZeRO++'s hpZ)\n", name, M, M);
+                       "(ZeRO++'s hpZ)\n", name, H, H);
 }
 
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     if (!h->on) return;
     const GPT2Layout *layout = &h->model->layout;
     DType dtype = h->model->param_dtype;
-    int M = h->node.world, j = h->node.rank;
+    int H = h->node.world, j = h->node.rank;
     for (int u = unit == 0 ? 0 : unit; u < (unit == 0 ? layout->num_units : unit + 1); u++)
         secondary_drop(h, u);  // a forward-only pass's (at unit 0, all of them)
     size_t numel = 0, at = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (states[t] == TENSOR_GATHERED) numel += row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / M;
+        if (states[t] == TENSOR_GATHERED) numel += row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / H;
     }
     if (numel == 0) return;
     h->kept[unit] = device_alloc_as(h->mem, MEM_PARAMS_GATHERED, numel, dtype);
@@ -73,7 +79,7 @@ void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (states[t] != TENSOR_GATHERED) continue;
-        size_t mine = row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / M;  // rows j of M, padded
+        size_t mine = row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / H;  // rows j of H, padded
         device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], (size_t)j * mine, dtype), mine,
                        dtype);
         at += mine;

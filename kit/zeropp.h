@@ -1,34 +1,33 @@
 // zeropp.h: ZeRO++'s changes to a sharded strategy's communication (Wang et al.,
 // 2023), as flags FSDP takes (docs/zeropp.md):
 //
-//   --quantize-weights int8   qwZ: training's all-gathers of parameters travel as
-//                             int8 codes in blocks, a scale each (device/quantize.h),
-//                             dequantized on arrival; the parameters kept, the
-//                             optimizer and checkpoints stay in full precision
-//   --quantize-block B        qwZ's and qgZ's block: B numbers a scale (default 256;
-//                             each tensor's slice has blocks of its own)
-//   --secondary-shard-group M hpZ: after a unit's forward each rank keeps 1/M of
-//                             its gathered parameters, a secondary shard among the
-//                             M consecutive ranks of its node, and the unit's
-//                             backward all-gathers from those within the node
+//   --quantize-weights int8      qwZ: training's all-gathers of parameters travel as
+//                                int8 codes in blocks, a scale each (device/quantize.h),
+//                                dequantized on arrival; the parameters kept, the
+//                                optimizer and checkpoints stay in full precision
+//   --secondary-shard-group H    hpZ: after a unit's forward each rank keeps 1/H of
+//                                each of its gathered tensors, the rows of its place
+//                                among the H consecutive ranks of its node, and the
+//                                unit's backward all-gathers those within the node
+//   --quantize-grads int8|int4   qgZ: the reduce-scatter of gradients replaced by an
+//                                all-to-all of quantized parts, each dequantized where
+//                                it lands and summed in fp32 in rank order, then
+//                                averaged: a part is quantized once, not again at
+//                                every hop of a ring
+//   --quantize-block Z           qwZ's and qgZ's blocks: Z numbers a scale (default
+//                                256; each tensor's slice has blocks of its own)
 //
-//   --quantize-grads int8|int4  qgZ: the reduce-scatter of gradients replaced by an
-//                             all-to-all of quantized pieces (blocks of B, a scale
-//                             each), each dequantized where it lands and summed in
-//                             fp32 in rank order, then averaged: a piece is quantized
-//                             once, not again at every hop of a ring
+//   forward  unit u:  all-gather over N (qwZ: int8)  -> full tensors -> keep rows j of H (j: my place in the node)
+//   backward unit u:  all-gather over H of the kept rows -> the same full tensors, bit for bit
+//   after  backward:  rank q's rows of every gradient -> int8/int4 -> all-to-all -> N parts of mine -> fp32 sum / N
 //
-//   forward  unit u:  all-gather over N (qwZ: int8)  -> full tensors -> keep rows j of M (j: my place in the node)
-//   backward unit u:  all-gather over M of the kept rows -> the same full tensors, bit for bit
-//   after  backward:  block q of every gradient -> int8/int4 -> all-to-all -> N pieces of mine -> fp32 sum / N
-//
-// qwZ's wire for a slice of n numbers: n + 4 ceil(n/B) bytes (padded to 4)
-// instead of 4n (fp32) or 2n (bf16): about 1/4 (1/2) of the all-gather's bytes.
-// qgZ's: (N-1)/N of the gradients' pad(P) in 1 (int8) or 1/2 (int4) byte a
-// number (+4 bytes a block) instead of the reduce-scatter's 4 or 2.
-// hpZ's secondary shards: pad(P)/M parameters a rank, held from a unit's forward
-// to its backward (counted as params_gathered); the backward's gathers move
-// (M-1)/M pad(P) parameters inside the node and none across nodes.
+// With P' = pad(P) + pad(wte) (FSDP's padded parameters, wte twice: the head
+// reads it), per rank per step: qwZ's gathers move 2 (N-1)/N P' (1 + 4/Z) bytes
+// instead of 2 (N-1)/N P' b (b = 4 fp32, 2 bf16); qgZ's gradients (N-1)/N P'
+// (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N P' b_g; hpZ's
+// backward gathers (H-1)/H P' b inside the node and none across, for P'/H
+// parameters a rank held from each unit's forward to its backward (counted as
+// params_gathered).
 #ifndef SHARDLAB_ZEROPP_H
 #define SHARDLAB_ZEROPP_H
 
@@ -43,7 +42,7 @@
 typedef struct {
     const char *quantize_weights;  // NULL (not given) or "int8"
     uint64_t quantize_block;       // 0: not given (ZEROPP_DEFAULT_BLOCK)
-    int secondary_shard_group;     // M ranks a node for hpZ (0: off)
+    int secondary_shard_group;     // H ranks a node for hpZ (0: off)
     const char *quantize_grads;    // NULL (not given), "int8" or "int4"
 } ZeroppOptions;
 
@@ -52,14 +51,14 @@ typedef struct {
     {"--quantize-weights", "int8", CLI_STRING, &(options).quantize_weights, 0, 0,                               \
      "ZeRO++'s qwZ: the parameters' all-gathers in training travel as int8 in blocks, one scale a block "      \
      "(default: as they are kept)"},                                                                           \
-    {"--quantize-block", "B", CLI_UINT64, &(options).quantize_block, 1, 1 << 30,                               \
+    {"--quantize-block", "Z", CLI_UINT64, &(options).quantize_block, 1, 1 << 30,                               \
      "with --quantize-weights or --quantize-grads: numbers a scale (default 256; a tensor's slice has blocks "  \
      "of its own)"},       \
-    {"--secondary-shard-group", "M", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
-     "ZeRO++'s hpZ: keep 1/M of each unit's gathered parameters after its forward, and gather its backward's "  \
-     "from the M consecutive ranks of a node (M divides the ranks that shard; default: off)"},                 \
+    {"--secondary-shard-group", "H", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
+     "ZeRO++'s hpZ: keep 1/H of each unit's gathered parameters after its forward, and gather its backward's "  \
+     "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"},                 \
     {"--quantize-grads", "int8|int4", CLI_STRING, &(options).quantize_grads, 0, 0,                             \
-     "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 pieces in blocks, "     \
+     "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 parts in blocks, "     \
      "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"}
 
 // NULL, or what is wrong with the options once parsed (a value not known, a flag that does nothing).
@@ -73,15 +72,15 @@ QuantFormat zeropp_grads_format(const StrategyContext *ctx, const char *name, co
 // unit's forward gathered, one tensor after another, until the unit's backward.
 typedef struct {
     int on;
-    Comm node;            // the M consecutive ranks of the sharding group this rank shares a node with
+    Comm node;            // the H consecutive ranks of the sharding group this rank shares a node with
     int sharding_world;   // N: the ranks the primary slices are cut for (the padding's multiple)
     GPT2 *model;
     MemAccount *mem;
-    void **kept;          // (num_units) NULL, or the unit's rows (padded numel / M of each tensor)
+    void **kept;          // (num_units) NULL, or the unit's rows (padded numel / H of each tensor)
     size_t *kept_numel;   // (num_units)
 } SecondaryShards;
 
-// hpZ within groups of options->secondary_shard_group ranks of `sharding` (nothing when 0), for strategy `name`.
+// hpZ within nodes of options->secondary_shard_group ranks of `sharding` (nothing when 0), for strategy `name`.
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
                     const ZeroppOptions *options);
 // After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED). Unit

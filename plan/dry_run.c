@@ -31,7 +31,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     Strategy strategy = d->init(&ctx);
     int *tokens = xcalloc((size_t)d->rows * d->seq, sizeof(int));  // token 0 everywhere: only the shapes matter
     for (int step = 0; step < d->steps; step++) {
-        CommStats before = comm.stats;
+        CommStats before = comm.stats, before_machines = comm.machines;
         SimClock start = clock;
         mem_timeline_free(&result->timeline);  // the last step's is kept, as the trainers keep theirs
         mem_timeline_start(&result->timeline, &mem);
@@ -50,6 +50,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
         mem_timeline_stop(&result->timeline, &mem);
         model.clock = NULL;
         result->last_step = comm_stats_diff(&comm.stats, &before);
+        result->last_step_machines = comm_stats_diff(&comm.machines, &before_machines);
         result->time = (StepTime){.compute = clock.spent.compute - start.spent.compute,
                                   .comm = clock.spent.comm - start.spent.comm,
                                   .exposed = clock.spent.exposed - start.spent.exposed,

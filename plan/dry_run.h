@@ -39,6 +39,7 @@ typedef struct {
     MemAccount mem;       // the account once everything is freed again: peaks by category, reserved peak
     StepTime time;        // the last step's (with a machine)
     CommStats last_step;  // the last step's collectives
+    CommStats last_step_machines;  // those of them among ranks of more than one machine (with a machine)
     MemTimeline timeline; // the last step's allocations and frees, timed on the virtual clock
 } DryResult;
 

@@ -401,7 +401,7 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
 // same rows per rank at every N (weak scaling): rank 0 of each, run dry on the
 // virtual clock of `machine`. A strategy's hybrid groups of M ranks
 // (StrategyPlugin.shard_group) apply where M divides N, and hpZ's nodes
-// (StrategyPlugin.node_group) hold at most the M ranks that shard.
+// (StrategyPlugin.node_group) where they divide the M ranks that shard into more than one.
 static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
     const DrySetup *d = &plan->setup;
     char offload_note[160] = "";
@@ -425,16 +425,23 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
             int M = N;  // hybrid groups of M ranks where the strategy has them and M divides N
             if (plugin.shard_group && *plugin.shard_group > 0 && N % *plugin.shard_group == 0) M = *plugin.shard_group;
             if (plugin.shard_group) *plugin.shard_group = M;
-            // hpZ's nodes of G ranks: fewer sharding ranks than G are all on one node
-            if (plugin.node_group && *plugin.node_group > M) *plugin.node_group = M;
+            // hpZ's nodes: where the M ranks that shard fit in one node, or a node does not divide them, none
+            if (plugin.node_group && *plugin.node_group > 0 && (*plugin.node_group >= M || M % *plugin.node_group != 0))
+                *plugin.node_group = 0;
             DryResult result = run_plugin(&shape, &plugin, 0, machine);
             strategy_plugin_free(&plugin);
             StepTime t = result.time;
             mem_timeline_free(&result.timeline);
+            uint64_t sent = 0, across = 0;  // rank 0's bytes sent in the step, and of them among machines
+            for (int op = 0; op < COMM_NUM_OPS; op++) {
+                sent += result.last_step.ops[op].bytes_sent;
+                across += result.last_step_machines.ops[op].bytes_sent;
+            }
             double tokens_per_s = (double)N * d->rows * d->micro_batches * d->seq / t.step;
-            if (tsv)  // the offload's seconds last: the columns before it keep their places
-                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", strategy->name, N, M, t.compute, t.comm,
-                       t.exposed, t.step, tokens_per_s, t.offload);
+            if (tsv)  // columns added at the end: the ones before keep their places
+                printf("%s\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%llu\t%llu\n", strategy->name, N, M, t.compute,
+                       t.comm, t.exposed, t.step, tokens_per_s, t.offload, (unsigned long long)sent,
+                       (unsigned long long)across);
             else
                 printf("%-6s %6d %8d %12.3f %12.3f %12.3f %12.3f %12.3f %14.0f\n", strategy->name, N, M, 1e3 * t.compute,
                        1e3 * t.comm, 1e3 * t.exposed, 1e3 * t.offload, 1e3 * t.step, tokens_per_s);

@@ -307,8 +307,9 @@ import sys
 rows = [l.split("\t") for l in open(sys.argv[1])]
 assert [(r[0], int(r[1])) for r in rows] == [(s, n) for n in (1, 2, 4) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")]
 for r in rows:
-    compute, comm, exposed, step, tps, offload = map(float, r[3:])
+    compute, comm, exposed, step, tps, offload, sent, across = map(float, r[3:])
     assert offload == 0, r                                  # nothing offloaded: no host link, no CPU AdamW
+    assert across == 0 and (sent == 0) == (int(r[1]) == 1), r  # one machine of 8 ranks: nothing crosses
     assert abs(compute - 4 * 64 / 1000) < 1e-9, r          # 4 rows of 64 tokens at 1000 tokens/s
     assert abs(step - (compute + exposed)) < 1e-9 and exposed <= comm + 1e-12, r
     assert (comm == 0) == (int(r[1]) == 1), r

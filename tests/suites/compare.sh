@@ -12,12 +12,24 @@ cmp_env=(env BUILD="$BUILD" MPIRUN="$MPIRUN" RUNS="$tmp/runs" NAME=tiny RANKS=2 
 run "compare.sh tiny run" "${cmp_env[@]}" bash examples/compare.sh
 missing_plots=0
 for plot in loss memory_by_category memory_step peak_memory throughput comm_per_step step_time memory_vs_ranks \
-            model_state_vs_ranks sharding scaling units units_time timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 \
+            model_state_vs_ranks sharding scaling zeropp units units_time timeline_ddp timeline_zero1 timeline_zero2 timeline_zero3 \
             timeline_fsdp; do
     for ext in png svg; do [ -s "$tmp/runs/tiny/plots/$plot.$ext" ] || { missing_plots=1; echo "missing or empty: $plot.$ext"; }; done
 done
 if [ $missing_plots -eq 0 ] && [ -s "$tmp/runs/tiny/report.md" ] && [ -s "$tmp/runs/tiny/report.html" ]; then
-    ok "36 plots (PNG and SVG) and the report are written"; else bad "36 plots (PNG and SVG) and the report are written"; fi
+    ok "38 plots (PNG and SVG) and the report are written"; else bad "38 plots (PNG and SVG) and the report are written"; fi
+# the ZeRO++ plot: each of ZeRO++'s changes sends fewer bytes across machines than the rung below it, at both N
+if python3 - "$tmp/runs/tiny" <<'PY'
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(f"{sys.argv[1]}/data/zeropp.tsv") if not line.startswith("#")]
+names = [r[0] for r in rows]
+assert names == ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP", "+ qwZ", "+ hpZ", "+ qgZ"], names
+for col in (1, 2):
+    fsdp_rungs = [float(r[col]) for r in rows[4:]]
+    assert all(b < a for a, b in zip(fsdp_rungs, fsdp_rungs[1:])), (col, fsdp_rungs)
+PY
+then ok "report: the ZeRO++ plot's rungs each send less across machines than the one below, at N = 64 and 384"
+else bad "report: the ZeRO++ plot's rungs each send less across machines than the one below, at N = 64 and 384"; fi
 # every picture read as a person reads it (tests/check_plots.py): axes labelled, legend entries with data, tick
 # labels apart; memory_by_category's stacks are the ranks' peak moments
 run "report: every plot's axes labelled, its legend's entries with data, its tick labels apart; the memory stacks happened" \
