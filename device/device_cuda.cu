@@ -454,7 +454,9 @@ __global__ static void quant_codes_kernel(uint8_t *codes, size_t padded, const T
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= padded) return;
     if (format.bits == 8) codes[i] = (uint8_t)quant_code_at(x, scales, i, count, format);
-    else codes[i] = quant_pair(quant_code_at(x, scales, 2 * i, count, format), quant_code_at(x, scales, 2 * i + 1, count, format));
+    else
+        codes[i] = quant_pair(quant_code_at(x, scales, 2 * i, count, format),
+                              quant_code_at(x, scales, 2 * i + 1, count, format));
 }
 
 template <typename T>

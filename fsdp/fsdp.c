@@ -19,7 +19,6 @@
 // backward: the same collectives, travelling under compute.
 // --shard-group M: all of it within groups of M ranks, slices then averaged across the
 // groups (kit/shard_groups.h); --shard-min-numel NUMEL: small tensors whole (kit/replicas.h).
-// ZeRO++'s --quantize-weights, --secondary-shard-group, --quantize-grads: kit/zeropp.h.
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -37,7 +36,7 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
-    QuantFormat weights_wire;        // --quantize-weights int8 (ZeRO++'s qwZ): training's gathers, blocks of int8
+    QuantFormat weights_wire;        // --quantize-weights int8 (ZeRO++'s qwZ, kit/zeropp.h): training's gathers
     QuantFormat grads_wire;          // --quantize-grads int8|int4 (ZeRO++'s qgZ): the reduces, an all-to-all
     SecondaryShards secondary;       // --secondary-shard-group M (ZeRO++'s hpZ): a unit's rows kept for its backward
 } State;

@@ -124,6 +124,13 @@ void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, Qua
     f->handle = comm_all_to_all_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
 }
 
+// qwZ's arrival: each rank's wire dequantized into its part of recv.
+static void dequantize_gathered(InFlight *f) {
+    for (int r = 0; r < f->comm->world; r++)
+        dequantize_runs(f, dtype_at(f->recv, (size_t)r * f->send_numel, f->dtype), f->dtype,
+                        (const char *)f->wire_recv + (size_t)r * f->wire_bytes);
+}
+
 // qgZ's arrival: rank q's part of my rows, dequantized, added in rank order in fp32; the average rounded
 // once to the gradients' dtype.
 static void sum_parts(InFlight *f) {
@@ -138,13 +145,11 @@ static void sum_parts(InFlight *f) {
 
 int inflight_wait(InFlight *f, Comm *comm) {
     if (!f->send) return 0;
-    CHECK(!f->comm || comm == f->comm, "waiting for a collective of %d ranks on a group of %d: wait on the group it was started on",
+    CHECK(!f->comm || comm == f->comm,
+          "waiting for a collective of %d ranks on a group of %d: wait on the group it was started on",
           f->comm ? f->comm->world : 0, comm->world);
     comm_wait(comm, &f->handle);
-    if (f->format.bits && f->handle.op == COMM_ALL_GATHER)
-        for (int r = 0; r < f->comm->world; r++)
-            dequantize_runs(f, dtype_at(f->recv, (size_t)r * f->send_numel, f->dtype), f->dtype,
-                            (const char *)f->wire_recv + (size_t)r * f->wire_bytes);
+    if (f->format.bits && f->handle.op == COMM_ALL_GATHER) dequantize_gathered(f);
     if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_parts(f);
     return 1;
 }
@@ -153,10 +158,10 @@ void inflight_close(InFlight *f, MemAccount *mem) {
     device_free_as(mem, MEM_COMM_BUFFERS, f->send, f->send_numel, f->dtype);
     device_free_as(mem, MEM_COMM_BUFFERS, f->recv, f->recv_numel, f->dtype);
     if (f->format.bits) {
-        int sends = f->part ? f->comm->world : 1;
+        int sends = f->handle.op == COMM_ALL_TO_ALL ? f->comm->world : 1;  // qgZ sends a wire to every rank
         device_free_as(mem, MEM_COMM_BUFFERS, f->wire_send, f->wire_bytes * (size_t)sends, DTYPE_INT8);
         device_free_as(mem, MEM_COMM_BUFFERS, f->wire_recv, f->wire_bytes * (size_t)f->comm->world, DTYPE_INT8);
-        if (f->part) {
+        if (f->handle.op == COMM_ALL_TO_ALL) {
             device_free(mem, MEM_COMM_BUFFERS, f->part, f->recv_numel);
             device_free(mem, MEM_COMM_BUFFERS, f->sum, f->recv_numel);
         }

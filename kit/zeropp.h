@@ -56,7 +56,7 @@ typedef struct {
      "of its own)"},       \
     {"--secondary-shard-group", "H", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
      "ZeRO++'s hpZ: keep 1/H of each unit's gathered parameters after its forward, and gather its backward's "  \
-     "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"},                 \
+     "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"}, \
     {"--quantize-grads", "int8|int4", CLI_STRING, &(options).quantize_grads, 0, 0,                             \
      "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 parts in blocks, "     \
      "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"}
