@@ -56,14 +56,16 @@ static void sgemm_free(Sgemm *g) {
 
 int main(int argc, char **argv) {
     const char *config_name = "d4";
-    int B = 4, T = 64, steps = 5;
+    int B = 4, T = 64, steps = 5, fused_classifier = 0;
     const CliOption options[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (default d4)"},
         {"--batch", "B", CLI_INT, &B, 1, 1 << 20, "sequences per step (default 4)"},
         {"--seq", "T", CLI_INT, &T, 1, 1 << 20, "sequence length (default 64)"},
         {"--steps", "S", CLI_INT, &steps, 1, 1 << 20, "timed steps after one warm-up; the best counts (default 5)"},
+        {"--fused-classifier", NULL, CLI_SWITCH, &fused_classifier, 0, 0,
+         "softmax, cross-entropy and its gradient in the forward's one pass, as train_* --fused-classifier"},
     };
-    CliSpec spec = {.synopsis = "[--config dN] [--batch B] [--seq T] [--steps S]",
+    CliSpec spec = {.synopsis = "[--config dN] [--batch B] [--seq T] [--steps S] [--fused-classifier]",
                     .about = "a CPU training step's GFLOP/s next to this machine's sgemm rate",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     cli_parse_or_exit(&spec, argc, argv);
@@ -72,7 +74,8 @@ int main(int argc, char **argv) {
     if (gpt2_config_preset(config_name, 0, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     MemAccount mem = {0};
     GPT2 model;
-    gpt2_init(&model, config, B, T, 0, ATTENTION_KEEPS_PROBABILITIES, CLASSIFIER_KEEPS_PROBABILITIES, &mem);
+    gpt2_init(&model, config, B, T, 0, ATTENTION_KEEPS_PROBABILITIES,
+              fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     const GPT2Layout *layout = &model.layout;
     size_t P = layout->num_params;
     float *params = mem_alloc_floats(&mem, MEM_PARAMS, P), *grads = mem_alloc_floats(&mem, MEM_GRADS, P);
@@ -110,10 +113,10 @@ int main(int argc, char **argv) {
     }
     double step_gflops = gpt2_flops_per_step(&config, B, T) / best.step_s / 1e9;
     BlasInfo blas = threads_blas();
-    printf("%s B=%d T=%d: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; sgemm 1024^3 %.2f GFLOP/s "
+    printf("%s B=%d T=%d%s: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; sgemm 1024^3 %.2f GFLOP/s "
            "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s, its %s build: %s); "
            "step/sgemm = %.0f%%\n",
-           config_name, B, T, P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
+           config_name, B, T, fused_classifier ? " (fused classifier)" : "", P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
            blas.threads, blas.kernel, blas.parallel, blas.config, 100.0 * step_gflops / sgemm_best);
     gpt2_print_op_times(&best_ops, &best);
     sgemm_free(&sgemm);

@@ -329,9 +329,13 @@ static inline lanes_f exp_lanes(lanes_f x) {
 // The loads and stores of a group of LANES elements from i, count of them real
 // (the rest of a partial group padded with `pad`, and not stored).
 static inline lanes_f load_lanes(const float *x, int count, float pad) {
+    if (count == LANES) {  // a whole group: one (unaligned) vector load
+        lanes_f whole;
+        memcpy(&whole, x, sizeof whole);
+        return whole;
+    }
     lanes_f v = splat(pad);
-    if (count == LANES) memcpy(&v, x, sizeof v);  // a whole group: one (unaligned) vector load
-    else memcpy(&v, x, (size_t)count * sizeof(float));
+    memcpy(&v, x, (size_t)count * sizeof(float));
     return v;
 }
 
@@ -405,10 +409,12 @@ void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
     for (int i = 0; i < N; i++) out[i] = a[i] + b[i];  // vectorised
 }
 
-// One row's softmax over its first V of Vp logits into p (zeros past V), which
-// may be the logits themselves; returns -log p(target). One copy of the code
-// for both callers: the same vector lanes, the same sums.
-__attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *logit, int target, int V, int Vp) {
+// One row's softmax over its first V of Vp logits into p (zeros past V), each
+// probability times `scale` (1 leaves it as it is: x * 1 is exactly x), p maybe
+// the logits themselves; returns -log p(target). One copy of the code for both
+// callers: the same vector lanes, the same sums.
+__attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *logit, int target, int V, int Vp,
+                                                    real_t scale) {
     real_t maxval = logit[0], target_logit = logit[target];  // read before p may overwrite it
 #pragma omp simd reduction(max : maxval)
     for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;  // vectorised
@@ -430,13 +436,13 @@ __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *log
     for (int k = 0; k < LANES; k++) sum += sums[k];  // vectorised
 #endif
 #pragma omp simd
-    for (int i = 0; i < V; i++) p[i] /= sum;
+    for (int i = 0; i < V; i++) p[i] = p[i] / sum * scale;
     for (int i = V; i < Vp; i++) p[i] = 0;
     return log(sum) - (target_logit - maxval);  // -log(p[target]), exp and log undone
 }
 
 // One row's dlogits = dloss * (p - onehot(target)) from its probabilities p
-// (which may be the same buffer); padded columns get 0.
+// (another buffer: the fused path scales in softmax_row); padded columns get 0.
 static void crossentropy_grad_row(real_t *dl, const real_t *p, int target, real_t dloss, int V, int Vp) {
     for (int i = 0; i < V; i++) dl[i] = p[i] * dloss;  // vectorised
     for (int i = V; i < Vp; i++) dl[i] = 0;
@@ -447,7 +453,7 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
                                   const int *targets, int B, int T, int V, int Vp) {
 #pragma omp parallel for
     for (int row = 0; row < B * T; row++)
-        losses[row] = softmax_row(probs + (size_t)row * Vp, logits + (size_t)row * Vp, targets[row], V, Vp);
+        losses[row] = softmax_row(probs + (size_t)row * Vp, logits + (size_t)row * Vp, targets[row], V, Vp, 1);
 }
 
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
@@ -462,7 +468,7 @@ void softmax_crossentropy_fused(real_t *losses, real_t *logits, const int *targe
 #pragma omp parallel for
     for (int row = 0; row < B * T; row++) {
         real_t *x = logits + (size_t)row * Vp;
-        losses[row] = softmax_row(x, x, targets[row], V, Vp);
-        crossentropy_grad_row(x, x, targets[row], dloss, V, Vp);
+        losses[row] = softmax_row(x, x, targets[row], V, Vp, dloss);  // dloss * p: crossentropy_grad_row's rounding
+        x[targets[row]] -= dloss;
     }
 }

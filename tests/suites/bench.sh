@@ -12,10 +12,13 @@ else bad "make vec-check"; cat "$tmp/vec"; fi
 echo "== bench_step: the per-op table accounts for the step it timed"
 # Plausibility, not speed: every op kind has a row with time in each pass it
 # runs in, the rows add up to the step, and what no row timed ("other") is small.
-if timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 2 >"$tmp/bench" 2>&1 &&
-   python3 - "$tmp/bench" <<'PY'
+# With --fused-classifier the softmax's whole pass (its gradient too) is in the forward.
+for fused in "" --fused-classifier; do
+if timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 2 $fused >"$tmp/bench" 2>&1 &&
+   python3 - "$tmp/bench" "$fused" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
+text, fused = open(sys.argv[1]).read(), sys.argv[2] == "--fused-classifier"
+assert ("fused classifier" in text.splitlines()[0]) == fused, "the first line does not say how the classifier ran"
 ops = ["encoder", "layernorm", "matmul qkv", "attention", "matmul attproj", "residual", "matmul fc", "gelu",
        "matmul fcproj", "matmul lm head", "softmax + xent"]
 rows = {}
@@ -32,7 +35,8 @@ eps = 0.002 * (len(ops) + 4)  # each printed value is rounded to 0.001 ms
 for name in ops:
     forward, backward, total, _ = rows[name]
     assert forward > 0, f"{name}: no forward time"
-    assert (backward == 0) if name == "residual" else (backward > 0), f"{name}: backward time {backward}"
+    no_backward = name == "residual" or (fused and name == "softmax + xent")
+    assert (backward == 0) if no_backward else (backward > 0), f"{name}: backward time {backward}"
     assert abs(forward + backward - total) < 0.002, f"{name}: forward + backward != total"
 assert abs(sum(rows[n][0] for n in ops) - rows["step"][0]) < eps, "forward column does not add up"
 assert abs(sum(rows[n][1] for n in ops) - rows["step"][1]) < eps, "backward column does not add up"
@@ -41,7 +45,8 @@ assert abs(sum(rows[n][2] for n in parts) - step) < eps, "the rows do not add up
 other = rows["other"][2]
 assert -eps < other < 0.1 * step, f"other is {other} ms of a {step} ms step"
 PY
-then ok "bench_step: per-op rows for every op kind, adding up to the step"
-else bad "bench_step: per-op rows for every op kind, adding up to the step"; cat "$tmp/bench"; fi
+then ok "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up to the step"
+else bad "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up to the step"; cat "$tmp/bench"; fi
+done
 
 finish

@@ -1,0 +1,2 @@
+build-hsw/obj/device/dtype.o: device/dtype.c device/dtype.h
+device/dtype.h:

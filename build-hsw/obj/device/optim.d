@@ -1,0 +1,4 @@
+build-hsw/obj/device/optim.o: device/optim.c device/optim.h \
+ device/dtype.h
+device/optim.h:
+device/dtype.h:

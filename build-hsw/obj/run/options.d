@@ -1,0 +1,17 @@
+build-hsw/obj/run/options.o: run/options.c run/options.h kit/strategy.h \
+ models/gpt2.h device/dtype.h device/memory.h device/cache.h \
+ device/optim.h models/dropout.h util/random.h models/gpt2_io.h \
+ comm/comm.h util/cli.h util/errors.h
+run/options.h:
+kit/strategy.h:
+models/gpt2.h:
+device/dtype.h:
+device/memory.h:
+device/cache.h:
+device/optim.h:
+models/dropout.h:
+util/random.h:
+models/gpt2_io.h:
+comm/comm.h:
+util/cli.h:
+util/errors.h:

@@ -1,0 +1,28 @@
+build-hsw/obj/single/plugin.o: single/plugin.c single/single.h kit/kit.h \
+ device/device.h device/dtype.h device/memory.h device/cache.h \
+ device/optim.h device/quantize.h kit/partition.h models/gpt2.h \
+ models/dropout.h util/random.h kit/replicas.h kit/resident.h \
+ kit/strategy.h models/gpt2_io.h comm/comm.h util/cli.h \
+ kit/shard_groups.h kit/unit_buffers.h kit/zeropp.h util/errors.h
+single/single.h:
+kit/kit.h:
+device/device.h:
+device/dtype.h:
+device/memory.h:
+device/cache.h:
+device/optim.h:
+device/quantize.h:
+kit/partition.h:
+models/gpt2.h:
+models/dropout.h:
+util/random.h:
+kit/replicas.h:
+kit/resident.h:
+kit/strategy.h:
+models/gpt2_io.h:
+comm/comm.h:
+util/cli.h:
+kit/shard_groups.h:
+kit/unit_buffers.h:
+kit/zeropp.h:
+util/errors.h:

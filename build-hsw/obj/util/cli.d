@@ -1,0 +1,3 @@
+build-hsw/obj/util/cli.o: util/cli.c util/cli.h util/errors.h
+util/cli.h:
+util/errors.h:
