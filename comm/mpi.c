@@ -50,9 +50,12 @@
     } while (0)
 
 // The engine's pauses between two tests of a collective while the rank computes:
-// the first, and the longest it doubles to.
+// the first, and the longest it doubles to. While a caller waits, the thread tests
+// back to back for ENGINE_SPIN_BOUND seconds at most, then pauses again: a peer
+// that is late because it has no core (more processes than cores) gets this one.
 #define ENGINE_FIRST_PAUSE 10e-6
 #define ENGINE_MAX_PAUSE 1e-3
+#define ENGINE_SPIN_BOUND 300e-6
 
 // One collective as MPI sees it.
 typedef struct EngineOp {
@@ -137,19 +140,24 @@ static void timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double secon
 // core until the collective ends, however long the other ranks take to reach
 // it. So the thread tests and pauses in between while the rank computes (the
 // pause doubles: a late rank costs few tests), and tests back to back only while
-// a caller is blocked in comm_wait, whose core is idle then.
+// a caller is blocked in comm_wait, whose core is idle then, for a short bound
+// (ENGINE_SPIN_BOUND): a peer that takes longer may be waiting for a core.
 static void engine_progress(void *engine, MPI_Request *request) {
     CommEngine *e = engine;
     if (e->spin) {
         MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE));
         return;
     }
-    double pause = ENGINE_FIRST_PAUSE;
+    double pause = ENGINE_FIRST_PAUSE, spin_since = 0;  // 0: not testing back to back
     for (int done = 0; !done;) {
         MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
         if (done) break;
         PTHREAD_CHECK(pthread_mutex_lock(&e->lock));
-        if (!e->waiters) {
+        if (e->waiters && !spin_since) {  // a caller has come to wait: test back to back, then pause afresh
+            spin_since = timer_now();
+            pause = ENGINE_FIRST_PAUSE;
+        }
+        if (!e->waiters || timer_now() - spin_since > ENGINE_SPIN_BOUND) {
             timed_wait(&e->wake, &e->lock, pause);
             pause = 2 * pause < ENGINE_MAX_PAUSE ? 2 * pause : ENGINE_MAX_PAUSE;
         }

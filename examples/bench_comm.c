@@ -8,8 +8,13 @@
 // With --overlap-ms X it measures instead how much of an all-reduce the
 // communication engine hides behind X ms of compute (sgemm on the rank's
 // threads) done between its start and its wait; compare the engine's modes with
-// SHARDLAB_COMM_ENGINE=thread|spin|inline.
+// SHARDLAB_COMM_ENGINE=thread|spin|inline. With --busy-threads K, rank 0 runs K
+// threads that only spin while it measures: more runnable threads than cores, as
+// on a machine with other work, where a rank that waits must not hold a core its
+// peer needs.
 #include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,10 +137,61 @@ static void bench_overlap(Comm *comm, float *a, size_t max_count, double overlap
     free(y);
 }
 
+// Threads that spin until told to stop, each noting the CPU time it took.
+typedef struct {
+    atomic_int stop;
+    int count;
+    pthread_t *threads;
+    double *cpu_s;  // (count)
+} Busy;
+
+typedef struct {
+    Busy *busy;
+    int index;
+} BusyArg;
+
+static void *spin_until_stopped(void *arg) {
+    BusyArg *a = arg;
+    volatile unsigned long spins = 0;
+    while (!atomic_load(&a->busy->stop)) spins++;
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) fatal("clock_gettime: a thread's CPU time unavailable");
+    a->busy->cpu_s[a->index] = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    free(a);
+    return NULL;
+}
+
+static void busy_start(Busy *busy, int count) {
+    atomic_init(&busy->stop, 0);
+    busy->count = count;
+    busy->threads = xcalloc((size_t)count + 1, sizeof *busy->threads);
+    busy->cpu_s = xcalloc((size_t)count + 1, sizeof *busy->cpu_s);
+    for (int k = 0; k < count; k++) {
+        BusyArg *arg = xmalloc(sizeof *arg);
+        *arg = (BusyArg){busy, k};
+        int status = pthread_create(&busy->threads[k], NULL, spin_until_stopped, arg);
+        if (status != 0) fatal("--busy-threads: cannot start thread %d: %s", k, strerror(status));
+    }
+}
+
+// Stops the threads; returns the CPU seconds they took in all.
+static double busy_stop(Busy *busy) {
+    atomic_store(&busy->stop, 1);
+    double total = 0;
+    for (int k = 0; k < busy->count; k++) {
+        int status = pthread_join(busy->threads[k], NULL);
+        if (status != 0) fatal("--busy-threads: pthread_join: %s", strerror(status));
+        total += busy->cpu_s[k];
+    }
+    free(busy->threads);
+    free(busy->cpu_s);
+    return total;
+}
+
 int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    int max_mib = 64, rounds = 3;
+    int max_mib = 64, rounds = 3, busy_threads = 0;
     float overlap_ms = 0;
     const CliOption options[] = {
         {"--max-mib", "M", CLI_INT, &max_mib, 1, 1 << 20, "largest message, MiB (default 64)"},
@@ -144,8 +200,10 @@ int main(int argc, char **argv) {
          "the medians over the rounds and MPI's time over the node's with its spread (default 3)"},
         {"--overlap-ms", "X", CLI_FLOAT, &overlap_ms, 0.1, 1e5,
          "measure instead the all-reduce hidden behind X ms of compute, 1 MiB to M MiB"},
+        {"--busy-threads", "K", CLI_INT, &busy_threads, 1, 64,
+         "rank 0 runs K threads that spin while it measures: a machine with other work on its cores"},
     };
-    CliSpec spec = {.synopsis = "[--max-mib M] [--rounds R] [--overlap-ms X]   (under mpirun -np N)",
+    CliSpec spec = {.synopsis = "[--max-mib M] [--rounds R] [--overlap-ms X] [--busy-threads K]   (under mpirun -np N)",
                     .about = "times every collective from 1 KiB to M MiB: time per call, algorithm and bus bandwidth",
                     .options = options, .num_options = sizeof options / sizeof options[0]};
     // each rank parses its own command line; the worst outcome (ERROR over HELP over
@@ -165,6 +223,8 @@ int main(int argc, char **argv) {
         fatal("--rounds differs across ranks (rank %d has %d): give every rank the same", comm.rank, rounds);
     if (comm_metric_max(&comm, overlap_ms) != -comm_metric_max(&comm, -overlap_ms))
         fatal("--overlap-ms differs across ranks (rank %d has %g): give every rank the same", comm.rank, overlap_ms);
+    if (comm_metric_max(&comm, busy_threads && overlap_ms > 0))
+        fatal("--busy-threads: the sweep's option; --overlap-ms measures without it");
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);
     float *a = xcalloc(max_count, sizeof(float)), *b = xcalloc(max_count, sizeof(float));
     if (overlap_ms > 0) {
@@ -176,9 +236,11 @@ int main(int argc, char **argv) {
     }
     int N = comm.world, node = comm_node_shared(&comm) && comm.node_reductions;
     if (comm.rank == 0)
-        printf("# bench_comm: %d ranks, backend %s%s; medians over %d round(s)\n", N, comm_backend_name(&comm),
+        printf("# bench_comm: %d ranks, backend %s%s; medians over %d round(s)%s\n", N, comm_backend_name(&comm),
                node ? "; reductions through the node's shared memory, MPI's own beside them in turn (mpi_*)" : "",
-               rounds);
+               rounds, busy_threads ? "; threads spinning beside the ranks (--busy-threads)" : "");
+    Busy busy;
+    if (comm.rank == 0) busy_start(&busy, busy_threads);
     for (int op = 0; op < COMM_BARRIER; op++) {
         double factor = op == COMM_ALL_REDUCE ? 2.0 * (N - 1) / N
                       : (op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL) ? (double)(N - 1) / N
@@ -214,6 +276,10 @@ int main(int argc, char **argv) {
             free(mpi);
             free(ratio);
         }
+    }
+    if (comm.rank == 0) {
+        double cpu_s = busy_stop(&busy);
+        if (busy_threads) printf("# %d busy thread(s) took %.2f s of CPU\n", busy_threads, cpu_s);
     }
     free(a);
     free(b);

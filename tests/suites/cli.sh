@@ -458,6 +458,16 @@ fails "bench_comm: ranks with different --max-mib" "--max-mib differs across ran
     $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 : -np 1 "$BUILD/bench_comm" --max-mib 4
 fails "bench_comm: ranks with different --overlap-ms" "--overlap-ms differs across ranks" \
     $MPIRUN -np 1 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 1 : -np 1 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 2
+fails "bench_comm: --busy-threads with --overlap-ms" "--busy-threads: the sweep's option" \
+    $MPIRUN -np 2 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 1 --busy-threads 1
+if [ "$(grep -c "busy-threads" "$tmp/err")" -eq 1 ]; then ok "bench_comm: --busy-threads's error printed once"
+else bad "bench_comm: --busy-threads's error printed once"; cat "$tmp/err"; fi
+# the sweep with a thread spinning beside it: the thread ran (its CPU time), and the header says so
+if timeout 120 $MPIRUN -np 2 "$BUILD/bench_comm" --max-mib 1 --rounds 1 --busy-threads 1 >"$tmp/busy" 2>&1 &&
+   head -n 1 "$tmp/busy" | grep -q "threads spinning beside the ranks" &&
+   awk '/busy thread\(s\) took/ { found = 1; if ($6 + 0 < 0.1) exit 1 } END { exit !found }' "$tmp/busy"
+then ok "bench_comm --busy-threads 1: $(tail -n 1 "$tmp/busy")"
+else bad "bench_comm --busy-threads 1: a thread spins beside the sweep"; cat "$tmp/busy"; fi
 if $MPIRUN -np 2 "$BUILD/bench_comm" --max-mib 1 --overlap-ms 1 >"$tmp/out" 2>&1 &&
    grep -qE '^ +1048576( +-?[0-9.]+){7}$' "$tmp/out"; then
     ok "bench_comm --overlap-ms: a row for 1 MiB"; else bad "bench_comm --overlap-ms: a row for 1 MiB"; cat "$tmp/out"; fi
