@@ -347,7 +347,7 @@ def zeropp_rungs(G):
             ("FSDP", "fsdp", []), ("+ qwZ", "fsdp", ["--quantize-weights", "int8"]),
             ("+ hpZ", "fsdp", ["--quantize-weights", "int8", "--secondary-shard-group", str(G)]),
             ("+ qgZ", "fsdp", ["--quantize-weights", "int8", "--secondary-shard-group", str(G),
-                               "--quantize-grads", "int4"])]
+                               "--quantize-grads", "int4", "--quantize-grads-node", str(G)])]
 
 
 def plot_zeropp(build, cfg, logs, data, plots):
@@ -371,7 +371,7 @@ def plot_zeropp(build, cfg, logs, data, plots):
     write_tsv(f"{data}/zeropp.tsv", ["rung", "N=64", "N=384"], table)
     gnuplot(f"""set title "Bytes each rank sends across machines per step, up the ladder and ZeRO++ (planner; machines of {G} ranks)"
 set ylabel "MB sent to other machines per rank per step"
-set xlabel "rung (ZeRO++'s changes added one by one on FSDP: qwZ int8 gathers, hpZ nodes of {G}, qgZ int4 reduces)"
+set xlabel "rung (ZeRO++'s changes added one by one on FSDP: qwZ int8 gathers, hpZ nodes of {G}, qgZ int4 reduces in two hops)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.9 border -1

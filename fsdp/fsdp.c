@@ -36,9 +36,7 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
-    QuantFormat weights_wire;        // --quantize-weights int8 (ZeRO++'s qwZ, kit/zeropp.h): training's gathers
-    QuantFormat grads_wire;          // --quantize-grads int8|int4 (ZeRO++'s qgZ): the reduces, an all-to-all
-    SecondaryShards secondary;       // --secondary-shard-group M (ZeRO++'s hpZ): a unit's rows kept for its backward
+    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's and qgZ's wires, hpZ's secondary shards
 } State;
 
 // Starts one all-gather for every tensor of the unit neither here nor on its
@@ -47,7 +45,7 @@ typedef struct {
 static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
     InFlight *g = &s->gathers[unit];
-    Comm *from = secondary_group(&s->secondary, unit, direction, s->comm);
+    Comm *from = secondary_group(&s->zeropp.secondary, unit, direction, s->comm);
     size_t pack = resident_unit_numel(&s->resident, layout, unit, s->tensor_state) * (s->comm->world / from->world);
     if (pack == 0) return;
     inflight_open(g, s->mem, pack, pack * from->world, s->model->param_dtype);
@@ -57,8 +55,8 @@ static void start_gather(State *s, int unit, int direction) {
         if (from == s->comm) inflight_pack(g, resident_params(&s->resident, t), s->resident.flat.count[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
-    secondary_pack(&s->secondary, unit, g, from);
-    inflight_all_gather_start(g, from, s->mem, from == s->comm && direction ? s->weights_wire : (QuantFormat){0, 0});
+    secondary_pack(&s->zeropp.secondary, unit, g, from);
+    inflight_all_gather_start(g, from, s->mem, from == s->comm && direction ? s->zeropp.weights_wire : (QuantFormat){0, 0});
 }
 
 // Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds rank 0's
@@ -89,7 +87,7 @@ static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
     for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
-    if (direction > 0) secondary_keep(&s->secondary, unit, s->tensor_state);
+    if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
 }
 
 static void release_unit(State *s, int unit) {
@@ -121,7 +119,7 @@ static void start_reduce(State *s, int unit) {
         inflight_run(r, slice);
         at += slice;
     }
-    inflight_reduce_scatter_start(r, s->comm, s->mem, s->grads_wire);
+    inflight_reduce_scatter_start(r, s->comm, s->mem, s->zeropp.grads_wire);
 }
 
 // Waits for the unit's reduce-scatter, if one is in flight (and across the groups). Copy-out: my
@@ -221,7 +219,7 @@ static void destroy(void *state) {
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     replicas_free(&s->replicas);
-    secondary_free(&s->secondary);
+    zeropp_free(&s->zeropp);
     shard_groups_free(&s->groups);
     free(s->tensor_state);
     free(s->gathers);
@@ -240,9 +238,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->accum_mode = ctx->accum_mode;
     s->reshard_after_forward = options->reshard_after_forward;
     s->prefetch = strategy_prefetch(ctx, "fsdp", options->prefetch);
-    s->weights_wire = zeropp_weights_format(ctx, "fsdp", &options->zeropp);
-    s->grads_wire = zeropp_grads_format(ctx, "fsdp", &options->zeropp);
-    secondary_init(&s->secondary, ctx, s->comm, "fsdp", &options->zeropp);
+    zeropp_init(&s->zeropp, ctx, s->comm, "fsdp", &options->zeropp);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED

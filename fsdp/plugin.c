@@ -7,7 +7,7 @@
 typedef struct {
     FsdpOptions options;
     UnitPolicy units;
-    CliOption flags[10];
+    CliOption flags[11];
 } FsdpPlugin;
 
 static const char *check_options(const void *options) {
@@ -41,6 +41,7 @@ StrategyPlugin fsdp_plugin(void) {
     return (StrategyPlugin){.name = "fsdp", .init = fsdp_init, .flags = p->flags, .num_flags = sizeof p->flags / sizeof p->flags[0],
                             .options = &p->options, .check_options = check_options, .units = &p->units,
                             .shard_group = &p->options.shard_group,
-                            .node_group = &p->options.zeropp.secondary_shard_group, .whole_below = &p->options.shard_min_numel,
+                            .node_group = &p->options.zeropp.secondary_shard_group,
+                            .grads_node_group = &p->options.zeropp.quantize_grads_node, .whole_below = &p->options.shard_min_numel,
                             .storage = p};
 }

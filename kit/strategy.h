@@ -187,9 +187,10 @@ typedef struct {
     // NULL, or the option that shards within groups of M consecutive ranks (hybrid;
     // 0: one group of N): build/plan --time takes M where it divides N
     int *shard_group;
-    // NULL, or the option of ranks a node shares for ZeRO++'s secondary shards (0: off):
-    // build/plan --time takes it where it divides the sharding ranks into more than one node
-    int *node_group;
+    // NULL, or the options of ranks a node shares for ZeRO++'s secondary shards and for its
+    // gradients' two hops (0: off): build/plan --time takes each where it divides the
+    // sharding ranks into more than one node
+    int *node_group, *grads_node_group;
     // NULL, or the option below whose element count a tensor stays whole on every
     // rank (0: none): build/plan --layout draws those tensors whole
     const uint64_t *whole_below;

@@ -47,6 +47,7 @@ void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_
     f->num_runs = 0;
     f->format = (QuantFormat){0, 0};
     f->comm = NULL;  // set by the inflight_*_start that starts its collective
+    f->node = f->across = NULL;
 }
 
 void inflight_run(InFlight *f, size_t count) {
@@ -62,11 +63,11 @@ void inflight_pack(InFlight *f, const void *src, size_t count) {
     inflight_run(f, count);
 }
 
-// The runs of `block` (one rank's elements, f->packed of them) to their wires, one after another.
-static void quantize_runs(InFlight *f, const void *block, void *wire) {
+// The runs of `block` (one rank's elements of `dtype`, f->packed of them) to their wires, one after another.
+static void quantize_runs(InFlight *f, const void *block, DType dtype, void *wire) {
     size_t at = 0, bytes = 0;
     for (int i = 0; i < f->num_runs; i++) {
-        device_quantize((char *)wire + bytes, dtype_at((void *)block, at, f->dtype), f->runs[i], f->dtype, f->format);
+        device_quantize((char *)wire + bytes, dtype_at((void *)block, at, dtype), f->runs[i], dtype, f->format);
         at += f->runs[i];
         bytes += quant_wire_bytes(f->runs[i], f->format);
     }
@@ -102,26 +103,33 @@ void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFo
     }
     CHECK(f->packed == f->send_numel, "a quantized all-gather of %zu elements, %zu packed", f->send_numel, f->packed);
     open_wires(f, comm, mem, format, 1);
-    quantize_runs(f, f->send, f->wire_send);
+    quantize_runs(f, f->send, f->dtype, f->wire_send);
     f->handle = comm_all_gather_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
 }
 
-void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format) {
+void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire) {
     CHECK(f->send_numel == f->recv_numel * (size_t)comm->world, "a reduce-scatter of %zu elements into %zu a rank",
           f->send_numel, f->recv_numel);
     f->comm = comm;
-    if (format.bits == 0) {
+    if (wire.format.bits == 0) {
         f->handle = comm_reduce_scatter_start(comm, f->send, f->recv, f->send_numel, f->dtype, COMM_AVG);
         return;
     }
     CHECK(f->packed == f->recv_numel, "a quantized reduce-scatter of %zu elements a rank, runs of %zu", f->recv_numel,
           f->packed);
-    open_wires(f, comm, mem, format, (size_t)comm->world);
+    open_wires(f, comm, mem, wire.format, (size_t)comm->world);
     f->part = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
     f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
+    f->node = wire.node;
+    f->across = wire.across;
+    // rank q = node·H + place: its block goes first to my node's rank of that place, with the blocks of
+    // that place in the other nodes (one hop: H = N, so to rank q itself)
+    int H = f->node ? f->node->world : comm->world, nodes = comm->world / H;
     for (int q = 0; q < comm->world; q++)
-        quantize_runs(f, dtype_at(f->send, (size_t)q * f->recv_numel, f->dtype), (char *)f->wire_send + q * f->wire_bytes);
-    f->handle = comm_all_to_all_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+        quantize_runs(f, dtype_at(f->send, (size_t)q * f->recv_numel, f->dtype), f->dtype,
+                      (char *)f->wire_send + ((size_t)(q % H) * nodes + q / H) * f->wire_bytes);
+    f->handle = comm_all_to_all_start(f->node ? f->node : comm, f->wire_send, f->wire_recv,
+                                      f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
 }
 
 // qwZ's arrival: each rank's wire dequantized into its part of recv.
@@ -131,13 +139,30 @@ static void dequantize_gathered(InFlight *f) {
                         (const char *)f->wire_recv + (size_t)r * f->wire_bytes);
 }
 
-// qgZ's arrival: rank q's part of my rows, dequantized, added in rank order in fp32; the average rounded
-// once to the gradients' dtype.
-static void sum_parts(InFlight *f) {
-    for (int q = 0; q < f->comm->world; q++) {
-        dequantize_runs(f, q == 0 ? f->sum : f->part, DTYPE_FP32, (const char *)f->wire_recv + q * f->wire_bytes);
-        if (q > 0) device_add(f->sum, f->part, f->recv_numel);
+// Into f->sum: `count` wires from `first`, `stride` wires apart, dequantized and added in that order in fp32.
+static void sum_wires(InFlight *f, int count, const char *first, size_t stride) {
+    for (int k = 0; k < count; k++) {
+        dequantize_runs(f, k == 0 ? f->sum : f->part, DTYPE_FP32, first + (size_t)k * stride * f->wire_bytes);
+        if (k > 0) device_add(f->sum, f->part, f->recv_numel);
     }
+}
+
+// qgZ's first hop of two has arrived: for each node n, my node's H parts of the block of my place in
+// node n, summed in rank order and quantized again; the second hop sends node n its sum.
+static void send_across(InFlight *f) {
+    int nodes = f->across->world;
+    for (int n = 0; n < nodes; n++) {
+        sum_wires(f, f->node->world, (const char *)f->wire_recv + (size_t)n * f->wire_bytes, (size_t)nodes);
+        quantize_runs(f, f->sum, DTYPE_FP32, (char *)f->wire_send + (size_t)n * f->wire_bytes);
+    }
+    f->handle = comm_all_to_all_start(f->across, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)nodes, DTYPE_INT8);
+    comm_wait(f->across, &f->handle);
+}
+
+// qgZ's arrival: each rank's part of my rows (two hops: each node's sum), dequantized, added in rank
+// order in fp32; the average over all N rounded once to the gradients' dtype.
+static void sum_parts(InFlight *f) {
+    sum_wires(f, f->node ? f->across->world : f->comm->world, f->wire_recv, 1);
     device_scale(f->sum, f->recv_numel, 1.0f / (float)f->comm->world);
     if (f->dtype == DTYPE_FP32) device_copy(f->recv, f->sum, f->recv_numel);
     else device_round(f->recv, f->sum, f->recv_numel);
@@ -148,8 +173,9 @@ int inflight_wait(InFlight *f, Comm *comm) {
     CHECK(!f->comm || comm == f->comm,
           "waiting for a collective of %d ranks on a group of %d: wait on the group it was started on",
           f->comm ? f->comm->world : 0, comm->world);
-    comm_wait(comm, &f->handle);
+    comm_wait(f->node ? f->node : comm, &f->handle);
     if (f->format.bits && f->handle.op == COMM_ALL_GATHER) dequantize_gathered(f);
+    if (f->node) send_across(f);
     if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_parts(f);
     return 1;
 }
@@ -167,6 +193,7 @@ void inflight_close(InFlight *f, MemAccount *mem) {
         }
         f->wire_send = f->wire_recv = NULL;
         f->part = f->sum = NULL;
+        f->node = f->across = NULL;
         f->format = (QuantFormat){0, 0};
     }
     f->send = f->recv = NULL;

@@ -27,6 +27,14 @@ void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 void alloc_unit_grads(GPT2 *model, MemAccount *mem, int unit, int rows_multiple);
 void free_full_grads(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 
+// How a reduce-scatter's gradients travel: as they are kept (format.bits 0), or quantized (ZeRO++'s qgZ) by
+// one all-to-all among all the ranks (node NULL), or in two hops: among the ranks of my node, then `across`,
+// among the ranks of my place in every node.
+typedef struct {
+    QuantFormat format;
+    Comm *node, *across;
+} GradsWire;
+
 // One collective in flight with its copy-in (send) and copy-out (recv) buffers,
 // counted as comm_buffers while it is open.
 typedef struct {
@@ -42,8 +50,10 @@ typedef struct {
     // `wire_bytes` a rank. qwZ's all-gather: the wires all-gathered as int8 into wire_recv, each
     // rank's dequantized into recv on arrival. qgZ's reduce-scatter: rank q's block of runs to rank q
     // by an all-to-all, the N parts that arrive dequantized and summed in fp32 in rank order, then
-    // averaged, into recv.
+    // averaged, into recv. In two hops (node set): the parts my node's ranks send me, of the blocks of
+    // my place in every node, summed in fp32 and quantized again, go to the nodes they are for (across).
     QuantFormat format;             // bits 0: none, the wire is send and recv themselves
+    Comm *node, *across;            // qgZ in two hops (GradsWire), or NULL
     void *wire_send, *wire_recv;
     size_t wire_bytes;
     float *part, *sum;             // (recv_numel) qgZ's fp32 dequantized part and running sum
@@ -60,10 +70,12 @@ void inflight_run(InFlight *f, size_t count);
 // quantized in blocks of format.block, one scale a block (its wire buffers counted
 // as comm_buffers too); inflight_wait dequantizes what arrives.
 void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
-// Starts the reduce-scatter (average) of send into recv among comm's ranks: as it is, or (format.bits
+// Starts the reduce-scatter (average) of send into recv among comm's ranks: as it is, or (wire.format.bits
 // 8 or 4) each rank's block of runs quantized and sent to it by an all-to-all; inflight_wait
-// dequantizes the N parts that arrive and averages them in fp32.
-void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
+// dequantizes the N parts that arrive and averages them in fp32. In two hops (wire.node), the
+// all-to-all among the node's ranks starts here, and inflight_wait sums what it brought, sends it
+// across and sums again.
+void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire);
 // Waits for the collective; 0 if none was in flight (nothing to copy out).
 int inflight_wait(InFlight *f, Comm *comm);
 // Frees send and recv (and the wire's) once the copy-out is done.

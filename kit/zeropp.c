@@ -14,13 +14,16 @@ const char *zeropp_problem(const ZeroppOptions *options) {
     if (options->quantize_grads && strcmp(options->quantize_grads, "int8") != 0 &&
         strcmp(options->quantize_grads, "int4") != 0)
         return "--quantize-grads: the gradients can be quantized to int8 or int4 only (give one of the two)";
+    if (options->quantize_grads_node && !options->quantize_grads)
+        return "--quantize-grads-node sets the nodes of --quantize-grads's two hops, which is not given: it would do "
+               "nothing";
     if (options->quantize_block && !options->quantize_weights && !options->quantize_grads)
         return "--quantize-block sets the blocks of --quantize-weights and --quantize-grads, neither of which is "
                "given: it would do nothing";
     return NULL;
 }
 
-QuantFormat zeropp_weights_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
+static QuantFormat weights_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
     if (!options->quantize_weights) return (QuantFormat){0, 0};
     QuantFormat format = {8, options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
     strategy_note(ctx, "%s: parameters gathered for training as int8, one fp32 scale a block of %zu (ZeRO++'s qwZ)\n",
@@ -28,7 +31,7 @@ QuantFormat zeropp_weights_format(const StrategyContext *ctx, const char *name, 
     return format;
 }
 
-QuantFormat zeropp_grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
+static QuantFormat grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
     if (!options->quantize_grads) return (QuantFormat){0, 0};
     QuantFormat format = {strcmp(options->quantize_grads, "int4") == 0 ? 4 : 8,
                           options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
@@ -111,4 +114,41 @@ void secondary_free(SecondaryShards *h) {
     comm_free_group(&h->node);
     free(h->kept);
     free(h->kept_numel);
+}
+
+// qgZ's two hops: nodes of H consecutive ranks of `sharding`, and the ranks of my place in every node.
+static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name,
+                            const ZeroppOptions *options) {
+    int N = sharding->world, H = options->quantize_grads_node;
+    if (H == 0) return;
+    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
+    if (H > N || N % H != 0)
+        fatal("%s: --quantize-grads-node %d does not divide the %d ranks that shard the model%s into nodes", name, H, N,
+              of);
+    if (H == 1 || H == N)
+        fatal("%s: --quantize-grads-node %d makes %s: the second hop would only quantize the gradients again", name,
+              H, H == 1 ? "a node of each rank" : "one node of all the ranks that shard the model");
+    int r = sharding->rank;
+    comm_split(sharding, r / H * H, 1, H, 0, &z->grads_node);    // my node: ranks r/H*H, ..., r/H*H + H-1
+    comm_split(sharding, r % H, H, N / H, 0, &z->grads_across);  // my place in every node: r%H, r%H + H, ...
+    z->grads_wire.node = &z->grads_node;
+    z->grads_wire.across = &z->grads_across;
+    strategy_note(ctx, "%s: the gradients' all-to-all in two hops, inside nodes of %d rank(s), then across the %d "
+                       "nodes\n", name, H, N / H);
+}
+
+void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options) {
+    *z = (Zeropp){0};
+    z->weights_wire = weights_format(ctx, name, options);
+    z->grads_wire.format = grads_format(ctx, name, options);
+    grads_hops_init(z, ctx, sharding, name, options);
+    secondary_init(&z->secondary, ctx, sharding, name, options);
+}
+
+void zeropp_free(Zeropp *z) {
+    if (z->grads_wire.node) {
+        comm_free_group(&z->grads_node);
+        comm_free_group(&z->grads_across);
+    }
+    secondary_free(&z->secondary);
 }

@@ -14,17 +14,25 @@
 //                                it lands and summed in fp32 in rank order, then
 //                                averaged: a part is quantized once, not again at
 //                                every hop of a ring
+//   --quantize-grads-node H      qgZ in two hops, as the paper's: the all-to-all among
+//                                the H consecutive ranks of a node, each rank summing
+//                                what it got for its place in every node, quantizing
+//                                the sums again, and a second all-to-all among the ranks
+//                                of its place in every node: 1/H as much crosses nodes
 //   --quantize-block Z           qwZ's and qgZ's blocks: Z numbers a scale (default
 //                                256; each tensor's slice has blocks of its own)
 //
 //   forward  unit u:  all-gather over N (qwZ: int8)  -> full tensors -> keep rows j of H (j: my place in the node)
 //   backward unit u:  all-gather over H of the kept rows -> the same full tensors, bit for bit
 //   after  backward:  rank q's rows of every gradient -> int8/int4 -> all-to-all -> N parts of mine -> fp32 sum / N
+//     in two hops:    -> all-to-all in the node -> H parts of my place's blocks -> fp32 sums, int8/int4
+//                     -> all-to-all across, among my place's N/H ranks -> N/H parts of mine -> fp32 sum / N
 //
 // With P' = pad(P) + pad(wte) (FSDP's padded parameters, wte twice: the head
 // reads it), per rank per step: qwZ's gathers move 2 (N-1)/N P' (1 + 4/Z) bytes
 // instead of 2 (N-1)/N P' b (b = 4 fp32, 2 bf16); qgZ's gradients (N-1)/N P'
-// (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N P' b_g; hpZ's
+// (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N P' b_g (in two hops,
+// (H-1)/H P' (1 + 4/Z) inside the node and (N/H-1)/N P' (1 + 4/Z) across); hpZ's
 // backward gathers (H-1)/H P' b inside the node and none across, for P'/H
 // parameters a rank held from each unit's forward to its backward (counted as
 // params_gathered).
@@ -44,6 +52,7 @@ typedef struct {
     uint64_t quantize_block;       // 0: not given (ZEROPP_DEFAULT_BLOCK)
     int secondary_shard_group;     // H ranks a node for hpZ (0: off)
     const char *quantize_grads;    // NULL (not given), "int8" or "int4"
+    int quantize_grads_node;       // H ranks a node for qgZ's two hops (0: one hop among all)
 } ZeroppOptions;
 
 // The flags that set ZeroppOptions `options`, as entries of a CliOption table.
@@ -59,14 +68,13 @@ typedef struct {
      "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"}, \
     {"--quantize-grads", "int8|int4", CLI_STRING, &(options).quantize_grads, 0, 0,                             \
      "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 parts in blocks, "     \
-     "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"}
+     "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"},                  \
+    {"--quantize-grads-node", "H", CLI_INT, &(options).quantize_grads_node, 1, 1 << 24,                        \
+     "with --quantize-grads: in two hops, an all-to-all among the H consecutive ranks of a node, then one "      \
+     "across nodes (H divides the ranks that shard, 1 < H < them; default: one hop among all)"}
 
 // NULL, or what is wrong with the options once parsed (a value not known, a flag that does nothing).
 const char *zeropp_problem(const ZeroppOptions *options);
-// The wire of training's parameter gathers by the options (bits 0: as kept), with a note for strategy `name`.
-QuantFormat zeropp_weights_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options);
-// The wire of the gradients' reduces (bits 0: a reduce-scatter as kept), with a note.
-QuantFormat zeropp_grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options);
 
 // hpZ's secondary shards of one rank: for each unit, its rows of every tensor the
 // unit's forward gathered, one tensor after another, until the unit's backward.
@@ -94,5 +102,18 @@ void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from)
 // The unit's kept rows are no longer needed.
 void secondary_drop(SecondaryShards *h, int unit);
 void secondary_free(SecondaryShards *h);
+
+// ZeRO++ on one rank of a sharded strategy, as its options ask.
+typedef struct {
+    QuantFormat weights_wire;       // qwZ: training's parameter gathers (bits 0: as kept)
+    GradsWire grads_wire;           // qgZ: the gradients' reduces (bits 0: a reduce-scatter as kept)
+    Comm grads_node, grads_across;  // qgZ's two hops' ranks (grads_wire.node and .across point here)
+    SecondaryShards secondary;      // hpZ
+} Zeropp;
+
+// Among the ranks of `sharding` (a strategy's, or its hybrid group's), with notes for strategy `name`.
+// z must stay where it is: its wire points into it.
+void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options);
+void zeropp_free(Zeropp *z);
 
 #endif

@@ -400,8 +400,8 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
 // --time: each strategy's step at N = 1, 2, 4, ... up to `max_ranks`, with the
 // same rows per rank at every N (weak scaling): rank 0 of each, run dry on the
 // virtual clock of `machine`. A strategy's hybrid groups of M ranks
-// (StrategyPlugin.shard_group) apply where M divides N, and hpZ's nodes
-// (StrategyPlugin.node_group) where they divide the M ranks that shard into more than one.
+// (StrategyPlugin.shard_group) apply where M divides N, and ZeRO++'s nodes (StrategyPlugin.node_group,
+// grads_node_group) where they divide the M ranks that shard into more than one.
 static void print_step_times(const PlanShape *plan, const Machine *machine, int max_ranks, int tsv) {
     const DrySetup *d = &plan->setup;
     char offload_note[160] = "";
@@ -425,9 +425,10 @@ static void print_step_times(const PlanShape *plan, const Machine *machine, int 
             int M = N;  // hybrid groups of M ranks where the strategy has them and M divides N
             if (plugin.shard_group && *plugin.shard_group > 0 && N % *plugin.shard_group == 0) M = *plugin.shard_group;
             if (plugin.shard_group) *plugin.shard_group = M;
-            // hpZ's nodes: where the M ranks that shard fit in one node, or a node does not divide them, none
-            if (plugin.node_group && *plugin.node_group > 0 && (*plugin.node_group >= M || M % *plugin.node_group != 0))
-                *plugin.node_group = 0;
+            // ZeRO++'s nodes: where the M ranks that shard fit in one node, or a node does not divide them, none
+            int *nodes[] = {plugin.node_group, plugin.grads_node_group};
+            for (int k = 0; k < 2; k++)
+                if (nodes[k] && *nodes[k] > 0 && (*nodes[k] >= M || M % *nodes[k] != 0)) *nodes[k] = 0;
             DryResult result = run_plugin(&shape, &plugin, 0, machine);
             strategy_plugin_free(&plugin);
             StepTime t = result.time;

@@ -58,7 +58,7 @@ void options_dtypes(const TrainOptions *opts, DType *param_dtype, DType *grad_dt
 typedef enum { OPTIONS_RUN, OPTIONS_HELP, OPTIONS_ERROR } OptionsResult;
 
 // The most flags a trainer has: the shared ones and its strategy's.
-#define OPTIONS_MAX_FLAGS 56
+#define OPTIONS_MAX_FLAGS 57
 
 // A trainer's flags: the shared ones, writing into *opts (set to their defaults
 // here), then its strategy's own. Fills flags[] and returns how many. The same

@@ -101,6 +101,7 @@ CASES = {
     "--quantize-grads": ({"--quantize-grads": "int8"}, {"--quantize-grads": "int4"}),
     "--quantize-block": ({"--quantize-weights": "int8"}, {"--quantize-weights": "int8", "--quantize-block": "64"}),
     "--secondary-shard-group": ({}, {"--secondary-shard-group": "1"}),
+    "--quantize-grads-node": ({"--quantize-grads": "int8"}, {"--quantize-grads": "int8", "--quantize-grads-node": "2"}),
     "--unit-blocks": ({}, {"--unit-blocks": "2"}),
     "--wrap-min-params": ({}, {"--wrap-min-params": "1000"}),
 }

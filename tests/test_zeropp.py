@@ -17,6 +17,14 @@ qgZ, --quantize-grads int8|int4:
   - --prefetch 0, 1, 2 give bit for bit the same run; it composes with hybrid groups, bf16, accumulation, whole
     small tensors, clipping, and with qwZ and hpZ together; a resume is exact;
   - over 200 steps of d4, int8 and int4 stay closer to train_single's loss than another seed does.
+qgZ in two hops, --quantize-grads-node H:
+  - at N = 4 and 6, every rank's reduce is an all-to-all among its node's H ranks of every block's wire, then one
+    among the N/H ranks of its place of N/H wires; build/plan --traffic counts the same bytes, and --time puts a
+    third of d4's gradient bytes across two machines of two where one hop's all-to-all spans both;
+  - --prefetch 0, 1, 2 bitwise; with blocks of one number (exact to 2u a number) the first step's gradient norm is
+    plain FSDP's to 1e-4, in one hop and in two (a sum averaged over anything but N would be off by a factor);
+  - it composes with qwZ and hpZ and with no-sync accumulation; over 200 steps of d4 at N = 4, int4 in nodes of 2
+    stays closer to train_single's loss than another seed does; H not dividing N, H = 1 and H = N are refused.
 hpZ, --secondary-shard-group H:
   - bit for bit plain FSDP's run (losses and model) at N = 2..4 with each H < N that divides N, with prefetch,
     hybrid groups, bf16, accumulation and whole small tensors; with qwZ, bit for bit qwZ's run; H = N refused;
@@ -174,16 +182,81 @@ def check_qgz(tmp, common, ref):
                    [(4, ["--quantize-weights", "int8", "--secondary-shard-group", "2"])])
 
 
+def check_qgz_hops_wire(tag, summary, n, h, bits, block):
+    """Every rank: a unit's reduce in two all-to-alls, among its node's H ranks (every rank's block, quantized) and
+    then among the N/H ranks of its place in every node (N/H sums, quantized again); plain FSDP's all-gathers."""
+    m = n // h
+    for rank in summary["ranks"]:
+        want = {"all_gather": [0, 0, 0, 0], "all_to_all": [0, 0, 0, 0]}
+        for unit in ts.UNITS:
+            count, wire = sum(ts.pad(i, n) for i in unit), unit_wire(unit, n, block, bits)
+            for op, elements, size, ranks in (("all_gather", count, 4, n), ("all_gather", count, 4, n),
+                                              ("all_to_all", wire * n, 1, h), ("all_to_all", wire * m, 1, m)):
+                sent, recv = ts.ring("all_gather" if op == "all_gather" else "reduce_scatter", elements, 0, ranks,
+                                     size=size)
+                c = want[op]
+                c[0] += 1; c[1] += elements; c[2] += sent; c[3] += recv
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {rank['rank']}: calls/elements/sent/recv {got} == {want}")
+
+
+def grad_norms(result):
+    return [rank["last_grad_norm"] for rank in result[1]["ranks"]]
+
+
+def check_qgz_hops(tmp, common, ref):
+    """qgZ in two hops at N = 4 (nodes of 2) and N = 6 (nodes of 2 and of 3): the wire to the byte, the planner's
+    bytes, prefetch bitwise; with blocks of one number (a block's scale is its number over Q, its code Q, and
+    x' = Q·scale: |x' - x| <= 2u|x|), the first step's gradient norm is plain FSDP's to rounding: a gradient
+    averaged over N in two hops instead of one (or over H, or N/H) would be off by a factor."""
+    base = None
+    for n, h, bits in ((4, 2, 8), (4, 2, 4), (6, 2, 8), (6, 3, 4)):
+        flags = ["--quantize-grads", f"int{bits}", "--quantize-grads-node", str(h)]
+        tag = f"fsdp N={n} {' '.join(flags)}"
+        result = trained(tag, fsdp(n, *common, *flags), tmp)
+        if result is None:
+            continue
+        check_qgz_hops_wire(tag, result[1], n, h, bits, DEFAULT_BLOCK)
+        if n == 6:
+            check_planned(tag, result[1], n, common, flags)
+        last, want = losses(result)[-1], losses(ref)[-1]
+        check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+        if (n, bits) == (4, 8):
+            base = result
+    for flags in (["--prefetch", "0"], ["--prefetch", "2"]):
+        tag = f"fsdp N=4 --quantize-grads int8 --quantize-grads-node 2 {' '.join(flags)}"
+        result = trained(tag, fsdp(4, *common, "--quantize-grads", "int8", "--quantize-grads-node", "2", *flags), tmp)
+        if result is not None and base is not None:
+            check(losses(result) == losses(base) and result[2] == base[2],
+                  f"{tag}: bitwise the run with the defaults (every sum in a fixed order)")
+    one = list(common)
+    one[one.index("--steps") + 1] = "1"
+    norm_flags = ["--grad-clip", "1e30"]  # computes the norm, clips nothing
+    plain = trained("fsdp N=4 --steps 1 (norm)", fsdp(4, *one, *norm_flags), tmp)
+    for hops in ([], ["--quantize-grads-node", "2"]):
+        flags = ["--quantize-grads", "int8", "--quantize-block", "1", *hops]
+        tag = f"fsdp N=4 {' '.join(flags)} --steps 1"
+        result = trained(tag, fsdp(4, *one, *norm_flags, *flags), tmp)
+        if result is None or plain is None:
+            continue
+        got, want = grad_norms(result)[0], grad_norms(plain)[0]
+        check(abs(got - want) <= 1e-4 * want, f"{tag}: gradient norm {got:.9g} is plain FSDP's {want:.9g} to 1e-4")
+    check_composes(tmp, common, ref, ["--quantize-grads", "int4", "--quantize-grads-node", "2"],
+                   [(4, ["--quantize-weights", "int8", "--secondary-shard-group", "2"]),
+                    (6, ["--grad-accum", "2", "--accum-mode", "no-sync"])], only_more=True)
+
+
 # Features a quantized run composes with: (ranks, flags).
 COMPOSED = [(4, ["--shard-group", "2"]), (2, ["--precision", "bf16"]),
             (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, ["--grad-accum", "2"]),
             (3, ["--shard-min-numel", "200"]), (2, ["--grad-clip", "0.5"])]
 
 
-def check_composes(tmp, common, ref, quantized, more):
+def check_composes(tmp, common, ref, quantized, more, only_more=False):
     """Each feature with a quantizer's flags: runs, ends near train_single's loss (the d4 check holds the loss to a
     derived bound; this one catches a feature the quantizer breaks)."""
-    for n, flags in COMPOSED + more:
+    for n, flags in ([] if only_more else COMPOSED) + more:
         tag = f"fsdp N={n} {' '.join(quantized)} {' '.join(flags)}"
         result = trained(tag, fsdp(n, *common, *quantized, *flags), tmp)
         if result is None:
@@ -193,7 +266,7 @@ def check_composes(tmp, common, ref, quantized, more):
 
 
 def check_hpz_traffic(tag, summary, n, m):
-    """Every rank: a unit's forward all-gather among all N, its backward's among the node's M."""
+    """Every rank: a unit's forward all-gather among all N, its backward's among the node's H (m here)."""
     for rank in summary["ranks"]:
         want = [0, 0, 0, 0]
         for unit in ts.UNITS:
@@ -264,6 +337,13 @@ def check_refusals(tmp, common):
                         (["--secondary-shard-group", "2"], "makes one node of all 2 ranks"),
                         (["--secondary-shard-group", "1", "--reshard-after-forward", "0"], "it would do nothing"),
                         (["--quantize-weights", "int4"], "int8 only"),
+                        (["--quantize-grads-node", "2"], "--quantize-grads-node sets the nodes of --quantize-grads"),
+                        (["--quantize-grads", "int8", "--quantize-grads-node", "3"],
+                         "--quantize-grads-node 3 does not divide the 2 ranks"),
+                        (["--quantize-grads", "int8", "--quantize-grads-node", "2"],
+                         "--quantize-grads-node 2 makes one node of all the ranks"),
+                        (["--quantize-grads", "int8", "--quantize-grads-node", "1"],
+                         "--quantize-grads-node 1 makes a node of each rank"),
                         (["--quantize-block", "64"], "neither of which is given"),
                         (["--quantize-weights", "int8", "--quantize-block", "0"], "--quantize-block")):
         r = subprocess.run(fsdp(2, *common, *flags), capture_output=True, text=True, timeout=120)
@@ -287,7 +367,7 @@ def plan_lines(*args):
 
 def check_docs_table():
     """docs/zeropp.md's d4 table: each row's numbers are build/plan's for its flags."""
-    for flags, numbers in docs_rows(r"([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+)", 7, "d4"):
+    for flags, numbers in docs_rows(r"([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+)", 8, "d4"):
         base = ["--config", "d4", "--ranks", "4", *flags]
         sent = {f[2]: int(f[5]) for f in plan_lines(*base, "--traffic") if f[0] == "fsdp" and f[1] == "0"}
         held = [[int(f[3]), int(f[8])] for f in plan_lines(*base, "--tsv") if f[0] == "fsdp"]
@@ -298,7 +378,7 @@ def check_docs_table():
 
 def check_docs_what_if():
     """docs/zeropp.md's 384-rank table: each row's tokens/s and exposed milliseconds are build/plan --time's."""
-    for flags, numbers in docs_rows(r"([\d,]+) \(([\d.]+)\) \| ([\d,]+) \(([\d.]+)\)", 5, "384-rank"):
+    for flags, numbers in docs_rows(r"([\d,]+) \(([\d.]+)\) \| ([\d,]+) \(([\d.]+)\)", 7, "384-rank"):
         got = []
         for across in ("1e-5,25", "1e-5,3.125"):
             row = [f for f in plan_lines("--config", "d12", "--ranks", "384", "--batch", "6144", "--seq", "1024",
@@ -319,6 +399,15 @@ def check_planned_across_machines():
     rows = {int(f[1]): (int(f[9]), int(f[10])) for f in (l.split("\t") for l in out.splitlines()) if f[0] == "fsdp"}
     check(rows.get(4) == (145886720 + 87532032, 145886720 + 87532032 - 58354688) and rows.get(2, (0, 1))[1] == 0,
           f"plan --time --tsv: bytes sent and across machines by rank 0 {rows}")
+    # qgZ int8's 22,225,176 bytes: in one hop an all-to-all among both machines, in two a third of them across
+    for hops, across in (([], 22225176), (["--quantize-grads-node", "2"], 22225176 // 3)):
+        out = subprocess.run([f"{BUILD}/plan", "--config", "d4", "--ranks", "4", "--time", "--tokens-per-s", "1",
+                              "--ranks-per-node", "2", "--tsv", "--quantize-grads", "int8", *hops], capture_output=True,
+                             text=True).stdout
+        rows = {int(f[1]): (int(f[9]), int(f[10])) for f in (l.split("\t") for l in out.splitlines()) if f[0] == "fsdp"}
+        check(rows.get(4) == (175064064 + 22225176, 175064064 + across),
+              f"plan --time --tsv --quantize-grads int8 {' '.join(hops)}: sent and across machines {rows.get(4)} == "
+              f"{(175064064 + 22225176, 175064064 + across)}")
 
 
 def check_d4(tmp):
@@ -336,7 +425,9 @@ def check_d4(tmp):
                           ("single --seed 2", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, "--seed", "2"]),
                           ("fsdp N=2 --quantize-weights int8", fsdp(2, *common, "--quantize-weights", "int8")),
                           ("fsdp N=2 --quantize-grads int8", fsdp(2, *common, "--quantize-grads", "int8")),
-                          ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4"))):
+                          ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4")),
+                          ("fsdp N=4 --quantize-grads int4 --quantize-grads-node 2",
+                           fsdp(4, *common, "--quantize-grads", "int4", "--quantize-grads-node", "2"))):
         log = os.path.join(tmp, "d4.jsonl")
         if run([*command, "--log", log]) != 0:
             check(False, f"d4 {name}: runs")
@@ -371,6 +462,7 @@ def main():
     check_qwz(tmp, common, plain)
     check_composes(tmp, common, ref, ["--quantize-weights", "int8"], [(2, ["--unit-blocks", "2"]), (2, ["--ema", "0.9"])])
     check_qgz(tmp, common, ref)
+    check_qgz_hops(tmp, common, ref)
     check_hpz(tmp, common)
     check_full_precision_out(tmp, model, common)
     check_resume(tmp, common, ["--quantize-weights", "int8", "--quantize-block", "16"])
