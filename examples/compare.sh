@@ -2,13 +2,16 @@
 # compare.sh: the main job behind `make compare`. Trains the same GPT-2 with
 # train_single and with DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP (or the STRATEGIES
 # given) at RANKS ranks, then writes plots and a report under runs/<name>/.
-# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS STRATEGIES PRECISION ARGS.
+# Settings (environment): RANKS CONFIG STEPS BATCH SEQ NAME BUILD MPIRUN TEXT RUNS STRATEGIES PRECISION ARGS ZEROPP.
 # ARGS: more flags for every trainer, the ones they all take (ARGS="--ema 0.99 --eval-ema").
+# ZEROPP=1 also trains FSDP with each of ZeRO++'s changes and with all three (docs/zeropp.md), for the
+# report's measured ZeRO++ table: nodes of H = RANKS/2 ranks (1 where RANKS is odd).
 # PRECISION=bf16 trains every run in bf16 (docs/precision.md) and train_single once
 # more in fp32, for the report to say how far bf16 goes from it.
 set -euo pipefail
 usage="usage: [RANKS=4] [CONFIG=d4] [STEPS=20] [BATCH=8] [SEQ=64] [NAME=...] [TEXT=FILE|DIR] [RUNS=runs]
-       [STRATEGIES=\"ddp zero1 zero2 zero3 fsdp\"] [PRECISION=fp32|bf16] [ARGS=\"--ema 0.99 ...\"] bash examples/compare.sh
+       [STRATEGIES=\"ddp zero1 zero2 zero3 fsdp\"] [PRECISION=fp32|bf16] [ARGS=\"--ema 0.99 ...\"] [ZEROPP=0|1]
+       bash examples/compare.sh
   trains train_single and the strategies side by side and writes RUNS/NAME/report.md (docs/plots.md);
   settings come from the environment (also BUILD and MPIRUN), not from flags"
 case "${1:-}" in
@@ -86,6 +89,15 @@ for strategy in "${strategies[@]}"; do
     fi
     seen+="$strategy "
 done
+ZEROPP=${ZEROPP:-0}
+case "$ZEROPP" in
+    0) ;;
+    1) if [[ "$seen" != *" fsdp "* ]]; then
+           echo "compare: ZEROPP=1 adds ZeRO++'s runs beside FSDP's: STRATEGIES must include fsdp" >&2; exit 1; fi
+       if (( RANKS < 2 )); then
+           echo "compare: ZEROPP=1 needs RANKS=2 or more (hpZ's node is smaller than the ranks that shard)" >&2; exit 1; fi ;;
+    *) echo "compare: ZEROPP=$ZEROPP: give 0 or 1" >&2; exit 1 ;;
+esac
 NAME=${NAME:-$CONFIG-n$RANKS-$PRECISION-$(date +%Y%m%d-%H%M%S)}
 RUN=$RUNS/$NAME
 DATA=$RUNS/data-$(basename "$TEXT")
@@ -119,6 +131,18 @@ for strategy in "${strategies[@]}"; do
     trainer_for "$strategy"
     $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" --log "$RUN/$strategy.jsonl" --trace "$RUN/$strategy.trace"
 done
+if [ "$ZEROPP" = 1 ]; then  # FSDP with ZeRO++'s changes: nodes of H ranks, qgZ in two hops where H > 1
+    H=$(( RANKS % 2 == 0 ? RANKS / 2 : 1 ))
+    hops=""; (( H > 1 )) && hops="--quantize-grads-node $H"
+    mkdir -p "$RUN/zeropp"
+    for entry in "qwz|--quantize-weights int8" "hpz|--secondary-shard-group $H" "qgz|--quantize-grads int4 $hops" \
+                 "all|--quantize-weights int8 --secondary-shard-group $H --quantize-grads int4 $hops"; do
+        read -r -a flags <<< "${entry#*|}"
+        echo "== fsdp ${flags[*]} on $RANKS ranks (ZeRO++)"
+        trainer_for fsdp
+        $MPIRUN -np "$RANKS" "${trainer[@]}" "${common[@]}" "${flags[@]}" --quiet --log "$RUN/zeropp/${entry%%|*}.jsonl"
+    done
+fi
 # More ranks than cores take turns on the cores: their tokens/s and waits measure the
 # time-slicing as much as the strategy. Speed is then measured again with as many ranks
 # as there are cores (the largest such N that divides the batch), 10 steps each.

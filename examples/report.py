@@ -892,6 +892,45 @@ def caption(name):
     return CAPTIONS[name]
 
 
+ZEROPP_RUNS = ["qwz", "hpz", "qgz", "all"]  # compare.sh ZEROPP=1: FSDP with ZeRO++'s changes (docs/zeropp.md)
+ZEROPP_FLAGS = [("quantize_weights", "--quantize-weights"), ("secondary_shard_group", "--secondary-shard-group"),
+                ("quantize_grads", "--quantize-grads"), ("quantize_grads_node", "--quantize-grads-node")]
+
+
+def zeropp_table(run, logs):
+    """compare.sh ZEROPP=1's runs beside FSDP's: (note, header, rows), or None without them. Each row: the flags,
+    the last loss and how far it is from train_single's, whether the losses are FSDP's bit for bit, rank 0's bytes
+    sent in the last step, the fullest rank's peak of gathered parameters and of everything, and tokens/s."""
+    folder = os.path.join(run, "zeropp")
+    if not os.path.isdir(folder) or "fsdp" not in logs:
+        return None
+    single = logs["single"][0][-1]["loss"]
+    fsdp_losses = [x["loss"] for x in logs["fsdp"][0]]
+    rows = []
+    for name in ["fsdp"] + ZEROPP_RUNS:
+        steps, summary = logs["fsdp"] if name == "fsdp" else read_log(os.path.join(folder, f"{name}.jsonl"))
+        for key in ("num_params", "batch", "seq", "steps", "seed"):
+            if summary["config"][key] != logs["fsdp"][1]["config"][key] or summary["strategy"] != "fsdp":
+                fail(f"{folder}/{name}.jsonl: not an FSDP run of fsdp.jsonl's model and batch ({key})")
+        options = summary["strategy_options"]
+        flags = " ".join(f"{flag} {options[key]}" for key, flag in ZEROPP_FLAGS if options.get(key)) or "(FSDP)"
+        loss = steps[-1]["loss"]
+        sent = sum(c["bytes_sent"] for c in summary["ranks"][0]["comm_last_step"].values())
+        rows.append([flags, f"{loss:.6f}", f"{abs(loss - single) / abs(single):.1e}",
+                     "yes" if [x["loss"] for x in steps] == fsdp_losses else "no", f"{sent / MB:.3f}",
+                     f"{max(r['mem']['params_gathered']['peak'] for r in summary['ranks']) / MB:.3f}",
+                     f"{max(r['peak_bytes'] for r in summary['ranks']) / MB:.3f}", f"{summary['tokens_per_s']:.0f}"])
+    header = ["FSDP with", "last loss", "from single's (relative)", "losses FSDP's bit for bit", "MB sent by rank 0 "
+              "per step", "params_gathered peak MB", "peak MB", "tokens/s"]
+    note = ("FSDP beside its runs with ZeRO++'s changes (make compare ZEROPP=1, docs/zeropp.md), each with the "
+            "flags shown. qwZ and qgZ send quantized numbers, so their losses leave train_single's by the "
+            "quantization's error; hpZ alone is FSDP's run bit for bit, and holds more gathered parameters (its "
+            "secondary shards). On one machine every byte stays inside it: build/plan --time and the zeropp "
+            "picture say what would cross between machines. Tokens/s are these runs' own, time-sliced where the "
+            "ranks outnumber the cores.")
+    return note, header, rows
+
+
 def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements):
     runs = ["single"] + strategies
     table = []
@@ -1033,6 +1072,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                    "end, not what the strategies learned (they learned the same).")
     if os.path.exists(sample_path):
         sampled = open(sample_path, encoding="utf-8", errors="replace").read().rstrip("\n")
+    zeropp = zeropp_table(run, logs)
     with open(os.path.join(run, "report.md"), "w") as f:
         f.write(f"# shardlab comparison: {os.path.basename(os.path.normpath(run))}\n\n")
         f.write(f"Settings: {settings}.  \nMachine: {machine}.\n\n")
@@ -1048,6 +1088,12 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
             f.write("## Speed\n\n" + speed_note + "\n\n| " + " | ".join(speed_header) + " |\n|"
                     + "---|" * len(speed_header) + "\n")
             for c in speed_cells:
+                f.write("| " + " | ".join(str(x) for x in c) + " |\n")
+            f.write("\n")
+        if zeropp:
+            f.write("## ZeRO++, measured\n\n" + zeropp[0] + "\n\n| " + " | ".join(zeropp[1]) + " |\n|"
+                    + "---|" * len(zeropp[1]) + "\n")
+            for c in zeropp[2]:
                 f.write("| " + " | ".join(str(x) for x in c) + " |\n")
             f.write("\n")
         for name, title in plots:
@@ -1069,6 +1115,12 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
             f.write(f"<h2>Speed</h2><p>{html.escape(speed_note)}</p><table><tr>"
                     + "".join(f"<th>{html.escape(h)}</th>" for h in speed_header) + "</tr>\n")
             for c in speed_cells:
+                f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
+            f.write("</table>\n")
+        if zeropp:
+            f.write(f"<h2>ZeRO++, measured</h2><p>{html.escape(zeropp[0])}</p><table><tr>"
+                    + "".join(f"<th>{html.escape(h)}</th>" for h in zeropp[1]) + "</tr>\n")
+            for c in zeropp[2]:
                 f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
             f.write("</table>\n")
         for name, title in plots:

@@ -103,6 +103,27 @@ if grep -q "tokens/s (time-sliced)" "$tmp/runs/sliced/report.md" &&
    [ "$(python3 -c "import json; print(json.loads(open('$tmp/runs/sliced/speed/ddp.jsonl').read().splitlines()[-1])['world_size'])")" = "$cores" ]
 then ok "report: time-sliced numbers are labelled so, and speed comes from one rank per core"
 else bad "report: time-sliced numbers are labelled so, and speed comes from one rank per core"; grep -E "^- |^\| " "$tmp/runs/sliced/report.md" | head; fi
+# ZEROPP=1: FSDP's runs with each of ZeRO++'s changes, measured in the report beside FSDP's own
+run "compare.sh ZEROPP=1" "${cmp_env[@]}" NAME=zeropp RANKS=4 BATCH=4 STRATEGIES="fsdp" ZEROPP=1 bash examples/compare.sh
+if python3 - "$tmp/runs/zeropp" <<'PY'
+import sys
+text = open(f"{sys.argv[1]}/report.md").read()
+section = text.split("## ZeRO++, measured")[1].split("\n## ")[0]
+rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")][1:]
+flags = [r[0] for r in rows]
+assert flags == ["(FSDP)", "--quantize-weights int8", "--secondary-shard-group 2",
+                 "--quantize-grads int4 --quantize-grads-node 2",
+                 "--quantize-weights int8 --secondary-shard-group 2 --quantize-grads int4 --quantize-grads-node 2"], flags
+fsdp, qwz, hpz, qgz, both = ({"same": r[3], "sent": float(r[4]), "gathered": float(r[5])} for r in rows)
+assert hpz["same"] == "yes" and qwz["same"] == qgz["same"] == both["same"] == "no", rows  # hpZ alone: FSDP's run
+assert qwz["sent"] < fsdp["sent"] and qgz["sent"] < fsdp["sent"] and both["sent"] < qwz["sent"], rows
+assert hpz["gathered"] > fsdp["gathered"], rows  # the secondary shards
+PY
+then ok "compare ZEROPP=1: the report measures FSDP with each of ZeRO++'s changes (hpZ FSDP's run bit for bit, fewer bytes with the quantizers)"
+else bad "compare ZEROPP=1: the report measures FSDP with each of ZeRO++'s changes"; sed -n '/ZeRO++, measured/,/^## [A-Y]/p' "$tmp/runs/zeropp/report.md"; fi
+fails "compare: ZEROPP=2" "ZEROPP=2: give 0 or 1" "${cmp_env[@]}" NAME=zeropp2 ZEROPP=2 bash examples/compare.sh
+fails "compare: ZEROPP=1 without fsdp" "STRATEGIES must include fsdp" "${cmp_env[@]}" NAME=zeropp3 STRATEGIES="ddp" ZEROPP=1 \
+    bash examples/compare.sh
 run "compare.sh STRATEGIES=\"zero2 fsdp\"" "${cmp_env[@]}" NAME=subset STRATEGIES="zero2 fsdp" bash examples/compare.sh
 if [ -s "$tmp/runs/subset/plots/timeline_zero2.png" ] && [ ! -e "$tmp/runs/subset/ddp.jsonl" ] &&
    [ ! -e "$tmp/runs/subset/plots/timeline_ddp.png" ] && grep -q '^| fsdp | 2 |' "$tmp/runs/subset/report.md" &&
