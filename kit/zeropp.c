@@ -138,7 +138,7 @@ static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *shardin
 }
 
 void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options) {
-    *z = (Zeropp){0};
+    *z = (Zeropp){.mem = ctx->mem, .wires = xcalloc((size_t)ctx->model->layout.num_tensors, sizeof(void *))};
     z->weights_wire = weights_format(ctx, name, options);
     z->grads_wire.format = grads_format(ctx, name, options);
     grads_hops_init(z, ctx, sharding, name, options);
@@ -151,4 +151,22 @@ void zeropp_free(Zeropp *z) {
         comm_free_group(&z->grads_across);
     }
     secondary_free(&z->secondary);
+    free(z->wires);
+}
+
+CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int t, int wire, const void *kept, GPT2 *model, int root) {
+    size_t numel = model->layout.tensors[t].numel;
+    if (!wire) return comm_broadcast_start(comm, model->params[t], numel, model->param_dtype, root);
+    size_t bytes = quant_wire_bytes(numel, z->weights_wire);
+    z->wires[t] = device_alloc_as(z->mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
+    if (comm->rank == root) device_quantize(z->wires[t], kept, numel, model->param_dtype, z->weights_wire);
+    return comm_broadcast_start(comm, z->wires[t], bytes, DTYPE_INT8, root);
+}
+
+void zeropp_broadcast_finish(Zeropp *z, int t, GPT2 *model) {
+    if (!z->wires[t]) return;
+    size_t numel = model->layout.tensors[t].numel;
+    device_dequantize(model->params[t], z->wires[t], numel, model->param_dtype, z->weights_wire);
+    device_free_as(z->mem, MEM_COMM_BUFFERS, z->wires[t], quant_wire_bytes(numel, z->weights_wire), DTYPE_INT8);
+    z->wires[t] = NULL;
 }

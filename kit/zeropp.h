@@ -55,14 +55,17 @@ typedef struct {
     int quantize_grads_node;       // H ranks a node for qgZ's two hops (0: one hop among all)
 } ZeroppOptions;
 
-// The flags that set ZeroppOptions `options`, as entries of a CliOption table.
-#define ZEROPP_FLAGS(options)                                                                                  \
+// The flags that set ZeroppOptions `options`, as entries of a CliOption table: qwZ's alone (ZeRO-3,
+// blocks of ZEROPP_DEFAULT_BLOCK), then all of them (FSDP).
+#define ZEROPP_WEIGHTS_FLAGS(options)                                                                          \
     {"--quantize-weights", "int8", CLI_STRING, &(options).quantize_weights, 0, 0,                               \
-     "ZeRO++'s qwZ: the parameters' all-gathers in training travel as int8 in blocks, one scale a block "      \
-     "(default: as they are kept)"},                                                                           \
+     "ZeRO++'s qwZ: the parameters' gathers in training travel as int8 in blocks, one scale a block "          \
+     "(default: as they are kept)"}
+#define ZEROPP_FLAGS(options)                                                                                  \
+    ZEROPP_WEIGHTS_FLAGS(options),                                                                             \
     {"--quantize-block", "Z", CLI_UINT64, &(options).quantize_block, 1, 1 << 30,                               \
      "with --quantize-weights or --quantize-grads: numbers a scale (default 256; a tensor's slice has blocks "  \
-     "of its own)"},       \
+     "of its own)"},                                                                                           \
     {"--secondary-shard-group", "H", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
      "ZeRO++'s hpZ: keep 1/H of each unit's gathered parameters after its forward, and gather its backward's "  \
      "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"}, \
@@ -109,11 +112,20 @@ typedef struct {
     GradsWire grads_wire;           // qgZ: the gradients' reduces (bits 0: a reduce-scatter as kept)
     Comm grads_node, grads_across;  // qgZ's two hops' ranks (grads_wire.node and .across point here)
     SecondaryShards secondary;      // hpZ
+    MemAccount *mem;
+    void **wires;                   // (num_tensors) qwZ's broadcast wire of a whole tensor in flight, or NULL
 } Zeropp;
 
 // Among the ranks of `sharding` (a strategy's, or its hybrid group's), with notes for strategy `name`.
 // z must stay where it is: its wire points into it.
 void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options);
 void zeropp_free(Zeropp *z);
+
+// The broadcast of tensor t from its owner `root` into model->params[t] (a strategy that owns whole
+// tensors: ZeRO-3), as it is; or with `wire` (qwZ) the owner's `kept` copy quantized into a wire
+// (comm_buffers), broadcast, and dequantized by zeropp_broadcast_finish, after the wait, into
+// model->params[t] on every rank, the owner's included, so that all compute with the same weights.
+CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int t, int wire, const void *kept, GPT2 *model, int root);
+void zeropp_broadcast_finish(Zeropp *z, int t, GPT2 *model);
 
 #endif

@@ -247,6 +247,68 @@ def check_qgz_hops(tmp, common, ref):
                     (6, ["--grad-accum", "2", "--accum-mode", "no-sync"])], only_more=True)
 
 
+def zero3(n, *flags):
+    return [*MPIRUN, "-np", str(n), f"{BUILD}/train_zero3", *flags]
+
+
+def check_zero3_wire(tag, summary, n, block):
+    """Every rank: each tensor broadcast from its owner twice a pass as int8 wire bytes (n + 4 ceil(n/B), padded
+    to 4: the whole tensor, one run), the gradients' reduces in fp32 as plain ZeRO-3's."""
+    owner = ts.zero3_owners(n)
+    for rank in summary["ranks"]:
+        want = {"broadcast": [0, 0, 0, 0], "reduce": [0, 0, 0, 0]}
+        for U in ts.UNITS:
+            for i in U:
+                for op, count, size in (("broadcast", wire_bytes(ts.numel[i], block), 1),
+                                        ("broadcast", wire_bytes(ts.numel[i], block), 1), ("reduce", ts.numel[i], 4)):
+                    sent, recv = ts.ring(op, count, rank["rank"], n, root=owner[i], size=size)
+                    c = want[op]
+                    c[0] += 1; c[1] += count; c[2] += sent; c[3] += recv
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {rank['rank']}: calls/elements/sent/recv {got} == {want}")
+
+
+def check_qwz_zero3(tmp, common, ref, model):
+    """qwZ on ZeRO-3's broadcasts: the wire to the byte at N = 1..4 and the planner's bytes, every rank (the owner
+    too) computing with the dequantized copy, so the run learns and is not plain ZeRO-3's; prefetch bitwise; the
+    model written out unquantized."""
+    plain = trained("zero3 N=2", zero3(2, *common), tmp)
+    base = None
+    for n in (1, 2, 3, 4):
+        flags = ["--quantize-weights", "int8"]
+        tag = f"zero3 N={n} {' '.join(flags)}"
+        result = trained(tag, zero3(n, *common, *flags), tmp)
+        if result is None:
+            continue
+        check_zero3_wire(tag, result[1], n, DEFAULT_BLOCK)
+        last, want = losses(result)[-1], losses(ref)[-1]
+        check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+        if n == 2:
+            base = result
+            check(plain is not None and losses(result) != losses(plain),
+                  f"{tag}: not plain ZeRO-3's run (the weights did travel quantized)")
+        if n == 3:
+            r = subprocess.run([f"{BUILD}/plan", "--model", model, "--ranks", "3", "--batch", str(ts.BATCH), "--seq",
+                                str(ts.SEQ), "--traffic", *flags], capture_output=True, text=True, timeout=120)
+            planned = {(int(f[1]), f[2]): [int(x) for x in f[3:7]]
+                       for f in (line.split("\t") for line in r.stdout.splitlines()) if f[0] == "zero3"}
+            measured = {(rank["rank"], op): [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+                        for rank in result[1]["ranks"] for op, c in rank["comm_last_step"].items() if c["calls"]}
+            check(r.returncode == 0 and planned == measured, f"{tag}: plan --traffic {planned} == the run's {measured}")
+    for flags in (["--prefetch", "0"], ["--prefetch", "2"]):
+        tag = f"zero3 N=2 --quantize-weights int8 {' '.join(flags)}"
+        result = trained(tag, zero3(2, *common, "--quantize-weights", "int8", *flags), tmp)
+        if result is not None and base is not None:
+            check(losses(result) == losses(base) and result[2] == base[2], f"{tag}: bitwise the run with the defaults")
+    out = os.path.join(tmp, "zero3_steps0.bin")
+    zero = list(common)
+    zero[zero.index("--steps") + 1] = "0"
+    ok = run(zero3(2, *zero, "--quantize-weights", "int8", "--out-model", out)) == 0
+    check(ok and ts.read_params(out) == ts.read_params(model),
+          "zero3 N=2 --quantize-weights int8 --steps 0 --out-model: the initial model bit for bit (written unquantized)")
+
+
 # Features a quantized run composes with: (ranks, flags).
 COMPOSED = [(4, ["--shard-group", "2"]), (2, ["--precision", "bf16"]),
             (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, ["--grad-accum", "2"]),
@@ -426,6 +488,7 @@ def check_d4(tmp):
                           ("fsdp N=2 --quantize-weights int8", fsdp(2, *common, "--quantize-weights", "int8")),
                           ("fsdp N=2 --quantize-grads int8", fsdp(2, *common, "--quantize-grads", "int8")),
                           ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4")),
+                          ("zero3 N=2 --quantize-weights int8", zero3(2, *common, "--quantize-weights", "int8")),
                           ("fsdp N=4 --quantize-grads int4 --quantize-grads-node 2",
                            fsdp(4, *common, "--quantize-grads", "int4", "--quantize-grads-node", "2"))):
         log = os.path.join(tmp, "d4.jsonl")
@@ -437,7 +500,7 @@ def check_d4(tmp):
     seed = abs(means["single --seed 2"] - means["single"])
     print("d4, 200 steps, mean loss of the last 50: " + ", ".join(f"{k} {v:.5f}" for k, v in means.items()))
     for name, mean in means.items():
-        if name.startswith("fsdp"):
+        if name.startswith(("fsdp", "zero3")):
             moved = abs(mean - means["single"])
             check(moved < seed, f"d4 200 steps: {name} moves the loss by {moved:.5f}, less than another seed does "
                   f"({seed:.5f})")
@@ -463,6 +526,7 @@ def main():
     check_composes(tmp, common, ref, ["--quantize-weights", "int8"], [(2, ["--unit-blocks", "2"]), (2, ["--ema", "0.9"])])
     check_qgz(tmp, common, ref)
     check_qgz_hops(tmp, common, ref)
+    check_qwz_zero3(tmp, common, ref, model)
     check_hpz(tmp, common)
     check_full_precision_out(tmp, model, common)
     check_resume(tmp, common, ["--quantize-weights", "int8", "--quantize-block", "16"])

@@ -20,7 +20,8 @@
 //
 // With --prefetch D the next D units' gathers are started before unit u
 // computes, and unit u's reduces are waited for only after the next unit's
-// backward: the same collectives, travelling under compute.
+// backward: the same collectives, travelling under compute. ZeRO++'s qwZ (docs/zeropp.md):
+// training's broadcasts in int8, dequantized into a copy on every rank, the owner's too.
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -36,20 +37,22 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
+    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's wire
 } State;
 
 static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }
 
-// Starts broadcasting every tensor of the unit neither here nor on its way, from its
-// owner: straight from its resident copy, into a temporary full buffer elsewhere.
-static void start_gather(State *s, int unit) {
+// Starts broadcasting every tensor of the unit neither here nor on its way, from its owner:
+// straight from its resident copy, into a temporary full buffer elsewhere (qwZ: everywhere).
+static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
-    DType dtype = s->model->param_dtype;
+    int wire = direction && s->zeropp.weights_wire.bits;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        if (!owns(s, t)) alloc_full_params(s->model, s->mem, t, 1);
-        s->gathers[t] = comm_broadcast_start(s->comm, s->model->params[t], layout->tensors[t].numel, dtype, s->owner[t]);
+        const void *kept = s->model->params[t];  // the owner's resident copy
+        if (!owns(s, t) || wire) alloc_full_params(s->model, s->mem, t, 1);
+        s->gathers[t] = zeropp_broadcast_start(&s->zeropp, s->comm, t, wire, kept, s->model, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
 }
@@ -61,6 +64,7 @@ static void finish_gather(State *s, int unit) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
         comm_wait(s->comm, &s->gathers[t]);
+        zeropp_broadcast_finish(&s->zeropp, t, s->model);
         s->tensor_state[t] = TENSOR_GATHERED;
     }
 }
@@ -69,7 +73,7 @@ static void finish_gather(State *s, int unit) {
 // `direction`, +1 forward, -1 backward) start behind it, to travel meanwhile.
 static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
-    for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k);
+    for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
 }
 
@@ -78,7 +82,8 @@ static void release_unit(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED) continue;
-        if (!owns(s, t)) free_full_params(s->model, s->mem, t, 1);
+        if (!owns(s, t) || s->model->params[t] != resident_params(&s->resident, t)) free_full_params(s->model, s->mem, t, 1);
+        if (owns(s, t)) s->model->params[t] = resident_params(&s->resident, t);  // qwZ's copy freed
         s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
@@ -182,6 +187,7 @@ static void destroy(void *state) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
+    zeropp_free(&s->zeropp);
     free(s->owner);
     free(s->tensor_state);
     free(s->gathers);
@@ -200,7 +206,9 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     whole_tensor_owners(layout, s->comm->world, s->owner);
     note_owner_balance(ctx, "zero3", s->owner);
-    s->prefetch = strategy_prefetch(ctx, "zero3", ((const Zero3Options *)ctx->options)->prefetch);
+    const Zero3Options *options = ctx->options;
+    s->prefetch = strategy_prefetch(ctx, "zero3", options->prefetch);
+    zeropp_init(&s->zeropp, ctx, s->comm, "zero3", &options->zeropp);
     s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));

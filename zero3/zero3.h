@@ -5,7 +5,8 @@
 #include "kit/kit.h"
 
 typedef struct {
-    int prefetch;  // units ahead whose broadcasts are started before they run (0: none)
+    int prefetch;          // units ahead whose broadcasts are started before they run (0: none)
+    ZeroppOptions zeropp;  // ZeRO++'s qwZ on the broadcasts (kit/zeropp.h)
 } Zero3Options;
 
 Strategy zero3_init(const StrategyContext *ctx);
