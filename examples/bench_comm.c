@@ -223,6 +223,9 @@ int main(int argc, char **argv) {
         fatal("--rounds differs across ranks (rank %d has %d): give every rank the same", comm.rank, rounds);
     if (comm_metric_max(&comm, overlap_ms) != -comm_metric_max(&comm, -overlap_ms))
         fatal("--overlap-ms differs across ranks (rank %d has %g): give every rank the same", comm.rank, overlap_ms);
+    if (comm_metric_max(&comm, busy_threads) != -comm_metric_max(&comm, -busy_threads))
+        fatal("--busy-threads differs across ranks (rank %d has %d): give every rank the same", comm.rank,
+              busy_threads);
     if (comm_metric_max(&comm, busy_threads && overlap_ms > 0))
         fatal("--busy-threads: the sweep's option; --overlap-ms measures without it");
     size_t max_count = (size_t)max_mib * 1024 * 1024 / sizeof(float);

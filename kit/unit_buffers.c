@@ -122,6 +122,9 @@ void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, Gra
     f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
     f->node = wire.node;
     f->across = wire.across;
+    CHECK(!f->node || (f->node->parent == comm && f->across->parent == comm &&
+                       f->node->world * f->across->world == comm->world),
+          "a reduce-scatter in two hops whose groups are not a split of its %d ranks", comm->world);
     // rank q = node·H + place: its block goes first to my node's rank of that place, with the blocks of
     // that place in the other nodes (one hop: H = N, so to rank q itself)
     int H = f->node ? f->node->world : comm->world, nodes = comm->world / H;

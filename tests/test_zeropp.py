@@ -242,6 +242,12 @@ def check_qgz_hops(tmp, common, ref):
             continue
         got, want = grad_norms(result)[0], grad_norms(plain)[0]
         check(abs(got - want) <= 1e-4 * want, f"{tag}: gradient norm {got:.9g} is plain FSDP's {want:.9g} to 1e-4")
+        # Adam's first step moves each parameter by lr times its gradient's sign (weight decay aside, the same in
+        # both): a gradient to within 2u of plain FSDP's keeps every sign but those of gradients within rounding
+        # of 0, where a block sent to the wrong rank would flip about half of them
+        moved = sum(abs(a - b) > 1e-3 / 2 for a, b in zip(result[2], plain[2]))
+        check(moved <= len(plain[2]) // 100, f"{tag}: {moved} of {len(plain[2])} parameters moved otherwise than "
+              "plain FSDP's (at most 1%: gradients within rounding of 0)")
     check_composes(tmp, common, ref, ["--quantize-grads", "int4", "--quantize-grads-node", "2"],
                    [(4, ["--quantize-weights", "int8", "--secondary-shard-group", "2"]),
                     (6, ["--grad-accum", "2", "--accum-mode", "no-sync"])], only_more=True)
@@ -451,6 +457,21 @@ def check_docs_what_if():
         check(got == numbers, f"docs/zeropp.md, 384 ranks {' '.join(flags)}: {numbers} == build/plan --time's {got}")
 
 
+def check_docs_zero3():
+    """docs/zeropp.md's qwZ on ZeRO-3: d4 at N = 4, rank 0's broadcast bytes, params_gathered and comm_buffers peaks,
+    with and without --quantize-weights int8, are build/plan's."""
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "zeropp.md")).read()
+    got = []
+    for flags in ([], ["--quantize-weights", "int8"]):
+        base = ["--config", "d4", "--ranks", "4", *flags]
+        sent = [int(f[5]) for f in plan_lines(*base, "--traffic") if f[:3] == ["zero3", "0", "broadcast"]]
+        held = [[int(f[3]), int(f[8])] for f in plan_lines(*base, "--tsv") if f[:2] == ["zero3", "0"]]
+        got.append((sent[0] if sent else None, *(held[0] if held else [None, None])))
+    want = [(223981568, 6318080, 0), (56870320, 55718912, 14147380)]
+    said = all(f"{x:,}" in text for x in (56870320, 223981568, 6318080, 55718912, 14147380))
+    check(got == want and said, f"docs/zeropp.md, qwZ on ZeRO-3: {want} == build/plan's {got}, and the page says so")
+
+
 def check_planned_across_machines():
     """build/plan --time --tsv's last two fields, rank 0's bytes sent in the step and those among ranks of more than
     one machine: d4 at N = 4 on machines of 2 with hpZ's nodes of 2, every byte but the backward's gathers (inside
@@ -473,8 +494,9 @@ def check_planned_across_machines():
 
 
 def check_d4(tmp):
-    """200 steps of d4 (vocab 256, B = 4, T = 64): the mean loss of the last 50 steps of qwZ at N = 2 differs from
-    train_single's by less than train_single's own differs under another initialisation seed."""
+    """200 steps of d4 (vocab 256, B = 4, T = 64): the mean loss of the last 50 steps of each quantized run (qwZ on
+    FSDP and on ZeRO-3, qgZ int8 and int4 at N = 2, qgZ int4 in two hops at N = 4) differs from train_single's by
+    less than train_single's own differs under another initialisation seed."""
     data = os.path.join(tmp, "d4data")
     os.makedirs(data)
     rng = random.Random(7)
@@ -534,6 +556,7 @@ def main():
     check_refusals(tmp, common)
     check_docs_table()
     check_docs_what_if()
+    check_docs_zero3()
     check_planned_across_machines()
     check_d4(tmp)
     CHECKS.finish()

@@ -1,2 +1,0 @@
-build-hsw/obj/device/dtype.o: device/dtype.c device/dtype.h
-device/dtype.h:

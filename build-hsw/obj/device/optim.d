@@ -1,4 +1,0 @@
-build-hsw/obj/device/optim.o: device/optim.c device/optim.h \
- device/dtype.h
-device/optim.h:
-device/dtype.h:

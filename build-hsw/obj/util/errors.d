@@ -1,2 +1,0 @@
-build-hsw/obj/util/errors.o: util/errors.c util/errors.h
-util/errors.h:
