@@ -40,26 +40,31 @@ static QuantFormat grads_format(const StrategyContext *ctx, const char *name, co
     return format;
 }
 
+// This rank's node among nodes of H consecutive ranks of `sharding`, asked for by `flag` (H divides them
+// and is fewer: `all` says what a node of them all would do).
+static void split_nodes(const StrategyContext *ctx, Comm *sharding, const char *name, const char *flag, int H,
+                        const char *all, Comm *node) {
+    int N = sharding->world;
+    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
+    if (H > N || N % H != 0)
+        fatal("%s: %s %d does not divide the %d ranks that shard the model%s into nodes", name, flag, H, N, of);
+    if (H == N) fatal("%s: %s %d makes one node of all %d ranks that shard the model%s: %s", name, flag, H, N, of, all);
+    comm_split(sharding, sharding->rank / H * H, 1, H, 0, node);  // ranks r/H*H, ..., r/H*H + H-1
+}
+
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
                     const ZeroppOptions *options) {
     int N = sharding->world, H = options->secondary_shard_group;
     *h = (SecondaryShards){0};
     if (H == 0) return;
-    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
-    if (H > N || N % H != 0)
-        fatal("%s: --secondary-shard-group %d does not divide the %d ranks that shard the model%s into nodes", name, H,
-              N, of);
-    if (H == N)
-        fatal("%s: --secondary-shard-group %d makes one node of all %d ranks that shard the model%s: the backward's "
-              "gathers would cross the same links as without it, and the secondary shards would only hold memory",
-              name, H, N, of);
+    split_nodes(ctx, sharding, name, "--secondary-shard-group", H, "the backward's gathers would cross the same links "
+                "as without it, and the secondary shards would only hold memory", &h->node);
     h->on = 1;
     h->sharding_world = N;
     h->model = ctx->model;
     h->mem = ctx->mem;
     h->kept = xcalloc((size_t)ctx->model->layout.num_units, sizeof(void *));
     h->kept_numel = xcalloc((size_t)ctx->model->layout.num_units, sizeof(size_t));
-    comm_split(sharding, sharding->rank / H * H, 1, H, 0, &h->node);  // ranks r/H*H, ..., r/H*H + H-1
     strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the node "
                        "(ZeRO++'s hpZ)\n", name, H, H);
 }
@@ -121,16 +126,12 @@ static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *shardin
                             const ZeroppOptions *options) {
     int N = sharding->world, H = options->quantize_grads_node;
     if (H == 0) return;
-    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
-    if (H > N || N % H != 0)
-        fatal("%s: --quantize-grads-node %d does not divide the %d ranks that shard the model%s into nodes", name, H, N,
-              of);
-    if (H == 1 || H == N)
-        fatal("%s: --quantize-grads-node %d makes %s: the second hop would only quantize the gradients again", name,
-              H, H == 1 ? "a node of each rank" : "one node of all the ranks that shard the model");
-    int r = sharding->rank;
-    comm_split(sharding, r / H * H, 1, H, 0, &z->grads_node);    // my node: ranks r/H*H, ..., r/H*H + H-1
-    comm_split(sharding, r % H, H, N / H, 0, &z->grads_across);  // my place in every node: r%H, r%H + H, ...
+    if (H == 1)
+        fatal("%s: --quantize-grads-node 1 makes a node of each rank: the first hop would move nothing, and the "
+              "second quantize the gradients again", name);
+    split_nodes(ctx, sharding, name, "--quantize-grads-node", H, "the second hop would only quantize the gradients "
+                "again", &z->grads_node);
+    comm_split(sharding, sharding->rank % H, H, N / H, 0, &z->grads_across);  // my place in every node: r%H, r%H + H, ...
     z->grads_wire.node = &z->grads_node;
     z->grads_wire.across = &z->grads_across;
     strategy_note(ctx, "%s: the gradients' all-to-all in two hops, inside nodes of %d rank(s), then across the %d "

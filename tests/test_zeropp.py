@@ -409,7 +409,7 @@ def check_refusals(tmp, common):
                         (["--quantize-grads", "int8", "--quantize-grads-node", "3"],
                          "--quantize-grads-node 3 does not divide the 2 ranks"),
                         (["--quantize-grads", "int8", "--quantize-grads-node", "2"],
-                         "--quantize-grads-node 2 makes one node of all the ranks"),
+                         "--quantize-grads-node 2 makes one node of all 2 ranks"),
                         (["--quantize-grads", "int8", "--quantize-grads-node", "1"],
                          "--quantize-grads-node 1 makes a node of each rank"),
                         (["--quantize-block", "64"], "neither of which is given"),
