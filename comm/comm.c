@@ -28,7 +28,7 @@ struct CommLog {
 #define COMM_LOG_MAX 65536
 
 const char *const comm_op_names[COMM_NUM_OPS] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier",
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "gather", "barrier",
 };
 
 // ---- groups ----
@@ -96,6 +96,10 @@ static void ring_bytes(CommOp op, uint64_t S, int rank, int world, int root, uin
         *sent = rank == root ? 0 : S;
         *recv = (rank == (root + 1) % world) ? 0 : S;  // the chain starts after the root
         break;
+    case COMM_GATHER:  // each part straight to the root
+        *sent = rank == root ? 0 : S / N;
+        *recv = rank == root ? (N - 1) * S / N : 0;
+        break;
     default: break;
     }
 }
@@ -156,7 +160,8 @@ void comm_count_moved(Comm *comm, CommOp op, NodeMoved moved) {
 static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, int root, int buffers_ok) {
     int root_ok = root >= 0 && root < comm->world;
     int divisible =
-        !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL) && count % (size_t)comm->world);
+        !((op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL || op == COMM_GATHER) &&
+          count % (size_t)comm->world);
     // int8 is a quantized wire's bytes (device/quantize.h): moved, never summed
     if (dtype == DTYPE_INT8 && (op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE))
         fatal("%s of int8: a quantized wire's codes cannot be summed (dequantize them first)", comm_op_names[op]);
@@ -220,6 +225,11 @@ CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_
 
 CommHandle comm_all_to_all_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
     return start(comm, COMM_ALL_TO_ALL, COMM_SUM, send, recv, count, dtype, 0, send && recv, recv, 0);
+}
+
+CommHandle comm_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root) {
+    return start(comm, COMM_GATHER, COMM_SUM, send, recv, count, dtype, root, send && (recv || comm->rank != root),
+                 recv, 0);
 }
 
 CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root) {
@@ -308,6 +318,11 @@ void comm_all_gather(Comm *comm, const void *send, void *recv, size_t count, DTy
 
 void comm_all_to_all(Comm *comm, const void *send, void *recv, size_t count, DType dtype) {
     CommHandle h = comm_all_to_all_start(comm, send, recv, count, dtype);
+    comm_wait(comm, &h);
+}
+
+void comm_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root) {
+    CommHandle h = comm_gather_start(comm, send, recv, count, dtype, root);
     comm_wait(comm, &h);
 }
 

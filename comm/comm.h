@@ -14,6 +14,8 @@
 //   reduce_scatter  sent = recv =   (N-1)/N * S      (S = the whole input)
 //   all_gather      sent = recv =   (N-1)/N * S      (S = the whole output)
 //   all_to_all      sent = recv =   (N-1)/N * S      (S = the whole input: block r to rank r)
+//   gather          every rank but the root sends S/N, the root receives (N-1)/N * S
+//                   (S = the whole output: rank r's part at r, at the root)
 //   broadcast       chain root -> root+1 -> ...: every rank but the chain's last
 //                   sends S, every rank but the root receives S
 //   reduce          chain root+1 -> ... -> root: every rank but the root sends
@@ -48,7 +50,7 @@ extern "C" {
 
 typedef enum {
     COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_REDUCE, COMM_ALL_TO_ALL,
-    COMM_BARRIER, COMM_NUM_OPS
+    COMM_GATHER, COMM_BARRIER, COMM_NUM_OPS
 } CommOp;
 
 typedef enum { COMM_SUM, COMM_AVG } CommReduceOp;
@@ -169,6 +171,9 @@ void comm_broadcast(Comm *comm, void *buf, size_t count, DType dtype, int root);
 // send and recv have `count` elements (divisible by N): block r of send (count/N
 // elements) goes to rank r, and block q of recv comes from rank q. Nothing summed.
 void comm_all_to_all(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
+// Each rank contributes count/N elements (count divisible by N); recv (used only at
+// root) gets all `count`, rank r's part at offset r*count/N. Nothing summed.
+void comm_gather(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root);
 // recv (used only at root) gets the sum or average of send over ranks; the root
 // may pass send == recv to reduce in place.
 void comm_reduce(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root, CommReduceOp op);
@@ -180,6 +185,7 @@ CommHandle comm_reduce_scatter_start(Comm *comm, const void *send, void *recv, s
 CommHandle comm_all_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
 CommHandle comm_broadcast_start(Comm *comm, void *buf, size_t count, DType dtype, int root);
 CommHandle comm_all_to_all_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype);
+CommHandle comm_gather_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root);
 CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t count, DType dtype, int root,
                              CommReduceOp op);
 // Waits for the handle's collective, if it is in flight: returns 1 if it was, 0

@@ -119,6 +119,9 @@ static void issue(MPI_Comm comm, EngineOp *o) {
     case COMM_ALL_TO_ALL:
         MPI_CHECK(MPI_Ialltoall(o->send, o->count, o->type, o->recv, o->count, o->type, comm, &o->request));
         break;
+    case COMM_GATHER:
+        MPI_CHECK(MPI_Igather(o->send, o->count, o->type, o->recv, o->count, o->type, o->root, comm, &o->request));
+        break;
     case COMM_BARRIER: MPI_CHECK(MPI_Ibarrier(comm, &o->request)); break;
     default: fatal("comm: %d is not a collective", (int)o->op);
     }
@@ -395,16 +398,16 @@ static size_t mpi_element_bytes(const Comm *comm, DType dtype) {
 // it reads and writes one buffer; the root may reduce in place), staged through
 // host memory when the buffers are a GPU's.
 static void mpi_start(Comm *comm, CommHandle *h, const void *send, void *recv, size_t count, int root) {
-    size_t part = count / (size_t)comm->world;  // reduce-scatter's output, all-gather's input, all-to-all's block
-    size_t in = h->op == COMM_ALL_GATHER ? part : count, out = h->op == COMM_REDUCE_SCATTER ? part : count;
+    size_t part = count / (size_t)comm->world;  // reduce-scatter's output, (all-)gather's input, all-to-all's block
+    int gathers = h->op == COMM_ALL_GATHER || h->op == COMM_GATHER;
+    size_t in = gathers ? part : count, out = h->op == COMM_REDUCE_SCATTER ? part : count;
     int in_place = h->op == COMM_ALL_REDUCE || h->op == COMM_BROADCAST ||
                    (h->op == COMM_REDUCE && comm->rank == root && send == recv);
     if (h->op != COMM_BARRIER) stage(comm, h, &send, in, &recv, out);
     EngineOp o = engine_op(comm, h->op, h->dtype);
     o.send = in_place ? MPI_IN_PLACE : send;
     o.recv = recv;
-    o.count = mpi_count(h->op, h->op == COMM_REDUCE_SCATTER || h->op == COMM_ALL_GATHER || h->op == COMM_ALL_TO_ALL
-                                   ? part : count);
+    o.count = mpi_count(h->op, h->op == COMM_REDUCE_SCATTER || gathers || h->op == COMM_ALL_TO_ALL ? part : count);
     o.root = root;
     if (h->op == COMM_BARRIER) o = (EngineOp){.op = COMM_BARRIER};
     engine_submit(comm, h, o);

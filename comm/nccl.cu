@@ -103,6 +103,15 @@ static void nccl_start(Comm *comm, CommHandle *handle, const void *send, void *r
         NCCL_CHECK(ncclGroupEnd());
         break;
     }
+    case COMM_GATHER: {  // nor a gather: every rank sends its part to the root, which receives them all
+        size_t block = part * dtype_size(h.dtype);
+        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(ncclSend(send, part, type, root, nccl->comm, nccl->stream));
+        for (int peer = 0; comm->rank == root && peer < comm->world; peer++)
+            NCCL_CHECK(ncclRecv((char *)recv + peer * block, part, type, peer, nccl->comm, nccl->stream));
+        NCCL_CHECK(ncclGroupEnd());
+        break;
+    }
     default:
         fatal("nccl_start: %s has no NCCL form", comm_op_names[h.op]);
     }

@@ -12,7 +12,8 @@ double collective_seconds(CommOp op, double bytes, int ranks, Link link) {
     case COMM_ALL_REDUCE: return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * bytes / link.beta;
     case COMM_REDUCE_SCATTER:
     case COMM_ALL_GATHER:
-    case COMM_ALL_TO_ALL: return (n - 1) * link.alpha + (n - 1) / n * bytes / link.beta;
+    case COMM_ALL_TO_ALL:
+    case COMM_GATHER: return (n - 1) * link.alpha + (n - 1) / n * bytes / link.beta;  // the root's link, for a gather
     case COMM_BROADCAST:
     case COMM_REDUCE: return (n - 1) * link.alpha + bytes / link.beta;
     default: return 0;

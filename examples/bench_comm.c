@@ -34,6 +34,7 @@ static double run_once(Comm *comm, CommOp op, float *a, float *b, size_t count) 
     case COMM_BROADCAST: comm_broadcast(comm, a, count, DTYPE_FP32, 0); break;
     case COMM_REDUCE: comm_reduce(comm, a, b, count, DTYPE_FP32, 0, COMM_SUM); break;
     case COMM_ALL_TO_ALL: comm_all_to_all(comm, a, b, count, DTYPE_FP32); break;
+    case COMM_GATHER: comm_gather(comm, a, b, count, DTYPE_FP32, 0); break;
     default: fatal("bench_comm: no timing for %s", comm_op_names[op]);
     }
     return timer_now() - start;
@@ -246,15 +247,16 @@ int main(int argc, char **argv) {
     if (comm.rank == 0) busy_start(&busy, busy_threads);
     for (int op = 0; op < COMM_BARRIER; op++) {
         double factor = op == COMM_ALL_REDUCE ? 2.0 * (N - 1) / N
-                      : (op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL) ? (double)(N - 1) / N
-                                                                                                       : 1.0;
+                      : (op == COMM_REDUCE_SCATTER || op == COMM_ALL_GATHER || op == COMM_ALL_TO_ALL ||
+                         op == COMM_GATHER) ? (double)(N - 1) / N
+                                            : 1.0;
         int both = node && (op == COMM_ALL_REDUCE || op == COMM_REDUCE_SCATTER || op == COMM_REDUCE);
         if (comm.rank == 0)
             printf("# %s\n# %10s %12s %12s %12s%s\n", comm_op_names[op], "bytes", "time_us", "algbw_GB/s", "busbw_GB/s",
                    both ? "  mpi_time_us mpi_busbw_GB/s  mpi/node[lowest-highest]" : "");
         for (size_t bytes = 1024; bytes <= max_count * sizeof(float); bytes *= 4) {
             size_t count = bytes / sizeof(float);
-            count -= count % (size_t)N;  // reduce-scatter, all-gather and all-to-all need multiples of N
+            count -= count % (size_t)N;  // reduce-scatter, the gathers and all-to-all need multiples of N
             int calls = count * sizeof(float) <= (1 << 20) ? 50 : 5, iters = (calls + rounds - 1) / rounds;
             double *times = xcalloc((size_t)rounds, sizeof(double)), *mpi = xcalloc((size_t)rounds, sizeof(double));
             double *ratio = xcalloc((size_t)rounds, sizeof(double));

@@ -238,7 +238,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     s->accum_mode = ctx->accum_mode;
     s->reshard_after_forward = options->reshard_after_forward;
     s->prefetch = strategy_prefetch(ctx, "fsdp", options->prefetch);
-    zeropp_init(&s->zeropp, ctx, s->comm, "fsdp", &options->zeropp);
+    zeropp_init(&s->zeropp, ctx, s->comm, "fsdp", &options->zeropp, NULL);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED

@@ -82,15 +82,32 @@ static void dequantize_runs(InFlight *f, void *block, DType dtype, const void *w
     }
 }
 
-// Allocates the wires of a quantized collective: wire_bytes of my runs, `out` of them to send.
-static void open_wires(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format, size_t out) {
+// Allocates the wires of a quantized collective: wire_bytes of my runs, `out` of them to send and `in` to
+// receive.
+static void open_wires(InFlight *f, MemAccount *mem, QuantFormat format, int out, int in) {
     CHECK((format.bits == 8 || format.bits == 4) && format.block > 0 && f->num_runs > 0,
           "a collective quantized to %d bits in blocks of %zu, of %d runs", format.bits, format.block, f->num_runs);
     f->format = format;
     f->wire_bytes = 0;
     for (int i = 0; i < f->num_runs; i++) f->wire_bytes += quant_wire_bytes(f->runs[i], format);
-    f->wire_send = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * out, DTYPE_INT8);
-    f->wire_recv = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+    f->wire_send = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * (size_t)out, DTYPE_INT8);
+    f->wire_recv = device_alloc_as(mem, MEM_COMM_BUFFERS, f->wire_bytes * (size_t)in, DTYPE_INT8);
+    f->wires_in = in;
+}
+
+// qgZ's fp32 part and sum where parts are summed: of the runs of one rank's part.
+static void open_sums(InFlight *f, MemAccount *mem) {
+    f->part = device_alloc(mem, MEM_COMM_BUFFERS, f->packed);
+    f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->packed);
+}
+
+// qgZ in two hops: my node's ranks, and my place's in every node, must split comm.
+static void set_hops(InFlight *f, Comm *comm, GradsWire wire) {
+    f->node = wire.node;
+    f->across = wire.across;
+    CHECK(!f->node || (f->node->parent == comm && f->across->parent == comm &&
+                       f->node->world * f->across->world == comm->world),
+          "a reduce in two hops whose groups are not a split of its %d ranks", comm->world);
 }
 
 void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format) {
@@ -102,7 +119,7 @@ void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFo
         return;
     }
     CHECK(f->packed == f->send_numel, "a quantized all-gather of %zu elements, %zu packed", f->send_numel, f->packed);
-    open_wires(f, comm, mem, format, 1);
+    open_wires(f, mem, format, 1, comm->world);
     quantize_runs(f, f->send, f->dtype, f->wire_send);
     f->handle = comm_all_gather_start(comm, f->wire_send, f->wire_recv, f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
 }
@@ -117,14 +134,9 @@ void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, Gra
     }
     CHECK(f->packed == f->recv_numel, "a quantized reduce-scatter of %zu elements a rank, runs of %zu", f->recv_numel,
           f->packed);
-    open_wires(f, comm, mem, wire.format, (size_t)comm->world);
-    f->part = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
-    f->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->recv_numel);
-    f->node = wire.node;
-    f->across = wire.across;
-    CHECK(!f->node || (f->node->parent == comm && f->across->parent == comm &&
-                       f->node->world * f->across->world == comm->world),
-          "a reduce-scatter in two hops whose groups are not a split of its %d ranks", comm->world);
+    open_wires(f, mem, wire.format, comm->world, comm->world);
+    open_sums(f, mem);
+    set_hops(f, comm, wire);
     // rank q = node·H + place: its block goes first to my node's rank of that place, with the blocks of
     // that place in the other nodes (one hop: H = N, so to rank q itself)
     int H = f->node ? f->node->world : comm->world, nodes = comm->world / H;
@@ -133,6 +145,26 @@ void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, Gra
                       (char *)f->wire_send + ((size_t)(q % H) * nodes + q / H) * f->wire_bytes);
     f->handle = comm_all_to_all_start(f->node ? f->node : comm, f->wire_send, f->wire_recv,
                                       f->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+void inflight_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire, int root) {
+    CHECK(f->recv_numel == (comm->rank == root ? f->send_numel : 0) && f->packed == f->send_numel &&
+              wire.format.bits,
+          "a quantized reduce of %zu elements (%zu packed) into %zu at rank %d of %d", f->send_numel, f->packed,
+          f->recv_numel, root, comm->world);
+    f->comm = comm;
+    f->root = root;
+    set_hops(f, comm, wire);
+    // the first gather goes to my node's rank of the root's place (one hop: H = N, to the root), which sums
+    // the node's H parts; in two hops the root then gathers and sums the N/H nodes' sums
+    int H = f->node ? f->node->world : comm->world, place = root % H, nodes = comm->world / H;
+    int in = (f->node ? f->node->rank : comm->rank) == place ? H : 0;
+    if (comm->rank == root && nodes > in) in = nodes;
+    open_wires(f, mem, wire.format, 1, in);
+    if (in) open_sums(f, mem);
+    quantize_runs(f, f->send, f->dtype, f->wire_send);
+    f->handle = comm_gather_start(f->node ? f->node : comm, f->wire_send, in ? f->wire_recv : NULL,
+                                  f->wire_bytes * (size_t)H, DTYPE_INT8, place);
 }
 
 // qwZ's arrival: each rank's wire dequantized into its part of recv.
@@ -146,7 +178,7 @@ static void dequantize_gathered(InFlight *f) {
 static void sum_wires(InFlight *f, int count, const char *first, size_t stride) {
     for (int k = 0; k < count; k++) {
         dequantize_runs(f, k == 0 ? f->sum : f->part, DTYPE_FP32, first + (size_t)k * stride * f->wire_bytes);
-        if (k > 0) device_add(f->sum, f->part, f->recv_numel);
+        if (k > 0) device_add(f->sum, f->part, f->packed);
     }
 }
 
@@ -162,11 +194,23 @@ static void send_across(InFlight *f) {
     comm_wait(f->across, &f->handle);
 }
 
+// qgZ's reduce to one rank, the first hop of two has arrived: at my node's rank of the root's place, the
+// node's H parts summed in rank order and quantized again, gathered at the root from that place's ranks.
+static void gather_across(InFlight *f) {
+    int nodes = f->across->world;
+    if (f->node->rank != f->root % f->node->world) return;  // my part has gone
+    sum_wires(f, f->node->world, f->wire_recv, 1);
+    quantize_runs(f, f->sum, DTYPE_FP32, f->wire_send);
+    f->handle = comm_gather_start(f->across, f->wire_send, f->across->rank == f->root / f->node->world ? f->wire_recv : NULL,
+                                  f->wire_bytes * (size_t)nodes, DTYPE_INT8, f->root / f->node->world);
+    comm_wait(f->across, &f->handle);
+}
+
 // qgZ's arrival: each rank's part of my rows (two hops: each node's sum), dequantized, added in rank
 // order in fp32; the average over all N rounded once to the gradients' dtype.
 static void sum_parts(InFlight *f) {
     sum_wires(f, f->node ? f->across->world : f->comm->world, f->wire_recv, 1);
-    device_scale(f->sum, f->recv_numel, 1.0f / (float)f->comm->world);
+    device_scale(f->sum, f->packed, 1.0f / (float)f->comm->world);
     if (f->dtype == DTYPE_FP32) device_copy(f->recv, f->sum, f->recv_numel);
     else device_round(f->recv, f->sum, f->recv_numel);
 }
@@ -178,8 +222,10 @@ int inflight_wait(InFlight *f, Comm *comm) {
           f->comm ? f->comm->world : 0, comm->world);
     comm_wait(f->node ? f->node : comm, &f->handle);
     if (f->format.bits && f->handle.op == COMM_ALL_GATHER) dequantize_gathered(f);
-    if (f->node) send_across(f);
-    if (f->format.bits && f->handle.op == COMM_ALL_TO_ALL) sum_parts(f);
+    if (f->node && f->handle.op == COMM_ALL_TO_ALL) send_across(f);
+    if (f->node && f->handle.op == COMM_GATHER) gather_across(f);
+    int summed_here = f->handle.op == COMM_ALL_TO_ALL || (f->handle.op == COMM_GATHER && comm->rank == f->root);
+    if (f->format.bits && summed_here) sum_parts(f);
     return 1;
 }
 
@@ -189,11 +235,9 @@ void inflight_close(InFlight *f, MemAccount *mem) {
     if (f->format.bits) {
         int sends = f->handle.op == COMM_ALL_TO_ALL ? f->comm->world : 1;  // qgZ sends a wire to every rank
         device_free_as(mem, MEM_COMM_BUFFERS, f->wire_send, f->wire_bytes * (size_t)sends, DTYPE_INT8);
-        device_free_as(mem, MEM_COMM_BUFFERS, f->wire_recv, f->wire_bytes * (size_t)f->comm->world, DTYPE_INT8);
-        if (f->handle.op == COMM_ALL_TO_ALL) {
-            device_free(mem, MEM_COMM_BUFFERS, f->part, f->recv_numel);
-            device_free(mem, MEM_COMM_BUFFERS, f->sum, f->recv_numel);
-        }
+        device_free_as(mem, MEM_COMM_BUFFERS, f->wire_recv, f->wire_bytes * (size_t)f->wires_in, DTYPE_INT8);
+        device_free(mem, MEM_COMM_BUFFERS, f->part, f->packed);  // NULL where nothing was summed
+        device_free(mem, MEM_COMM_BUFFERS, f->sum, f->packed);
         f->wire_send = f->wire_recv = NULL;
         f->part = f->sum = NULL;
         f->node = f->across = NULL;

@@ -56,7 +56,9 @@ typedef struct {
     Comm *node, *across;            // qgZ in two hops (GradsWire), or NULL
     void *wire_send, *wire_recv;
     size_t wire_bytes;
-    float *part, *sum;             // (recv_numel) qgZ's fp32 dequantized part and running sum
+    int wires_in;                   // wires wire_recv holds (an all-gather's, an all-to-all's: the ranks')
+    int root;                       // qgZ's reduce to one rank: the rank of comm it goes to
+    float *part, *sum;              // (recv_numel) qgZ's fp32 dequantized part and running sum, or NULL
     Comm *comm;                     // the collective's ranks: an all-gather's recv holds their sends
 } InFlight;
 // Allocates send, then recv, for a collective not already in flight on `f`.
@@ -76,6 +78,12 @@ void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFo
 // all-to-all among the node's ranks starts here, and inflight_wait sums what it brought, sends it
 // across and sums again.
 void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire);
+// Starts qgZ's reduce (average) of send into recv at rank `root` of comm, where a whole tensor is owned
+// (recv_numel: send_numel there, 0 elsewhere): my runs quantized and gathered at the root, which
+// dequantizes the N parts and averages them in fp32 in rank order. In two hops (wire.node): gathered first
+// at my node's rank of the root's place, summed there in fp32 and quantized again, then at the root from
+// the ranks of that place, one in each node (inflight_wait).
+void inflight_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire, int root);
 // Waits for the collective; 0 if none was in flight (nothing to copy out).
 int inflight_wait(InFlight *f, Comm *comm);
 // Frees send and recv (and the wire's) once the copy-out is done.

@@ -53,49 +53,96 @@ static void split_nodes(const StrategyContext *ctx, Comm *sharding, const char *
 }
 
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
-                    const ZeroppOptions *options) {
+                    const ZeroppOptions *options, const int *owner) {
     int N = sharding->world, H = options->secondary_shard_group;
+    int num_units = ctx->model->layout.num_units;
     *h = (SecondaryShards){0};
     if (H == 0) return;
     split_nodes(ctx, sharding, name, "--secondary-shard-group", H, "the backward's gathers would cross the same links "
                 "as without it, and the secondary shards would only hold memory", &h->node);
     h->on = 1;
     h->sharding_world = N;
+    h->sharding_rank = sharding->rank;
+    h->owner = owner;
     h->model = ctx->model;
     h->mem = ctx->mem;
-    h->kept = xcalloc((size_t)ctx->model->layout.num_units, sizeof(void *));
-    h->kept_numel = xcalloc((size_t)ctx->model->layout.num_units, sizeof(size_t));
-    strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the node "
-                       "(ZeRO++'s hpZ)\n", name, H, H);
+    h->held = xcalloc((size_t)num_units, sizeof(int));
+    h->kept = xcalloc((size_t)num_units, sizeof(void *));
+    h->kept_numel = xcalloc((size_t)num_units, sizeof(size_t));
+    h->taken = xcalloc((size_t)num_units, sizeof(size_t));
+    if (owner)
+        strategy_note(ctx, "%s: secondary copies in nodes of %d rank(s), each tensor on the rank of its owner's place: "
+                           "the backward's broadcasts stay in the node (ZeRO++'s hpZ)\n", name, H);
+    else
+        strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the "
+                           "node (ZeRO++'s hpZ)\n", name, H, H);
+}
+
+// The elements of tensor t this rank keeps for its node: rows j of H of its padded full buffer (j: my place in
+// the node), or the whole tensor where its owner's place is mine and the owner is in another node.
+static size_t kept_numel(const SecondaryShards *h, int t) {
+    const GPT2Tensor *tensor = &h->model->layout.tensors[t];
+    if (!h->owner) return row_slice_padded_numel(tensor, h->sharding_world) / (size_t)h->node.world;
+    int o = h->owner[t];
+    return o % h->node.world == h->node.rank && o != h->sharding_rank ? tensor->numel : 0;
 }
 
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     if (!h->on) return;
     const GPT2Layout *layout = &h->model->layout;
     DType dtype = h->model->param_dtype;
-    int H = h->node.world, j = h->node.rank;
     for (int u = unit == 0 ? 0 : unit; u < (unit == 0 ? layout->num_units : unit + 1); u++)
         secondary_drop(h, u);  // a forward-only pass's (at unit 0, all of them)
     size_t numel = 0, at = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (states[t] == TENSOR_GATHERED) numel += row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / H;
+        if (states[t] != TENSOR_GATHERED) continue;
+        h->held[unit] = 1;
+        numel += kept_numel(h, t);
     }
     if (numel == 0) return;
     h->kept[unit] = device_alloc_as(h->mem, MEM_PARAMS_GATHERED, numel, dtype);
     h->kept_numel[unit] = numel;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (states[t] != TENSOR_GATHERED) continue;
-        size_t mine = row_slice_padded_numel(&layout->tensors[t], h->sharding_world) / H;  // rows j of H, padded
-        device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], (size_t)j * mine, dtype), mine,
-                       dtype);
+        size_t mine = kept_numel(h, t);
+        if (states[t] != TENSOR_GATHERED || mine == 0) continue;
+        size_t first = h->owner ? 0 : (size_t)h->node.rank * mine;  // rows j of H, padded; or all of it
+        device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], first, dtype), mine, dtype);
         at += mine;
     }
 }
 
+// The unit's copies are freed; the unit stays held until secondary_drop (its backward's other gathers
+// must go where every rank of the node sends them).
+static void free_kept(SecondaryShards *h, int unit) {
+    h->taken[unit] = 0;
+    if (!h->kept[unit]) return;
+    device_free_as(h->mem, MEM_PARAMS_GATHERED, h->kept[unit], h->kept_numel[unit], h->model->param_dtype);
+    h->kept[unit] = NULL;
+    h->kept_numel[unit] = 0;
+}
+
+void secondary_drop(SecondaryShards *h, int unit) {
+    if (!h->on) return;
+    h->held[unit] = 0;
+    free_kept(h, unit);
+}
+
+int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
+    const GPT2Layout *layout = &h->model->layout;
+    DType dtype = h->model->param_dtype;
+    size_t at = 0;
+    if (kept_numel(h, t) == 0) return 0;
+    for (int i = 0; layout->unit_tensors[unit][i] != t; i++) at += kept_numel(h, layout->unit_tensors[unit][i]);
+    device_copy_as(dst, dtype_at(h->kept[unit], at, dtype), kept_numel(h, t), dtype);
+    h->taken[unit] += kept_numel(h, t);
+    if (h->taken[unit] == h->kept_numel[unit]) free_kept(h, unit);
+    return 1;
+}
+
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
-    return h->on && direction < 0 && h->kept[unit] ? &h->node : sharding;
+    return h->on && direction < 0 && h->held[unit] ? &h->node : sharding;
 }
 
 void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from) {
@@ -107,18 +154,14 @@ void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from)
     secondary_drop(h, unit);
 }
 
-void secondary_drop(SecondaryShards *h, int unit) {
-    if (!h->on || !h->kept[unit]) return;
-    device_free_as(h->mem, MEM_PARAMS_GATHERED, h->kept[unit], h->kept_numel[unit], h->model->param_dtype);
-    h->kept[unit] = NULL;
-}
-
 void secondary_free(SecondaryShards *h) {
     if (!h->on) return;
     for (int u = 0; u < h->model->layout.num_units; u++) secondary_drop(h, u);
     comm_free_group(&h->node);
+    free(h->held);
     free(h->kept);
     free(h->kept_numel);
+    free(h->taken);
 }
 
 // qgZ's two hops: nodes of H consecutive ranks of `sharding`, and the ranks of my place in every node.
@@ -138,12 +181,16 @@ static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *shardin
                        "nodes\n", name, H, N / H);
 }
 
-void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options) {
-    *z = (Zeropp){.mem = ctx->mem, .wires = xcalloc((size_t)ctx->model->layout.num_tensors, sizeof(void *))};
+void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options,
+                 const int *owner) {
+    int num_tensors = ctx->model->layout.num_tensors;
+    *z = (Zeropp){.mem = ctx->mem, .wires = xcalloc((size_t)num_tensors, sizeof(void *)),
+                  .broadcast_group = xcalloc((size_t)num_tensors, sizeof(Comm *)),
+                  .reduces = xcalloc((size_t)num_tensors, sizeof(InFlight))};
     z->weights_wire = weights_format(ctx, name, options);
     z->grads_wire.format = grads_format(ctx, name, options);
     grads_hops_init(z, ctx, sharding, name, options);
-    secondary_init(&z->secondary, ctx, sharding, name, options);
+    secondary_init(&z->secondary, ctx, sharding, name, options, owner);
 }
 
 void zeropp_free(Zeropp *z) {
@@ -153,21 +200,69 @@ void zeropp_free(Zeropp *z) {
     }
     secondary_free(&z->secondary);
     free(z->wires);
+    free(z->broadcast_group);
+    free(z->reduces);
 }
 
-CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int t, int wire, const void *kept, GPT2 *model, int root) {
+// What the owner of a whole tensor computes with under qwZ where no wire carries it (hpZ's backward, in its
+// own node): `src` quantized and dequantized into `dst`, the weights every other rank has.
+static void quantize_round_trip(Zeropp *z, void *dst, const void *src, size_t numel, DType dtype) {
+    size_t bytes = quant_wire_bytes(numel, z->weights_wire);
+    void *wire = device_alloc_as(z->mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
+    device_quantize(wire, src, numel, dtype, z->weights_wire);
+    device_dequantize(dst, wire, numel, dtype, z->weights_wire);
+    device_free_as(z->mem, MEM_COMM_BUFFERS, wire, bytes, DTYPE_INT8);
+}
+
+CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int unit, int t, int direction, const void *kept, GPT2 *model,
+                                  int root) {
     size_t numel = model->layout.tensors[t].numel;
-    if (!wire) return comm_broadcast_start(comm, model->params[t], numel, model->param_dtype, root);
+    Comm *from = secondary_group(&z->secondary, unit, direction, comm);
+    z->broadcast_group[t] = comm;
+    if (from != comm) {  // hpZ: the rank of the owner's place in my node has it, in full precision
+        int place = root % from->world;
+        if (from->rank == place && !secondary_unpack_whole(&z->secondary, unit, t, model->params[t]) &&
+            z->weights_wire.bits)
+            quantize_round_trip(z, model->params[t], kept, numel, model->param_dtype);  // the owner itself
+        z->broadcast_group[t] = from;
+        return comm_broadcast_start(from, model->params[t], numel, model->param_dtype, place);
+    }
+    if (!(direction && z->weights_wire.bits))
+        return comm_broadcast_start(comm, model->params[t], numel, model->param_dtype, root);
     size_t bytes = quant_wire_bytes(numel, z->weights_wire);
     z->wires[t] = device_alloc_as(z->mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
     if (comm->rank == root) device_quantize(z->wires[t], kept, numel, model->param_dtype, z->weights_wire);
     return comm_broadcast_start(comm, z->wires[t], bytes, DTYPE_INT8, root);
 }
 
-void zeropp_broadcast_finish(Zeropp *z, int t, GPT2 *model) {
-    if (!z->wires[t]) return;
+int zeropp_broadcast_wait(Zeropp *z, CommHandle *h, int t, GPT2 *model) {
+    if (!comm_wait(z->broadcast_group[t], h)) return 0;
+    if (!z->wires[t]) return 1;
     size_t numel = model->layout.tensors[t].numel;
     device_dequantize(model->params[t], z->wires[t], numel, model->param_dtype, z->weights_wire);
     device_free_as(z->mem, MEM_COMM_BUFFERS, z->wires[t], quant_wire_bytes(numel, z->weights_wire), DTYPE_INT8);
     z->wires[t] = NULL;
+    return 1;
+}
+
+CommHandle zeropp_reduce_start(Zeropp *z, Comm *comm, int t, GPT2 *model, int root) {
+    size_t numel = model->layout.tensors[t].numel;
+    void *local = model->grads[t];
+    int is_root = comm->rank == root;
+    if (!z->grads_wire.format.bits)
+        return comm_reduce_start(comm, local, is_root ? local : NULL, numel, model->grad_dtype, root, COMM_AVG);
+    InFlight *f = &z->reduces[t];
+    inflight_open(f, z->mem, numel, is_root ? numel : 0, model->grad_dtype);
+    inflight_pack(f, local, numel);
+    inflight_reduce_start(f, comm, z->mem, z->grads_wire, root);
+    return (CommHandle){0};
+}
+
+int zeropp_reduce_wait(Zeropp *z, Comm *comm, CommHandle *h, int t, GPT2 *model) {
+    InFlight *f = &z->reduces[t];
+    if (!f->send) return comm_wait(comm, h);
+    inflight_wait(f, comm);
+    if (f->recv_numel) device_copy_as(model->grads[t], f->recv, f->recv_numel, model->grad_dtype);
+    inflight_close(f, z->mem);
+    return 1;
 }

@@ -1,5 +1,6 @@
 // zeropp.h: ZeRO++'s changes to a sharded strategy's communication (Wang et al.,
-// 2023), as flags FSDP takes (docs/zeropp.md):
+// 2023), as flags FSDP and ZeRO-3 take (docs/zeropp.md); on ZeRO-3, whose tensors are owned
+// whole, a gather is a broadcast from the owner and a reduce-scatter a reduce to it:
 //
 //   --quantize-weights int8      qwZ: training's all-gathers of parameters travel as
 //                                int8 codes in blocks, a scale each (device/quantize.h),
@@ -10,10 +11,10 @@
 //                                among the H consecutive ranks of its node, and the
 //                                unit's backward all-gathers those within the node
 //   --quantize-grads int8|int4   qgZ: the reduce-scatter of gradients replaced by an
-//                                all-to-all of quantized parts, each dequantized where
-//                                it lands and summed in fp32 in rank order, then
-//                                averaged: a part is quantized once, not again at
-//                                every hop of a ring
+//                                all-to-all of quantized parts (ZeRO-3: the reduce by a
+//                                gather at the owner), each dequantized where it lands
+//                                and summed in fp32 in rank order, then averaged: a part
+//                                is quantized once, not again at every hop of a ring
 //   --quantize-grads-node H      qgZ in two hops, as the paper's: the all-to-all among
 //                                the H consecutive ranks of a node, each rank summing
 //                                what it got for its place in every node, quantizing
@@ -55,20 +56,21 @@ typedef struct {
     int quantize_grads_node;       // H ranks a node for qgZ's two hops (0: one hop among all)
 } ZeroppOptions;
 
-// The flags that set ZeroppOptions `options`, as entries of a CliOption table: qwZ's alone (ZeRO-3,
-// blocks of ZEROPP_DEFAULT_BLOCK), then all of them (FSDP).
-#define ZEROPP_WEIGHTS_FLAGS(options)                                                                          \
+// The flags that set ZeroppOptions `options`, as entries of a CliOption table: those of the parameters'
+// gathers (ZeRO-3), then all of them (FSDP).
+#define ZEROPP_GATHER_FLAGS(options)                                                                           \
     {"--quantize-weights", "int8", CLI_STRING, &(options).quantize_weights, 0, 0,                               \
      "ZeRO++'s qwZ: the parameters' gathers in training travel as int8 in blocks, one scale a block "          \
-     "(default: as they are kept)"}
-#define ZEROPP_FLAGS(options)                                                                                  \
-    ZEROPP_WEIGHTS_FLAGS(options),                                                                             \
+     "(default: as they are kept)"},                                                                           \
     {"--quantize-block", "Z", CLI_UINT64, &(options).quantize_block, 1, 1 << 30,                               \
      "with --quantize-weights or --quantize-grads: numbers a scale (default 256; a tensor's slice has blocks "  \
      "of its own)"},                                                                                           \
     {"--secondary-shard-group", "H", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
-     "ZeRO++'s hpZ: keep 1/H of each unit's gathered parameters after its forward, and gather its backward's "  \
-     "from the H consecutive ranks of a node (H divides the ranks that shard, fewer than all; omit for none)"}, \
+     "ZeRO++'s hpZ: keep a secondary copy of each unit's gathered parameters after its forward, 1/H a rank, "  \
+     "and gather its backward's from the H consecutive ranks of a node (H divides the ranks that shard, "      \
+     "fewer than all; omit for none)"}
+#define ZEROPP_FLAGS(options)                                                                                  \
+    ZEROPP_GATHER_FLAGS(options),                                                                              \
     {"--quantize-grads", "int8|int4", CLI_STRING, &(options).quantize_grads, 0, 0,                             \
      "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 parts in blocks, "     \
      "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"},                  \
@@ -79,23 +81,30 @@ typedef struct {
 // NULL, or what is wrong with the options once parsed (a value not known, a flag that does nothing).
 const char *zeropp_problem(const ZeroppOptions *options);
 
-// hpZ's secondary shards of one rank: for each unit, its rows of every tensor the
-// unit's forward gathered, one tensor after another, until the unit's backward.
+// hpZ's secondary shards of one rank: for each unit, from its forward to its backward, its rows of
+// every tensor the unit's forward gathered (FSDP), or, where tensors are owned whole (ZeRO-3), the
+// whole tensors whose owner has its place in another node: one tensor after another.
 typedef struct {
     int on;
     Comm node;            // the H consecutive ranks of the sharding group this rank shares a node with
     int sharding_world;   // N: the ranks the primary slices are cut for (the padding's multiple)
+    int sharding_rank;
+    const int *owner;     // (num_tensors) the sharding rank that owns tensor t whole, or NULL: rows
     GPT2 *model;
     MemAccount *mem;
-    void **kept;          // (num_units) NULL, or the unit's rows (padded numel / H of each tensor)
+    int *held;            // (num_units) 1 from the unit's forward to its backward's gather (the same on every rank)
+    void **kept;          // (num_units) NULL, or what this rank keeps of the unit
     size_t *kept_numel;   // (num_units)
+    size_t *taken;        // (num_units) whole tensors: elements of kept[unit] copied out so far
 } SecondaryShards;
 
-// hpZ within nodes of options->secondary_shard_group ranks of `sharding` (nothing when 0), for strategy `name`.
+// hpZ within nodes of options->secondary_shard_group ranks of `sharding` (nothing when 0), for strategy `name`;
+// `owner`: NULL, or (num_tensors) each tensor's owner among `sharding` (tensors owned whole).
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
-                    const ZeroppOptions *options);
-// After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED). Unit
-// 0's first drops every unit's that a forward-only pass (evaluation) left.
+                    const ZeroppOptions *options, const int *owner);
+// After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED), or
+// the whole tensors it holds for its node (their owner's place in the node is its own, the owner elsewhere).
+// Unit 0's first drops every unit's that a forward-only pass (evaluation) left.
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states);
 // The ranks the unit's gather in `direction` (-1: backward) is among: the node, where hpZ keeps its rows, or `sharding`.
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding);
@@ -106,6 +115,10 @@ void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from)
 void secondary_drop(SecondaryShards *h, int unit);
 void secondary_free(SecondaryShards *h);
 
+// Whole tensors: if this rank kept tensor t of the unit, copies it into `dst` and returns 1 (the unit's
+// copies freed once all are taken; the unit stays held, on every rank alike, until its next forward); else 0.
+int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst);
+
 // ZeRO++ on one rank of a sharded strategy, as its options ask.
 typedef struct {
     QuantFormat weights_wire;       // qwZ: training's parameter gathers (bits 0: as kept)
@@ -114,18 +127,32 @@ typedef struct {
     SecondaryShards secondary;      // hpZ
     MemAccount *mem;
     void **wires;                   // (num_tensors) qwZ's broadcast wire of a whole tensor in flight, or NULL
+    Comm **broadcast_group;         // (num_tensors) the ranks a whole tensor's last broadcast was among
+    InFlight *reduces;              // (num_tensors) qgZ's reduce of a whole tensor's gradient in flight
 } Zeropp;
 
-// Among the ranks of `sharding` (a strategy's, or its hybrid group's), with notes for strategy `name`.
+// Among the ranks of `sharding` (a strategy's, or its hybrid group's), with notes for strategy `name`;
+// `owner`: NULL where every tensor is sliced, or (num_tensors) each one's owner (tensors owned whole).
 // z must stay where it is: its wire points into it.
-void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options);
+void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options,
+                 const int *owner);
 void zeropp_free(Zeropp *z);
 
-// The broadcast of tensor t from its owner `root` into model->params[t] (a strategy that owns whole
-// tensors: ZeRO-3), as it is; or with `wire` (qwZ) the owner's `kept` copy quantized into a wire
-// (comm_buffers), broadcast, and dequantized by zeropp_broadcast_finish, after the wait, into
-// model->params[t] on every rank, the owner's included, so that all compute with the same weights.
-CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int t, int wire, const void *kept, GPT2 *model, int root);
-void zeropp_broadcast_finish(Zeropp *z, int t, GPT2 *model);
+// The broadcast of tensor t of `unit` from its owner `root` among comm into model->params[t] (a strategy
+// that owns whole tensors: ZeRO-3) in `direction` (0: neither forward nor backward), as it is; or with qwZ in
+// training the owner's `kept` copy quantized into a wire (comm_buffers), broadcast, and dequantized on arrival
+// into model->params[t] on every rank, the owner's included, so that all compute with the same weights.
+// hpZ's backward: from the rank of the owner's place in my node, which kept it since the forward (or is the
+// owner), as the forward's gather left it, among the node's ranks.
+CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int unit, int t, int direction, const void *kept, GPT2 *model,
+                                  int root);
+// Waits for it among the ranks it went to, and dequantizes the wire; 0 if none was in flight.
+int zeropp_broadcast_wait(Zeropp *z, CommHandle *h, int t, GPT2 *model);
+// The average of tensor t's gradient model->grads[t] over comm onto its owner `root`, in place there: a reduce as
+// kept; or with qgZ (returning an inactive handle: z holds the collective) the gradient quantized and gathered
+// at the root (in two hops: first at my node's rank of the root's place), averaged in fp32.
+CommHandle zeropp_reduce_start(Zeropp *z, Comm *comm, int t, GPT2 *model, int root);
+// Waits for it; on the owner the average is then in model->grads[t]. 0 if none was in flight.
+int zeropp_reduce_wait(Zeropp *z, Comm *comm, CommHandle *h, int t, GPT2 *model);
 
 #endif

@@ -89,6 +89,28 @@ START_TEST(test_all_to_all) {
 }
 END_TEST
 
+// Rank q's part lands at offset q of the root's recv, from every root; int8 bytes as they are (qgZ's
+// wires on ZeRO-3); other ranks pass no recv.
+START_TEST(test_gather) {
+    int N = comm.world, r = comm.rank;
+    size_t part = 11;
+    float *send = calloc(part, sizeof(float)), *recv = calloc(part * N, sizeof(float));
+    int8_t bytes[5], *got = malloc(5 * (size_t)N);
+    for (int root = 0; root < N; root++) {
+        for (size_t i = 0; i < part; i++) send[i] = (float)(r * 1000 + root * 100) + (float)i;
+        comm_gather(&comm, send, r == root ? recv : NULL, part * N, DTYPE_FP32, root);
+        for (int q = 0; r == root && q < N; q++)
+            for (size_t i = 0; i < part; i++) ck_assert_float_eq(recv[q * part + i], (float)(q * 1000 + root * 100) + (float)i);
+        for (int i = 0; i < 5; i++) bytes[i] = (int8_t)(r * 16 + root * 4 + i - 64);
+        CommHandle h = comm_gather_start(&comm, bytes, r == root ? got : NULL, 5 * (size_t)N, DTYPE_INT8, root);
+        comm_wait(&comm, &h);
+        for (int q = 0; r == root && q < N; q++)
+            for (int i = 0; i < 5; i++) ck_assert_int_eq(got[q * 5 + i], (int8_t)(q * 16 + root * 4 + i - 64));
+    }
+    free(send), free(recv), free(got);
+}
+END_TEST
+
 START_TEST(test_broadcast_from_every_root) {
     int N = comm.world, r = comm.rank;
     for (int root = 0; root < N; root++) {
@@ -256,6 +278,7 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     comm_broadcast(&comm, a, n, DTYPE_FP32, 0);
     comm_reduce(&comm, a, r == N - 1 ? b : NULL, n, DTYPE_FP32, N - 1, COMM_SUM);
     comm_all_to_all(&comm, a, b, n, DTYPE_BF16);  // half the floats' bytes, as bf16
+    comm_gather(&comm, a, r == N - 1 ? b : NULL, n, DTYPE_FP32, N - 1);
     comm_barrier(&comm);
     uint64_t S = n * 4;
     const CommCounter *c = comm.stats.ops;
@@ -277,6 +300,10 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     ck_assert_uint_eq(c[COMM_ALL_TO_ALL].bytes_sent, (N - 1) * (S / 2) / N);
     ck_assert_uint_eq(c[COMM_ALL_TO_ALL].bytes_recv, (N - 1) * (S / 2) / N);
     ck_assert_uint_eq(c[COMM_BARRIER].calls, 1);
+    // straight to the root: every other rank sends its part, the root receives N - 1 of them
+    ck_assert_uint_eq(c[COMM_GATHER].calls, 1);
+    ck_assert_uint_eq(c[COMM_GATHER].bytes_sent, r == N - 1 ? 0 : S / N);
+    ck_assert_uint_eq(c[COMM_GATHER].bytes_recv, r == N - 1 ? (N - 1) * S / N : 0);
     ck_assert_uint_eq(c[COMM_BARRIER].bytes_sent, 0);
     free(a);
     free(b);
@@ -655,6 +682,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_reduce_scatter);
     tcase_add_test(tc, test_all_gather);
     tcase_add_test(tc, test_all_to_all);
+    tcase_add_test(tc, test_gather);
     tcase_add_test(tc, test_broadcast_from_every_root);
     tcase_add_test(tc, test_reduce_to_every_root);
     tcase_add_test(tc, test_bf16_collectives);

@@ -79,6 +79,9 @@ int main(int argc, char **argv) {
     float *slice = upload(everyone + (size_t)r * part, part);
     comm_all_gather(&comm, slice, gathered, count, DTYPE_FP32);
     expect_equal(&comm, "all_gather", gathered, everyone, count);
+    device_from_host(gathered, mine, count);  // overwritten at the root only
+    comm_gather(&comm, slice, r == N - 1 ? gathered : NULL, count, DTYPE_FP32, N - 1);
+    if (r == N - 1) expect_equal(&comm, "gather", gathered, everyone, count);
 
     int root = N - 1;
     float *root_values = xmalloc(count * sizeof(float));

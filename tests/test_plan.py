@@ -109,9 +109,9 @@ for n in (1, 2, 3, 4):
                   f"{strategy} N={n} rank {rank['rank']} reserved peak: measured {got}, planned {reserved} (peak {peak})")
 
 ONLY = {"--prefetch": ("zero3", "fsdp"), "--unit-blocks": ("zero3", "fsdp"), "--wrap-min-params": ("zero3", "fsdp"),
-        "--shard-group": ("fsdp",), "--shard-min-numel": ("fsdp",), "--quantize-weights": ("fsdp",),
-        "--quantize-block": ("fsdp",), "--quantize-grads": ("fsdp",),
-        "--secondary-shard-group": ("fsdp",)}  # the strategies that take these flags
+        "--shard-group": ("fsdp",), "--shard-min-numel": ("fsdp",), "--quantize-weights": ("zero3", "fsdp"),
+        "--quantize-block": ("zero3", "fsdp"), "--quantize-grads": ("zero3", "fsdp"),
+        "--secondary-shard-group": ("zero3", "fsdp")}  # the strategies that take these flags
 
 
 def check_variant(variant, n, strategies, batch=24):
@@ -176,11 +176,17 @@ for n, variant in ((3, []), (4, ["--shard-group", "2"]), (2, ["--prefetch", "2",
 # ZeRO++: quantized gathers' and reduces' wire buffers beside the copy-in and copy-out ones (and qgZ's
 # fp32 pieces), hpZ's secondary shards among the gathered parameters
 for n, variant in ((3, []), (2, ["--prefetch", "2", "--precision", "bf16"])):
-    check_variant(["--quantize-weights", "int8", "--quantize-block", "64", *variant], n, ("fsdp",))
-    check_variant(["--quantize-grads", "int4", "--quantize-block", "64", *variant], n, ("fsdp",))
+    check_variant(["--quantize-weights", "int8", "--quantize-block", "64", *variant], n, ("zero3", "fsdp"))
+    check_variant(["--quantize-grads", "int4", "--quantize-block", "64", *variant], n, ("zero3", "fsdp"))
 for n, variant in ((2, ["--secondary-shard-group", "1"]), (4, ["--secondary-shard-group", "2", "--prefetch", "2"]),
                    (4, ["--secondary-shard-group", "2", "--quantize-weights", "int8", "--quantize-grads", "int8"])):
     check_variant(variant, n, ("fsdp",))
+# and on ZeRO-3: the whole tensors kept for the node among the gathered parameters (with qwZ, the owner's copy),
+# qgZ's wires and fp32 sums where the parts are summed (in two hops, at the node's rank of the owner's place too)
+for n, variant in ((2, ["--secondary-shard-group", "1"]), (4, ["--secondary-shard-group", "2", "--prefetch", "2"]),
+                   (4, ["--secondary-shard-group", "2", "--quantize-weights", "int8", "--quantize-grads", "int8"]),
+                   (4, ["--quantize-grads", "int4", "--quantize-grads-node", "2", "--prefetch", "0"])):
+    check_variant(variant, n, ("zero3",))
 # and the sharding picture shows them on every rank, whole, where the others are sliced
 out = subprocess.run([f"{BUILD}/plan", "--config", "d2", "--vocab", "256", "--ranks", "3", "--layout", "--shard-min-numel",
                       "1000"], capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ZeRO++ on FSDP under mpirun (docs/zeropp.md), on test_strategies' model (C = 38: no size divisible by 3 or 4).
+"""ZeRO++ on FSDP and ZeRO-3 under mpirun (docs/zeropp.md), on test_strategies' model (C = 38: no size divisible by 3 or 4).
 
 qwZ, --quantize-weights int8 [--quantize-block B]:
   - at N = 1..4, with the default block and B = 16, every rank's all-gathers carry exactly the int8 wire of its
@@ -25,11 +25,19 @@ qgZ in two hops, --quantize-grads-node H:
     plain FSDP's to 1e-4, in one hop and in two (a sum averaged over anything but N would be off by a factor);
   - it composes with qwZ and hpZ and with no-sync accumulation; over 200 steps of d4 at N = 4, int4 in nodes of 2
     stays closer to train_single's loss than another seed does; H not dividing N, H = 1 and H = N are refused.
-hpZ, --secondary-shard-group H:
+hpZ, --secondary-shard-group H (FSDP and ZeRO-3):
   - bit for bit plain FSDP's run (losses and model) at N = 2..4 with each H < N that divides N, with prefetch,
     hybrid groups, bf16, accumulation and whole small tensors; with qwZ, bit for bit qwZ's run; H = N refused;
   - the backward's all-gathers stay within the node: H ranks' rows, (H-1)/H of the unit's padded bytes, the
-    forward's as plain FSDP's, on every rank.
+    forward's as plain FSDP's, on every rank;
+  - on ZeRO-3, bit for bit plain ZeRO-3's run (with qwZ, qwZ's) at N = 2..4, with prefetch, bf16 and accumulation;
+    each tensor's backward broadcast among the node's H ranks from the rank of its owner's place, on every rank,
+    and build/plan --traffic's bytes the run's.
+qgZ on ZeRO-3 (each reduce a gather of wires at the owner):
+  - at N = 1..4 and in two hops at N = 4 and 6, every rank's gathers to the byte, the planner's the run's; prefetch
+    bitwise; with blocks of one number the first step is plain ZeRO-3's (norm to 1e-4, the model); it composes with
+    qwZ and hpZ, bf16, accumulation and clipping; over 200 steps of d4, int4 at N = 2 stays closer to
+    train_single's loss than another seed does.
 Usage: test_zeropp.py BUILD_DIR "MPIRUN ..." """
 import os
 import random
@@ -101,13 +109,13 @@ def check_wire(tag, summary, n, block):
             check(current == size * padded, f"{tag} rank {rank['rank']}: {cat} {current} == {size * padded} (full precision)")
 
 
-def check_planned(tag, summary, n, common, flags):
-    """build/plan --traffic runs FSDP's own code on the simulated network: its bytes are the run's."""
+def check_planned(tag, summary, n, common, flags, strategy="fsdp"):
+    """build/plan --traffic runs the strategy's own code on the simulated network: its bytes are the run's."""
     model = common[common.index("--model") + 1]
     r = subprocess.run([f"{BUILD}/plan", "--model", model, "--ranks", str(n), "--batch", str(ts.BATCH), "--seq",
                         str(ts.SEQ), "--traffic", *flags], capture_output=True, text=True, timeout=120)
     planned = {(int(f[1]), f[2]): [int(x) for x in f[3:7]] for f in (line.split("\t") for line in r.stdout.splitlines())
-               if f[0] == "fsdp"}
+               if f[0] == strategy}
     measured = {(rank["rank"], op): [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
                 for rank in summary["ranks"] for op, c in rank["comm_last_step"].items() if c["calls"]}
     check(r.returncode == 0 and planned == measured, f"{tag}: plan --traffic {planned} == the run's {measured}")
@@ -205,6 +213,30 @@ def grad_norms(result):
     return [rank["last_grad_norm"] for rank in result[1]["ranks"]]
 
 
+def check_exact_blocks(tmp, common, name, trainer):
+    """With blocks of one number (a block's scale is its number over Q, its code Q, and x' = Q·scale: |x' - x| <=
+    2u|x|), qgZ's first step, in one hop and in two at N = 4, has the gradient norm of the strategy's plain run to
+    1e-4 (a gradient averaged over anything but N would be off by a factor) and moves the model as it does."""
+    one = list(common)
+    one[one.index("--steps") + 1] = "1"
+    norm_flags = ["--grad-clip", "1e30"]  # computes the norm, clips nothing
+    plain = trained(f"{name} N=4 --steps 1 (norm)", trainer(4, *one, *norm_flags), tmp)
+    for hops in ([], ["--quantize-grads-node", "2"]):
+        flags = ["--quantize-grads", "int8", "--quantize-block", "1", *hops]
+        tag = f"{name} N=4 {' '.join(flags)} --steps 1"
+        result = trained(tag, trainer(4, *one, *norm_flags, *flags), tmp)
+        if result is None or plain is None:
+            continue
+        got, want = grad_norms(result)[0], grad_norms(plain)[0]
+        check(abs(got - want) <= 1e-4 * want, f"{tag}: gradient norm {got:.9g} is plain {name}'s {want:.9g} to 1e-4")
+        # Adam's first step moves each parameter by lr times its gradient's sign (weight decay aside, the same in
+        # both): a gradient to within 2u of the plain run's keeps every sign but those of gradients within rounding
+        # of 0, where a part sent to the wrong rank would flip about half of them
+        moved = sum(abs(a - b) > 1e-3 / 2 for a, b in zip(result[2], plain[2]))
+        check(moved <= len(plain[2]) // 100, f"{tag}: {moved} of {len(plain[2])} parameters moved otherwise than "
+              f"plain {name}'s (at most 1%: gradients within rounding of 0)")
+
+
 def check_qgz_hops(tmp, common, ref):
     """qgZ in two hops at N = 4 (nodes of 2) and N = 6 (nodes of 2 and of 3): the wire to the byte, the planner's
     bytes, prefetch bitwise; with blocks of one number (a block's scale is its number over Q, its code Q, and
@@ -230,24 +262,7 @@ def check_qgz_hops(tmp, common, ref):
         if result is not None and base is not None:
             check(losses(result) == losses(base) and result[2] == base[2],
                   f"{tag}: bitwise the run with the defaults (every sum in a fixed order)")
-    one = list(common)
-    one[one.index("--steps") + 1] = "1"
-    norm_flags = ["--grad-clip", "1e30"]  # computes the norm, clips nothing
-    plain = trained("fsdp N=4 --steps 1 (norm)", fsdp(4, *one, *norm_flags), tmp)
-    for hops in ([], ["--quantize-grads-node", "2"]):
-        flags = ["--quantize-grads", "int8", "--quantize-block", "1", *hops]
-        tag = f"fsdp N=4 {' '.join(flags)} --steps 1"
-        result = trained(tag, fsdp(4, *one, *norm_flags, *flags), tmp)
-        if result is None or plain is None:
-            continue
-        got, want = grad_norms(result)[0], grad_norms(plain)[0]
-        check(abs(got - want) <= 1e-4 * want, f"{tag}: gradient norm {got:.9g} is plain FSDP's {want:.9g} to 1e-4")
-        # Adam's first step moves each parameter by lr times its gradient's sign (weight decay aside, the same in
-        # both): a gradient to within 2u of plain FSDP's keeps every sign but those of gradients within rounding
-        # of 0, where a block sent to the wrong rank would flip about half of them
-        moved = sum(abs(a - b) > 1e-3 / 2 for a, b in zip(result[2], plain[2]))
-        check(moved <= len(plain[2]) // 100, f"{tag}: {moved} of {len(plain[2])} parameters moved otherwise than "
-              "plain FSDP's (at most 1%: gradients within rounding of 0)")
+    check_exact_blocks(tmp, common, "FSDP", fsdp)
     check_composes(tmp, common, ref, ["--quantize-grads", "int4", "--quantize-grads-node", "2"],
                    [(4, ["--quantize-weights", "int8", "--secondary-shard-group", "2"]),
                     (6, ["--grad-accum", "2", "--accum-mode", "no-sync"])], only_more=True)
@@ -295,13 +310,7 @@ def check_qwz_zero3(tmp, common, ref, model):
             check(plain is not None and losses(result) != losses(plain),
                   f"{tag}: not plain ZeRO-3's run (the weights did travel quantized)")
         if n == 3:
-            r = subprocess.run([f"{BUILD}/plan", "--model", model, "--ranks", "3", "--batch", str(ts.BATCH), "--seq",
-                                str(ts.SEQ), "--traffic", *flags], capture_output=True, text=True, timeout=120)
-            planned = {(int(f[1]), f[2]): [int(x) for x in f[3:7]]
-                       for f in (line.split("\t") for line in r.stdout.splitlines()) if f[0] == "zero3"}
-            measured = {(rank["rank"], op): [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
-                        for rank in result[1]["ranks"] for op, c in rank["comm_last_step"].items() if c["calls"]}
-            check(r.returncode == 0 and planned == measured, f"{tag}: plan --traffic {planned} == the run's {measured}")
+            check_planned(tag, result[1], 3, common, flags, "zero3")
     for flags in (["--prefetch", "0"], ["--prefetch", "2"]):
         tag = f"zero3 N=2 --quantize-weights int8 {' '.join(flags)}"
         result = trained(tag, zero3(2, *common, "--quantize-weights", "int8", *flags), tmp)
@@ -347,25 +356,144 @@ def check_hpz_traffic(tag, summary, n, m):
         check(got == want, f"{tag} rank {rank['rank']}: all-gathers {got} == {want} (the backward's within the node)")
 
 
+def check_hpz_bitwise(tmp, common, strategy, trainer, runs, traffic):
+    """Each (N, H, flags) of `runs` with --secondary-shard-group H: bit for bit the losses and model of the run
+    without it; traffic(tag, summary, N, H) checks the bytes of those without other flags, whose summaries it
+    returns by (N, H)."""
+    plain, summaries = {}, {}
+    for n, m, flags in runs:
+        key = (n, tuple(flags))
+        if key not in plain:
+            plain[key] = trained(f"{strategy} N={n} {' '.join(flags)}", trainer(n, *common, *flags), tmp)
+        tag = f"{strategy} N={n} --secondary-shard-group {m} {' '.join(flags)}"
+        result = trained(tag, trainer(n, *common, "--secondary-shard-group", str(m), *flags), tmp)
+        if result is None or plain[key] is None:
+            continue
+        check(losses(result) == losses(plain[key]) and result[2] == plain[key][2],
+              f"{tag}: bitwise the losses and model of the run without it")
+        if not flags:
+            traffic(tag, result[1], n, m)
+            summaries[(n, m)] = result[1]
+    return summaries
+
+
 def check_hpz(tmp, common):
     runs = [(n, m, []) for n in (2, 3, 4) for m in range(1, n) if n % m == 0]  # a node of all N is refused
     runs += [(4, 2, ["--prefetch", "2"]), (4, 2, ["--prefetch", "0"]), (4, 1, ["--shard-group", "2"]),
              (2, 1, ["--precision", "bf16"]), (2, 1, ["--grad-accum", "2"]),
              (2, 1, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, 1, ["--shard-min-numel", "200"]),
              (4, 2, ["--quantize-weights", "int8"])]
-    plain = {}
-    for n, m, flags in runs:
-        key = (n, tuple(flags))
-        if key not in plain:
-            plain[key] = trained(f"fsdp N={n} {' '.join(flags)}", fsdp(n, *common, *flags), tmp)
-        tag = f"fsdp N={n} --secondary-shard-group {m} {' '.join(flags)}"
-        result = trained(tag, fsdp(n, *common, "--secondary-shard-group", str(m), *flags), tmp)
-        if result is None or plain[key] is None:
+    check_hpz_bitwise(tmp, common, "fsdp", fsdp, runs, check_hpz_traffic)
+
+
+def check_hpz_zero3_traffic(tag, summary, n, m):
+    """Every rank: each tensor's forward broadcast from its owner among all N, its backward's among the node's H (m
+    here) from the rank of the owner's place, owner % H; the reduces as plain ZeRO-3's."""
+    owner = ts.zero3_owners(n)
+    for rank in summary["ranks"]:
+        r = rank["rank"]
+        want = {"broadcast": [0, 0, 0, 0], "reduce": [0, 0, 0, 0]}
+        for U in ts.UNITS:
+            for i in U:
+                for op, ranks, me, root in (("broadcast", n, r, owner[i]), ("broadcast", m, r % m, owner[i] % m),
+                                            ("reduce", n, r, owner[i])):
+                    sent, recv = ts.ring(op, ts.numel[i], me, ranks, root=root)
+                    c = want[op]
+                    c[0] += 1; c[1] += ts.numel[i]; c[2] += sent; c[3] += recv
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {r}: calls/elements/sent/recv {got} == {want} (the backward's in the node)")
+
+
+def check_hpz_zero3(tmp, common):
+    """hpZ on ZeRO-3: each tensor kept whole after its forward by the rank of its owner's place in every other node,
+    and broadcast from there in the backward: bit for bit plain ZeRO-3's run (and with qwZ, qwZ's), the backward's
+    bytes inside the node, the planner's the run's."""
+    runs = [(n, m, []) for n in (2, 3, 4) for m in range(1, n) if n % m == 0]
+    runs += [(4, 2, ["--prefetch", "2"]), (4, 2, ["--prefetch", "0"]), (2, 1, ["--precision", "bf16"]),
+             (3, 1, ["--grad-accum", "2"]), (3, 1, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
+             (4, 2, ["--quantize-weights", "int8"]), (2, 1, ["--quantize-weights", "int8", "--prefetch", "0"])]
+    traffic = check_hpz_bitwise(tmp, common, "zero3", zero3, runs, check_hpz_zero3_traffic)
+    if (4, 2) in traffic:
+        check_planned("zero3 N=4 --secondary-shard-group 2", traffic[(4, 2)], 4, common, ["--secondary-shard-group", "2"],
+                      "zero3")
+    r = subprocess.run(zero3(2, *common, "--secondary-shard-group", "2"), capture_output=True, text=True, timeout=120)
+    says = "makes one node of all 2 ranks"
+    check(r.returncode != 0 and r.stderr.count(says) == 1, f"zero3 --secondary-shard-group 2 at N=2: refused once, "
+          f"saying '{says}' ({r.stderr.strip()[:160]})")
+
+
+def check_qgz_zero3_wire(tag, summary, n, h, bits, block):
+    """Every rank: each gradient gathered, quantized, at its owner (one wire a rank: the whole tensor, one run), or in
+    two hops (h < n) first at the node's rank of the owner's place among the node's h ranks, then, from the ranks of
+    that place, at the owner among the n/h nodes; the broadcasts as plain ZeRO-3's."""
+    owner = ts.zero3_owners(n)
+    for rank in summary["ranks"]:
+        r = rank["rank"]
+        want = {"broadcast": [0, 0, 0, 0], "gather": [0, 0, 0, 0]}
+        for U in ts.UNITS:
+            for i in U:
+                wire, o = wire_bytes(ts.numel[i], block, bits), owner[i]
+                for _ in range(2):
+                    sent, recv = ts.ring("broadcast", ts.numel[i], r, n, root=o)
+                    c = want["broadcast"]
+                    c[0] += 1; c[1] += ts.numel[i]; c[2] += sent; c[3] += recv
+                hops = [(n, r, o)] if h == n else [(h, r % h, o % h)]
+                if h < n and r % h == o % h:
+                    hops.append((n // h, r // h, o // h))
+                for ranks, me, root in hops:
+                    c = want["gather"]
+                    c[0] += 1; c[1] += wire * ranks
+                    c[2] += 0 if me == root or ranks == 1 else wire
+                    c[3] += (ranks - 1) * wire if me == root else 0
+        got = {op: [c["calls"], c["elements"], c["bytes_sent"], c["bytes_recv"]]
+               for op, c in rank["comm_last_step"].items() if c["calls"]}
+        check(got == want, f"{tag} rank {r}: calls/elements/sent/recv {got} == {want}")
+
+
+def check_qgz_zero3(tmp, common, ref):
+    """qgZ on ZeRO-3's reduces to the owner: the wire to the byte at N = 1..4 and in two hops at N = 4 and 6, the
+    planner's bytes; prefetch bitwise; near train_single's loss; with blocks of one number the first step's gradient
+    norm and model are plain ZeRO-3's (an average over anything but N, or a part summed at the wrong owner, is not);
+    it composes with qwZ and hpZ, bf16 and accumulation."""
+    base = {}
+    for n, h, bits, block in ((1, 1, 8, None), (2, 2, 8, None), (3, 3, 4, 16), (4, 4, 8, None), (4, 2, 8, None),
+                              (4, 2, 4, None), (6, 2, 8, None), (6, 3, 4, None)):
+        flags = ["--quantize-grads", f"int{bits}"] + (["--quantize-block", str(block)] if block else [])
+        flags += ["--quantize-grads-node", str(h)] if h < n else []
+        tag = f"zero3 N={n} {' '.join(flags)}"
+        result = trained(tag, zero3(n, *common, *flags), tmp)
+        if result is None:
             continue
-        check(losses(result) == losses(plain[key]) and result[2] == plain[key][2],
-              f"{tag}: bitwise the losses and model of the run without it")
-        if not flags:
-            check_hpz_traffic(tag, result[1], n, m)
+        check_qgz_zero3_wire(tag, result[1], n, h, bits, block or DEFAULT_BLOCK)
+        last, want = losses(result)[-1], losses(ref)[-1]
+        check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+        if n in (3, 6) and bits == 4:
+            check_planned(tag, result[1], n, common, flags, "zero3")
+        base[(n, h, bits)] = result
+    for key, more in (((2, 2, 8), ["--prefetch", "0"]), ((4, 2, 8), ["--prefetch", "2"]),
+                      ((4, 2, 8), ["--prefetch", "0"])):
+        n, h, bits = key
+        flags = ["--quantize-grads", f"int{bits}"] + (["--quantize-grads-node", str(h)] if h < n else [])
+        tag = f"zero3 N={n} {' '.join(flags)} {' '.join(more)}"
+        result = trained(tag, zero3(n, *common, *flags, *more), tmp)
+        if result is not None and key in base:
+            check(losses(result) == losses(base[key]) and result[2] == base[key][2],
+                  f"{tag}: bitwise the run with the defaults (every sum in a fixed order)")
+    check_exact_blocks(tmp, common, "ZeRO-3", zero3)
+    for n, flags in ((4, ["--quantize-weights", "int8", "--secondary-shard-group", "2", "--quantize-grads-node", "2"]),
+                     (2, ["--precision", "bf16"]), (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
+                     (3, ["--grad-accum", "2"]), (2, ["--grad-clip", "0.5"])):
+        tag = f"zero3 N={n} --quantize-grads int4 {' '.join(flags)}"
+        result = trained(tag, zero3(n, *common, "--quantize-grads", "int4", *flags), tmp)
+        if result is not None:
+            last, want = losses(result)[-1], losses(ref)[-1]
+            check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
+    for flags, says in ((["--quantize-grads", "int8", "--quantize-grads-node", "2"], "makes one node of all 2 ranks"),
+                        (["--quantize-block", "64"], "neither of which is given")):
+        r = subprocess.run(zero3(2, *common, *flags), capture_output=True, text=True, timeout=120)
+        check(r.returncode != 0 and r.stderr.count(says) == 1,
+              f"zero3 {' '.join(flags)}: refused once, saying '{says}' ({r.stderr.strip()[:160]})")
 
 
 def check_full_precision_out(tmp, model, common):
@@ -470,6 +598,17 @@ def check_docs_zero3():
     want = [(223981568, 6318080, 0), (56870320, 55718912, 14147380)]
     said = all(f"{x:,}" in text for x in (56870320, 223981568, 6318080, 55718912, 14147380))
     check(got == want and said, f"docs/zeropp.md, qwZ on ZeRO-3: {want} == build/plan's {got}, and the page says so")
+    # hpZ: rank 2's params_gathered peak, and rank 0's bytes among both machines of two
+    got = []
+    for flags in ([], ["--secondary-shard-group", "2"]):
+        base = ["--config", "d4", "--ranks", "4", *flags]
+        held = [int(f[3]) for f in plan_lines(*base, "--tsv") if f[:2] == ["zero3", "2"]]
+        across = [int(f[10]) for f in plan_lines(*base, "--time", "--tokens-per-s", "1", "--ranks-per-node", "2",
+                                                 "--tsv") if f[:2] == ["zero3", "4"]]
+        got.append((held[0] if held else None, across[0] if across else None))
+    want = [(54397952, 237668352), (154534912, 125677568)]
+    said = all(f"{x:,}" in text for pair in want for x in pair)
+    check(got == want and said, f"docs/zeropp.md, hpZ on ZeRO-3: {want} == build/plan's {got}, and the page says so")
 
 
 def check_planned_across_machines():
@@ -511,6 +650,7 @@ def check_d4(tmp):
                           ("fsdp N=2 --quantize-grads int8", fsdp(2, *common, "--quantize-grads", "int8")),
                           ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4")),
                           ("zero3 N=2 --quantize-weights int8", zero3(2, *common, "--quantize-weights", "int8")),
+                          ("zero3 N=2 --quantize-grads int4", zero3(2, *common, "--quantize-grads", "int4")),
                           ("fsdp N=4 --quantize-grads int4 --quantize-grads-node 2",
                            fsdp(4, *common, "--quantize-grads", "int4", "--quantize-grads-node", "2"))):
         log = os.path.join(tmp, "d4.jsonl")
@@ -550,6 +690,8 @@ def main():
     check_qgz_hops(tmp, common, ref)
     check_qwz_zero3(tmp, common, ref, model)
     check_hpz(tmp, common)
+    check_hpz_zero3(tmp, common)
+    check_qgz_zero3(tmp, common, ref)
     check_full_precision_out(tmp, model, common)
     check_resume(tmp, common, ["--quantize-weights", "int8", "--quantize-block", "16"])
     check_resume(tmp, common, ["--quantize-grads", "int4", "--secondary-shard-group", "1"])

@@ -20,8 +20,11 @@
 //
 // With --prefetch D the next D units' gathers are started before unit u
 // computes, and unit u's reduces are waited for only after the next unit's
-// backward: the same collectives, travelling under compute. ZeRO++'s qwZ (docs/zeropp.md):
-// training's broadcasts in int8, dequantized into a copy on every rank, the owner's too.
+// backward: the same collectives, travelling under compute. ZeRO++ (docs/zeropp.md): qwZ,
+// training's broadcasts in int8, dequantized into a copy on every rank, the owner's too; hpZ,
+// each tensor kept after its forward by the rank of its owner's place in every other node,
+// the backward's broadcasts from there, inside the node; qgZ, each reduce a gather of
+// int8/int4 wires at the owner, summed there in fp32.
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -52,7 +55,7 @@ static void start_gather(State *s, int unit, int direction) {
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
         const void *kept = s->model->params[t];  // the owner's resident copy
         if (!owns(s, t) || wire) alloc_full_params(s->model, s->mem, t, 1);
-        s->gathers[t] = zeropp_broadcast_start(&s->zeropp, s->comm, t, wire, kept, s->model, s->owner[t]);
+        s->gathers[t] = zeropp_broadcast_start(&s->zeropp, s->comm, unit, t, direction, kept, s->model, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
 }
@@ -63,8 +66,7 @@ static void finish_gather(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
-        comm_wait(s->comm, &s->gathers[t]);
-        zeropp_broadcast_finish(&s->zeropp, t, s->model);
+        zeropp_broadcast_wait(&s->zeropp, &s->gathers[t], t, s->model);
         s->tensor_state[t] = TENSOR_GATHERED;
     }
 }
@@ -75,6 +77,7 @@ static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
     for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
+    if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
 }
 
 static void release_unit(State *s, int unit) {
@@ -91,12 +94,9 @@ static void release_unit(State *s, int unit) {
 // Starts averaging each gradient of the unit onto its owner, in place.
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
-    DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        void *local = s->model->grads[t];
-        s->reduces[t] = comm_reduce_start(s->comm, local, owns(s, t) ? local : NULL, layout->tensors[t].numel, dtype,
-                                          s->owner[t], COMM_AVG);
+        s->reduces[t] = zeropp_reduce_start(&s->zeropp, s->comm, t, s->model, s->owner[t]);
     }
 }
 
@@ -108,7 +108,7 @@ static void finish_reduce(State *s, int unit) {
     DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!comm_wait(s->comm, &s->reduces[t])) continue;
+        if (!zeropp_reduce_wait(&s->zeropp, s->comm, &s->reduces[t], t, s->model)) continue;
         if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
         free_full_grads(s->model, s->mem, t, 1);
     }
@@ -208,7 +208,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     note_owner_balance(ctx, "zero3", s->owner);
     const Zero3Options *options = ctx->options;
     s->prefetch = strategy_prefetch(ctx, "zero3", options->prefetch);
-    zeropp_init(&s->zeropp, ctx, s->comm, "zero3", &options->zeropp);
+    zeropp_init(&s->zeropp, ctx, s->comm, "zero3", &options->zeropp, s->owner);
     s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
