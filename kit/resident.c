@@ -180,6 +180,7 @@ LocalRows resident_stage_rows(Resident *r, const GPT2Layout *layout, Comm *comm,
 void resident_load_rows(Resident *r, const GPT2Layout *layout, const ParamSource *src, int t, int row_begin,
                         int row_count) {
     size_t n = (size_t)row_count * layout->tensors[t].cols;
+    if (src->dry) return;  // build/plan's: no values
     float *host = xmalloc(n * sizeof(float));  // the source is on the host; the part may be on a GPU
     param_source_rows(src, layout, t, row_begin, row_count, host);
     if (r->master) device_from_host(r->master + r->flat.offset[t], host, n);
@@ -197,6 +198,7 @@ static size_t range_real_numel(const Resident *r) {
 void resident_load_replica(Resident *r, const ParamSource *src) {
     const GPT2Layout *layout = &r->model->layout;
     size_t P = layout->num_params, real = range_real_numel(r);
+    if (src->dry) return;  // build/plan's: no values, and no host copy of a model the host may not hold
     float *host = xmalloc(P * sizeof(float));
     for (int t = 0; t < layout->num_tensors; t++)
         param_source_rows(src, layout, t, 0, layout->tensors[t].rows, host + layout->tensors[t].offset);

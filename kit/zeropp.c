@@ -31,12 +31,16 @@ static QuantFormat weights_format(const StrategyContext *ctx, const char *name, 
     return format;
 }
 
-static QuantFormat grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
+// How qgZ's parts travel: to every rank (sliced tensors), or to each tensor's owner (owned whole).
+static const char *grads_collective(const int *owner) { return owner ? "a gather at each owner" : "an all-to-all"; }
+
+static QuantFormat grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options,
+                                const int *owner) {
     if (!options->quantize_grads) return (QuantFormat){0, 0};
     QuantFormat format = {strcmp(options->quantize_grads, "int4") == 0 ? 4 : 8,
                           options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
-    strategy_note(ctx, "%s: gradients reduced by an all-to-all of int%d parts, one fp32 scale a block of %zu, "
-                       "summed in fp32 (ZeRO++'s qgZ)\n", name, format.bits, format.block);
+    strategy_note(ctx, "%s: gradients reduced by %s of int%d parts, one fp32 scale a block of %zu, summed in fp32 "
+                       "(ZeRO++'s qgZ)\n", name, grads_collective(owner), format.bits, format.block);
     return format;
 }
 
@@ -166,7 +170,7 @@ void secondary_free(SecondaryShards *h) {
 
 // qgZ's two hops: nodes of H consecutive ranks of `sharding`, and the ranks of my place in every node.
 static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name,
-                            const ZeroppOptions *options) {
+                            const ZeroppOptions *options, const int *owner) {
     int N = sharding->world, H = options->quantize_grads_node;
     if (H == 0) return;
     if (H == 1)
@@ -177,8 +181,8 @@ static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *shardin
     comm_split(sharding, sharding->rank % H, H, N / H, 0, &z->grads_across);  // my place in every node: r%H, r%H + H, ...
     z->grads_wire.node = &z->grads_node;
     z->grads_wire.across = &z->grads_across;
-    strategy_note(ctx, "%s: the gradients' all-to-all in two hops, inside nodes of %d rank(s), then across the %d "
-                       "nodes\n", name, H, N / H);
+    strategy_note(ctx, "%s: %s in two hops, inside nodes of %d rank(s), then across the %d nodes\n", name,
+                  grads_collective(owner), H, N / H);
 }
 
 void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options,
@@ -188,8 +192,8 @@ void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const ch
                   .broadcast_group = xcalloc((size_t)num_tensors, sizeof(Comm *)),
                   .reduces = xcalloc((size_t)num_tensors, sizeof(InFlight))};
     z->weights_wire = weights_format(ctx, name, options);
-    z->grads_wire.format = grads_format(ctx, name, options);
-    grads_hops_init(z, ctx, sharding, name, options);
+    z->grads_wire.format = grads_format(ctx, name, options, owner);
+    grads_hops_init(z, ctx, sharding, name, options, owner);
     secondary_init(&z->secondary, ctx, sharding, name, options, owner);
 }
 

@@ -8,8 +8,9 @@
 //                                optimizer and checkpoints stay in full precision
 //   --secondary-shard-group H    hpZ: after a unit's forward each rank keeps 1/H of
 //                                each of its gathered tensors, the rows of its place
-//                                among the H consecutive ranks of its node, and the
-//                                unit's backward all-gathers those within the node
+//                                among the H consecutive ranks of its node (ZeRO-3: the
+//                                whole tensors of owners at its place elsewhere), and
+//                                the unit's backward gathers those within the node
 //   --quantize-grads int8|int4   qgZ: the reduce-scatter of gradients replaced by an
 //                                all-to-all of quantized parts (ZeRO-3: the reduce by a
 //                                gather at the owner), each dequantized where it lands
@@ -23,13 +24,14 @@
 //   --quantize-block Z           qwZ's and qgZ's blocks: Z numbers a scale (default
 //                                256; each tensor's slice has blocks of its own)
 //
+// FSDP's (ZeRO-3's: docs/zeropp.md):
 //   forward  unit u:  all-gather over N (qwZ: int8)  -> full tensors -> keep rows j of H (j: my place in the node)
 //   backward unit u:  all-gather over H of the kept rows -> the same full tensors, bit for bit
 //   after  backward:  rank q's rows of every gradient -> int8/int4 -> all-to-all -> N parts of mine -> fp32 sum / N
 //     in two hops:    -> all-to-all in the node -> H parts of my place's blocks -> fp32 sums, int8/int4
 //                     -> all-to-all across, among my place's N/H ranks -> N/H parts of mine -> fp32 sum / N
 //
-// With P' = pad(P) + pad(wte) (FSDP's padded parameters, wte twice: the head
+// FSDP, with P' = pad(P) + pad(wte) (its padded parameters, wte twice: the head
 // reads it), per rank per step: qwZ's gathers move 2 (N-1)/N P' (1 + 4/Z) bytes
 // instead of 2 (N-1)/N P' b (b = 4 fp32, 2 bf16); qgZ's gradients (N-1)/N P'
 // (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N P' b_g (in two hops,
@@ -56,8 +58,8 @@ typedef struct {
     int quantize_grads_node;       // H ranks a node for qgZ's two hops (0: one hop among all)
 } ZeroppOptions;
 
-// The flags that set ZeroppOptions `options`, as entries of a CliOption table: those of the parameters'
-// gathers (ZeRO-3), then all of them (FSDP).
+// The flags that set ZeroppOptions `options`, as entries of a CliOption table (FSDP's and ZeRO-3's
+// words: a gather is ZeRO-3's broadcast, an all-to-all of gradients its gather at the owner).
 #define ZEROPP_GATHER_FLAGS(options)                                                                           \
     {"--quantize-weights", "int8", CLI_STRING, &(options).quantize_weights, 0, 0,                               \
      "ZeRO++'s qwZ: the parameters' gathers in training travel as int8 in blocks, one scale a block "          \
@@ -72,11 +74,11 @@ typedef struct {
 #define ZEROPP_FLAGS(options)                                                                                  \
     ZEROPP_GATHER_FLAGS(options),                                                                              \
     {"--quantize-grads", "int8|int4", CLI_STRING, &(options).quantize_grads, 0, 0,                             \
-     "ZeRO++'s qgZ: the gradients' reduce-scatter becomes an all-to-all of int8 or int4 parts in blocks, "     \
-     "summed in fp32 where they land (default: a reduce-scatter of the gradients as kept)"},                  \
+     "ZeRO++'s qgZ: the gradients' reduce-scatter (ZeRO-3: reduce) becomes an all-to-all (gather at the "     \
+     "owner) of int8 or int4 parts in blocks, summed in fp32 where they land (default: as kept)"},             \
     {"--quantize-grads-node", "H", CLI_INT, &(options).quantize_grads_node, 1, 1 << 24,                        \
-     "with --quantize-grads: in two hops, an all-to-all among the H consecutive ranks of a node, then one "      \
-     "across nodes (H divides the ranks that shard, 1 < H < them; default: one hop among all)"}
+     "with --quantize-grads: in two hops, among the H consecutive ranks of a node, then across nodes (H "       \
+     "divides the ranks that shard, 1 < H < them; default: one hop among all)"}
 
 // NULL, or what is wrong with the options once parsed (a value not known, a flag that does nothing).
 const char *zeropp_problem(const ZeroppOptions *options);

@@ -5,7 +5,7 @@
 // every buffer goes through the same accountant and cache the trainers use, but
 // no memory stands behind it and nothing is computed or moved, so its numbers,
 // `reserved` included, are a real run's, and follow any change to a strategy.
-//   build/plan (--config dN [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
+//   build/plan ((--config dN | --dims L,NH,C) [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
 //              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--fused-classifier] [--gpu]
 //              [--grad-accum K] [--accum-mode MODE]
 //              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
@@ -604,8 +604,24 @@ static void print_rows_note(const PlanShape *shape) {
     printf("\n");
 }
 
+// --dims L,NH,C: a GPT-2 of those sizes, llm.c's vocab padding, room for 1024 tokens or T.
+static GPT2Config dims_config(const char *dims, int vocab, int T) {
+    GPT2Config c;
+    char end;
+    if (sscanf(dims, "%d,%d,%d%c", &c.num_layers, &c.num_heads, &c.channels, &end) != 3 || c.num_layers <= 0 ||
+        c.num_heads <= 0 || c.channels <= 0)
+        fatal("--dims '%s': give L,NH,C, three positive whole numbers (blocks, heads, channels), e.g. 12,12,768", dims);
+    if (c.channels % c.num_heads != 0)
+        fatal("--dims '%s': %d heads do not divide %d channels", dims, c.num_heads, c.channels);
+    c.max_seq_len = T > 1024 ? T : 1024;
+    c.vocab_size = vocab > 0 ? vocab : 50257;
+    c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;
+    gpt2_config_validate(&c, "--dims");
+    return c;
+}
+
 int main(int argc, char **argv) {
-    const char *config_name = NULL, *model_path = NULL;
+    const char *config_name = NULL, *model_path = NULL, *dims = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
     int fused_attention = 0, fused_classifier = 0, offload = 0, gpu = 0;
     const char *timeline_name = NULL;
@@ -620,7 +636,10 @@ int main(int argc, char **argv) {
     int show_strategies = 0;
     const CliOption own[] = {
         {"--config", "d2|d4|d6|d12", CLI_STRING, &config_name, 0, 0, "a preset model (d12 is GPT-2 124M)"},
-        {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config model (default 50257)"},
+        {"--dims", "L,NH,C", CLI_STRING, &dims, 0, 0,
+         "instead of a preset: GPT-2's blocks, L of them, NH heads, C channels (NH divides C; up to 1024 tokens, or "
+         "--seq if more), for models no file holds"},
+        {"--vocab", "V", CLI_INT, &vocab, 1, 1 << 24, "vocab of a --config or --dims model (default 50257)"},
         {"--model", "FILE.bin", CLI_STRING, &model_path, 0, 0, "the shape of an llm.c checkpoint instead"},
         {"--ranks", "N", CLI_INT, &world, 1, 1 << 24, "number of ranks"},
         {"--batch", "B", CLI_INT, &B, 1, 1 << 30, "global sequences per step, divisible by N (default 4 per rank: 4N)"},
@@ -687,7 +706,8 @@ int main(int argc, char **argv) {
     CliOption options[NUM_OWN + MAX_STRATEGY_FLAGS];
     memcpy(options, own, sizeof own);
     memcpy(options + NUM_OWN, strategy_flags.flags, (size_t)strategy_flags.num_flags * sizeof *options);
-    CliSpec spec = {.synopsis = "(--config dN [--vocab V] | --model FILE.bin | --params P) --ranks N [--batch B] "
+    CliSpec spec = {.synopsis = "((--config dN | --dims L,NH,C) [--vocab V] | --model FILE.bin | --params P) --ranks N "
+                                "[--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--recompute] [--fused-attention] [--fused-classifier] [--gpu] [--grad-accum K] "
                                 "[--ema DECAY] [--offload-optimizer] [--accum-mode sync-each|no-sync] "
@@ -763,16 +783,18 @@ int main(int argc, char **argv) {
         fatal("--fused-attention: only the CUDA trainers have it, and in bf16 they hold their products' bf16 operands "
               "too: give --gpu with it");
     if (params_only) {
-        if (config_name || model_path) fatal("--params P plans the model states alone: give it without --config or --model");
+        if (config_name || model_path || dims)
+            fatal("--params P plans the model states alone: give it without --config, --dims or --model");
         print_model_states(params_only, world, param_dtype, grad_dtype, offload);
         strategy_flags_free(&strategy_flags);
         return 0;
     }
-    if (!config_name == !model_path)
-        fatal("give exactly one of --config dN, --model FILE.bin and --params P (%s --help)", argv[0]);
-    if (model_path && vocab) fatal("--vocab goes with --config; a --model file has its own vocab");
+    if ((config_name != NULL) + (model_path != NULL) + (dims != NULL) != 1)
+        fatal("give exactly one of --config dN, --dims L,NH,C, --model FILE.bin and --params P (%s --help)", argv[0]);
+    if (model_path && vocab) fatal("--vocab goes with --config or --dims; a --model file has its own vocab");
     GPT2Config config;
     if (model_path) gpt2_checkpoint_read_config(model_path, &config);
+    else if (dims) config = dims_config(dims, vocab, T);
     else if (gpt2_config_preset(config_name, vocab, &config) != 0) fatal("--config: unknown preset '%s'", config_name);
     if (!B) B = 4 * world;
     if (B % world != 0) fatal("--batch %d is not divisible by --ranks %d", B, world);

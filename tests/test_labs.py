@@ -37,8 +37,8 @@ PLANTS = [
     ("fsdp", "the all-gather's copy-out at the wrong rows", "dtype_at(s->model->params[t], r * slice, dtype)",
      "dtype_at(s->model->params[t], 0 * slice, dtype)", "fsdp", 3,
      {"losses": r"step 1's loss .*the forward already differs"}),
-    ("zero3", "tensors broadcast from rank 0, not their owner", "t, wire, kept, s->model, s->owner[t]);",
-     "t, wire, kept, s->model, 0);", "zero3", 3, {"losses": r"step 1's loss .*the forward already differs"}),
+    ("zero3", "tensors broadcast from rank 0, not their owner", "t, direction, kept, s->model, s->owner[t]);",
+     "t, direction, kept, s->model, 0);", "zero3", 3, {"losses": r"step 1's loss .*the forward already differs"}),
     ("zero12", "a piece reduced onto the first range's owner", "int owner = first_owner + (k - s->piece_start[t]);",
      "int owner = first_owner;", "zero2", 3, {"gradient": r"wrong ranks", "traffic": r"reduce"}),
 ]

@@ -36,8 +36,8 @@ hpZ, --secondary-shard-group H (FSDP and ZeRO-3):
 qgZ on ZeRO-3 (each reduce a gather of wires at the owner):
   - at N = 1..4 and in two hops at N = 4 and 6, every rank's gathers to the byte, the planner's the run's; prefetch
     bitwise; with blocks of one number the first step is plain ZeRO-3's (norm to 1e-4, the model); it composes with
-    qwZ and hpZ, bf16, accumulation and clipping; over 200 steps of d4, int4 at N = 2 stays closer to
-    train_single's loss than another seed does.
+    qwZ and hpZ, bf16, accumulation, clipping and offload, and a resume with all three is exact; over 200 steps of
+    d4, int4 at N = 2 stays closer to train_single's loss than another seed does.
 Usage: test_zeropp.py BUILD_DIR "MPIRUN ..." """
 import os
 import random
@@ -483,7 +483,7 @@ def check_qgz_zero3(tmp, common, ref):
     check_exact_blocks(tmp, common, "ZeRO-3", zero3)
     for n, flags in ((4, ["--quantize-weights", "int8", "--secondary-shard-group", "2", "--quantize-grads-node", "2"]),
                      (2, ["--precision", "bf16"]), (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
-                     (3, ["--grad-accum", "2"]), (2, ["--grad-clip", "0.5"])):
+                     (3, ["--grad-accum", "2"]), (2, ["--grad-clip", "0.5"]), (2, ["--offload-optimizer"])):
         tag = f"zero3 N={n} --quantize-grads int4 {' '.join(flags)}"
         result = trained(tag, zero3(n, *common, "--quantize-grads", "int4", *flags), tmp)
         if result is not None:
@@ -508,7 +508,7 @@ def check_full_precision_out(tmp, model, common):
               "initial model bit for bit (the model written out is never quantized)")
 
 
-def check_resume(tmp, common, flags):
+def check_resume(tmp, common, flags, name="fsdp", trainer=fsdp):
     ck, whole, part = os.path.join(tmp, "ck"), os.path.join(tmp, "whole.jsonl"), os.path.join(tmp, "part.jsonl")
     shutil.rmtree(ck, ignore_errors=True)
     for log in (whole, part):  # a resumed run appends to its log
@@ -516,13 +516,13 @@ def check_resume(tmp, common, flags):
             os.remove(log)
     ten = [a for a in common]
     ten[ten.index("--steps") + 1] = "10"
-    ok = run(fsdp(2, *common, *flags, "--log", whole)) == 0
-    ok &= run(fsdp(2, *ten, *flags, "--ckpt-dir", ck)) == 0
-    ok &= run(fsdp(2, *common, *flags, "--resume", ck, "--log", part)) == 0
+    ok = run(trainer(2, *common, *flags, "--log", whole)) == 0
+    ok &= run(trainer(2, *ten, *flags, "--ckpt-dir", ck)) == 0
+    ok &= run(trainer(2, *common, *flags, "--resume", ck, "--log", part)) == 0
     if ok:
         a, b = read_log(whole)[0], read_log(part)[0]
         ok = [x["loss"] for x in a[10:]] == [x["loss"] for x in b if x["step"] > 10]
-    check(ok, f"fsdp N=2 {' '.join(flags)}: 10 + resumed 10 steps equal 20 steps (bitwise)")
+    check(ok, f"{name} N=2 {' '.join(flags)}: 10 + resumed 10 steps equal 20 steps (bitwise)")
 
 
 def check_refusals(tmp, common):
@@ -585,9 +585,32 @@ def check_docs_what_if():
         check(got == numbers, f"docs/zeropp.md, 384 ranks {' '.join(flags)}: {numbers} == build/plan --time's {got}")
 
 
+def check_docs_paper():
+    """docs/zeropp.md's paper setting: each row's two predicted speed-ups of ZeRO++ over FSDP (18B, 384 ranks in
+    machines of 16) are build/plan --time's, for the network rates the page gives."""
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "zeropp.md")).read()
+    rows = re.findall(r"^\| ([12])K \| (400|100) Gb/s \| [\d.]+× \| ([\d.]+)× (?:\([\d.]+ GB/s\) )?\| ([\d.]+)× ", text, re.M)
+    check(len(rows) == 4, f"docs/zeropp.md's paper table has its 4 rows ({len(rows)})")
+    zeropp = ["--quantize-weights", "int8", "--secondary-shard-group", "16", "--quantize-grads", "int4",
+              "--quantize-grads-node", "16"]
+    for k, network, *said in rows:
+        got = []
+        for across in (("3.125", "50") if network == "400" else ("0.78125", "12.5")):
+            steps = []
+            for flags in ([], zeropp):
+                row = [f for f in plan_lines("--dims", "40,32,6144", "--ranks", "384", "--batch", str(384 * 2 * int(k)),
+                                             "--seq", "512", "--precision", "bf16", "--time", "--tokens-per-s", "373",
+                                             "--ranks-per-node", "16", "--within", "5e-6,150", "--across",
+                                             f"1e-5,{across}", "--tsv", *flags) if f[:2] == ["fsdp", "384"]]
+                steps.append(float(row[0][6]) if row else None)
+            got.append(f"{steps[0] / steps[1]:.2f}" if None not in steps else None)
+        check(got == said, f"docs/zeropp.md, the paper's setting, {k}K tokens on {network} Gb/s: {said} == "
+              f"build/plan --time's {got}")
+
+
 def check_docs_zero3():
-    """docs/zeropp.md's qwZ on ZeRO-3: d4 at N = 4, rank 0's broadcast bytes, params_gathered and comm_buffers peaks,
-    with and without --quantize-weights int8, are build/plan's."""
+    """docs/zeropp.md's ZeRO++ on ZeRO-3, d4 at N = 4: qwZ's broadcast bytes and peaks, hpZ's secondary copies and
+    bytes across machines, qgZ's gradient bytes and communication buffers, each build/plan's."""
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "zeropp.md")).read()
     got = []
     for flags in ([], ["--quantize-weights", "int8"]):
@@ -609,6 +632,19 @@ def check_docs_zero3():
     want = [(54397952, 237668352), (154534912, 125677568)]
     said = all(f"{x:,}" in text for pair in want for x in pair)
     check(got == want and said, f"docs/zeropp.md, hpZ on ZeRO-3: {want} == build/plan's {got}, and the page says so")
+    # qgZ: rank 0's gradient bytes sent, then the comm_buffers peaks of ranks 0, 1 and 2, in one hop (int8, int4)
+    # and in two (rank 2, at the owner's place in the other node, sums too)
+    got = []
+    for flags in ([], ["--quantize-grads", "int8"], ["--quantize-grads", "int4"],
+                  ["--quantize-grads", "int8", "--quantize-grads-node", "2"]):
+        base = ["--config", "d4", "--ranks", "4", *flags]
+        sent = [int(f[5]) for f in plan_lines(*base, "--traffic") if f[:2] == ["zero3", "0"] and f[2] != "broadcast"]
+        peaks = {f[1]: int(f[8]) for f in plan_lines(*base, "--tsv") if f[0] == "zero3"}
+        got.append((sent[0] if sent else None, peaks.get("0"), peaks.get("1"), peaks.get("2")))
+    want = [(13686784, 0, 0, 0), (3475160, 276716340, 77234996, 75170772), (1764312, 243995828, 69352628, 67545428),
+            (3475160, 253870980, 78940492, 203680644)]
+    said = all(f"{x:,}" in text for x in (13686784, 3475160, 1764312, 276716340, 77234996, 75170772, 203680644))
+    check(got == want and said, f"docs/zeropp.md, qgZ on ZeRO-3: {want} == build/plan's {got}, and the page says so")
 
 
 def check_planned_across_machines():
@@ -695,10 +731,13 @@ def main():
     check_full_precision_out(tmp, model, common)
     check_resume(tmp, common, ["--quantize-weights", "int8", "--quantize-block", "16"])
     check_resume(tmp, common, ["--quantize-grads", "int4", "--secondary-shard-group", "1"])
+    check_resume(tmp, common, ["--quantize-grads", "int4", "--secondary-shard-group", "1", "--quantize-weights", "int8"],
+                 "zero3", zero3)
     check_refusals(tmp, common)
     check_docs_table()
     check_docs_what_if()
     check_docs_zero3()
+    check_docs_paper()
     check_planned_across_machines()
     check_d4(tmp)
     CHECKS.finish()

@@ -40,7 +40,7 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
-    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's wire
+    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's wires, hpZ's copies, qgZ's reduces
 } State;
 
 static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }

@@ -260,6 +260,19 @@ fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an 
 fails "plan: --grad-accum that does not divide the rows" "do not split into 3 micro-batches" \
     "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
 fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
+# --dims L,NH,C: a GPT-2 of those sizes, where no file holds the model; planned as a file of those sizes is
+fails "plan: --dims of two numbers" "--dims '40,32': give L,NH,C, three positive whole numbers" \
+    "$BUILD/plan" --dims 40,32 --ranks 2
+fails "plan: --dims with trailing text" "--dims '4,4,256x': give L,NH,C" "$BUILD/plan" --dims 4,4,256x --ranks 2
+fails "plan: --dims whose heads do not divide the channels" "3 heads do not divide 64 channels" \
+    "$BUILD/plan" --dims 4,3,64 --ranks 2
+fails "plan: --dims with --config" "give exactly one of --config dN, --dims L,NH,C" \
+    "$BUILD/plan" --dims 4,4,256 --config d4 --ranks 2
+"$BUILD/init_model" --layers 2 --heads 4 --channels 128 --vocab 256 --max-seq 1024 --out "$tmp/dims.bin" > /dev/null
+if cmp -s <("$BUILD/plan" --model "$tmp/dims.bin" --ranks 2 --tsv 2>&1) \
+          <("$BUILD/plan" --dims 2,4,128 --vocab 256 --ranks 2 --tsv 2>&1); then
+    ok "plan: --dims 2,4,128 --vocab 256 plans a model file of those sizes byte for byte"
+else bad "plan: --dims 2,4,128 --vocab 256 plans otherwise than a model file of those sizes"; fi
 # --params: the ZeRO paper's Figure 1 (P = 7.5e9, N = 64, mixed precision: 120, 31.4, 16.6, 1.9 GB per
 # rank), and written out by hand for P = 1e9, N = 4: fp32 (16, 4 + 4 + 8/4, 4 + (4 + 8)/4, 16/4) and bf16
 # with fp32 gradients (2 + 4 + 12, 2 + 4 + 12/4, 2 + (4 + 12)/4, 18/4)
@@ -380,7 +393,7 @@ if "$BUILD/plan" --params 7.5e9 --ranks 64 > "$tmp/p1" && "$BUILD/plan" --params
    cmp -s "$tmp/p1" "$tmp/p2"; then ok "plan --params 7.5e9 is --params 7500000000"
 else bad "plan --params 7.5e9 is --params 7500000000"; fi
 fails "plan --params 7.5e-9" "--params: '7.5e-9' is not an integer" "$BUILD/plan" --params 7.5e-9 --ranks 64
-fails "plan: --params with --config" "without --config or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
+fails "plan: --params with --config" "without --config, --dims or --model" "$BUILD/plan" --params 10 --config d2 --ranks 2
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
     ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
