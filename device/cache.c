@@ -70,7 +70,8 @@ static BlockHeader *dry_block(Cache *c, size_t bytes) {
     return block;
 }
 
-void *cache_alloc(Cache *c, size_t bytes) {
+// A block of `bytes`, zero-filled if `zero` (a new block always is).
+static void *take(Cache *c, size_t bytes, int zero) {
     int found;
     size_t at = find_bin(c, bytes, &found);
     BlockHeader *block;
@@ -78,7 +79,7 @@ void *cache_alloc(Cache *c, size_t bytes) {
         CacheBin *bin = &c->bins[at];
         block = bin->blocks[--bin->count];
         c->cached -= bytes;
-        if (!c->dry) memset(block + 1, 0, bytes);
+        if (!c->dry && zero) memset(block + 1, 0, bytes);
     } else if (c->dry) {
         block = dry_block(c, bytes);
     } else {
@@ -91,6 +92,10 @@ void *cache_alloc(Cache *c, size_t bytes) {
     if (c->in_use + c->cached > c->reserved_peak) c->reserved_peak = c->in_use + c->cached;
     return block + 1;
 }
+
+void *cache_alloc(Cache *c, size_t bytes) { return take(c, bytes, 1); }
+
+void *cache_alloc_overwritten(Cache *c, size_t bytes) { return take(c, bytes, 0); }
 
 void cache_free(Cache *c, void *ptr, size_t bytes) {
     CHECK(c->blocks_in_use > 0 && c->in_use >= bytes, "cache_free: %zu bytes given back, %zu in use in %zu blocks",

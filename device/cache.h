@@ -3,7 +3,8 @@
 // job. A freed block does not go back to the C library (which hands large blocks
 // straight back to the OS, so that the next step pays page faults to touch them
 // again); it waits in the bin of its exact size, and the next request for that
-// size takes it back, zero-filled again. No rounding, no splitting, no merging:
+// size takes it back, zero-filled again (unless its user overwrites it whole anyway:
+// cache_alloc_overwritten). No rounding, no splitting, no merging:
 // a training step asks for the same sizes in the same order every time, so
 // after the first step every request is a hit.
 //
@@ -55,6 +56,9 @@ typedef struct {
 
 // A zero-filled block of `bytes` (a dry cache's: an address alone, never to be touched).
 void *cache_alloc(Cache *c, size_t bytes);
+// The same for a user that writes all of it before reading any: a block taken back from a bin
+// keeps what it held (no zero-fill, a pass over its memory saved); a new one is zero.
+void *cache_alloc_overwritten(Cache *c, size_t bytes);
 // Gives back a block from cache_alloc; `bytes` must be the
 // size it was asked with, or the process stops with an error.
 void cache_free(Cache *c, void *block, size_t bytes);

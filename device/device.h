@@ -55,6 +55,10 @@ void device_swap(float *a, float *b, size_t count);  // a <-> b, element by elem
 // --precision bf16 run. These are the calls above for either.
 void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DType dtype);
 void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype);
+// device_alloc_as for a buffer its user writes whole before reading any of it (a collective's
+// copy-in and copy-out buffers, gathered parameters): its contents are undefined until then, and
+// the CPU's allocator saves zero-filling a block it hands out again. Freed with device_free_as.
+void *device_alloc_overwritten_as(MemAccount *acct, MemCategory category, size_t count, DType dtype);
 void device_copy_as(void *dst, const void *src, size_t count, DType dtype);
 void device_zero_as(void *ptr, size_t count, DType dtype);
 // dst += src; in bf16 each sum is worked out in fp32 and rounded once.

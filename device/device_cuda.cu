@@ -283,6 +283,11 @@ extern "C" void *device_alloc_as(MemAccount *acct, MemCategory category, size_t 
     return alloc_zeroed(acct, category, count * dtype_size(dtype));
 }
 
+// A GPU zero-fills at its memory's speed, on the stream: not worth a second path.
+extern "C" void *device_alloc_overwritten_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    return device_alloc_as(acct, category, count, dtype);
+}
+
 extern "C" void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype) {
     free_counted(acct, category, ptr, count * dtype_size(dtype));
 }

@@ -35,6 +35,10 @@ void *device_alloc_as(MemAccount *acct, MemCategory category, size_t count, DTyp
     return mem_alloc_elements(acct, category, count, dtype_size(dtype));
 }
 
+void *device_alloc_overwritten_as(MemAccount *acct, MemCategory category, size_t count, DType dtype) {
+    return device_alloc_as(acct, category, count, dtype);  // an address alone, either way
+}
+
 void device_free_as(MemAccount *acct, MemCategory category, void *ptr, size_t count, DType dtype) {
     mem_free_elements(acct, category, ptr, count, dtype_size(dtype));
 }

@@ -66,11 +66,16 @@ static Cache *cache_of(MemAccount *acct, MemCategory category) {
     return &acct->host_cache;
 }
 
-static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count, size_t size) {
+static void *alloc_counted_as(MemAccount *acct, MemCategory category, size_t count, size_t size, int zero) {
     if (count > SIZE_MAX / size) fatal("out of memory: %zu elements of %zu bytes overflow a size", count, size);
-    void *ptr = cache_alloc(cache_of(acct, category), count * size);
+    Cache *cache = cache_of(acct, category);
+    void *ptr = zero ? cache_alloc(cache, count * size) : cache_alloc_overwritten(cache, count * size);
     mem_account_add(acct, category, count * size);
     return ptr;
+}
+
+static void *alloc_counted(MemAccount *acct, MemCategory category, size_t count, size_t size) {
+    return alloc_counted_as(acct, category, count, size, 1);
 }
 
 static void free_counted(MemAccount *acct, MemCategory category, void *ptr, size_t bytes) {
@@ -89,6 +94,10 @@ void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t 
 
 void *mem_alloc_elements(MemAccount *acct, MemCategory category, size_t count, size_t size) {
     return alloc_counted(acct, category, count, size);
+}
+
+void *mem_alloc_overwritten(MemAccount *acct, MemCategory category, size_t count, size_t size) {
+    return alloc_counted_as(acct, category, count, size, 0);
 }
 
 void mem_free_elements(MemAccount *acct, MemCategory category, void *ptr, size_t count, size_t size) {

@@ -97,6 +97,9 @@ float *mem_alloc_floats(MemAccount *acct, MemCategory category, size_t count);
 void mem_free_floats(MemAccount *acct, MemCategory category, float *ptr, size_t count);
 // The same for `count` elements of `size` bytes each (bf16 buffers: size 2).
 void *mem_alloc_elements(MemAccount *acct, MemCategory category, size_t count, size_t size);
+// The same for a buffer its user writes whole before reading any of it: not zero-filled when it
+// is a block the cache held (cache_alloc_overwritten). Freed with mem_free_elements.
+void *mem_alloc_overwritten(MemAccount *acct, MemCategory category, size_t count, size_t size);
 void mem_free_elements(MemAccount *acct, MemCategory category, void *ptr, size_t count, size_t size);
 // The same for ints (token ids).
 int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count);

@@ -11,7 +11,8 @@ static size_t full_numel(const GPT2 *model, int t, int rows_multiple) {
 }
 
 void alloc_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple) {
-    model->params[t] = device_alloc_as(mem, MEM_PARAMS_GATHERED, full_numel(model, t, rows_multiple), model->param_dtype);
+    model->params[t] = device_alloc_overwritten_as(mem, MEM_PARAMS_GATHERED, full_numel(model, t, rows_multiple),
+                                                   model->param_dtype);  // the gather fills every row
 }
 
 void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple) {
@@ -41,8 +42,8 @@ void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_
     f->send_numel = send_numel;
     f->recv_numel = recv_numel;
     f->dtype = dtype;
-    f->send = device_alloc_as(mem, MEM_COMM_BUFFERS, send_numel, dtype);
-    f->recv = device_alloc_as(mem, MEM_COMM_BUFFERS, recv_numel, dtype);
+    f->send = device_alloc_overwritten_as(mem, MEM_COMM_BUFFERS, send_numel, dtype);  // packed whole
+    f->recv = device_alloc_overwritten_as(mem, MEM_COMM_BUFFERS, recv_numel, dtype);  // the collective's output
     f->packed = 0;
     f->num_runs = 0;
     f->format = (QuantFormat){0, 0};

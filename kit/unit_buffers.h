@@ -18,7 +18,8 @@
 #include "device/quantize.h"
 #include "kit/strategy.h"
 
-// model->params[t] becomes a new full-size buffer (params_gathered); freed, NULL.
+// model->params[t] becomes a new full-size buffer (params_gathered), its contents undefined until the
+// gather that fills it; freed, NULL.
 void alloc_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 // Zeroed full-size gradients (grads_gathered) for every tensor of the unit that
@@ -61,7 +62,8 @@ typedef struct {
     float *part, *sum;              // (recv_numel) qgZ's fp32 dequantized part and running sum, or NULL
     Comm *comm;                     // the collective's ranks: an all-gather's recv holds their sends
 } InFlight;
-// Allocates send, then recv, for a collective not already in flight on `f`.
+// Allocates send, then recv, for a collective not already in flight on `f` (contents undefined: the
+// copy-in fills send whole, the collective recv).
 void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_numel, DType dtype);
 // Copy-in: `count` elements of f->dtype from src go next into send, as a run of their own.
 void inflight_pack(InFlight *f, const void *src, size_t count);

@@ -1,5 +1,6 @@
 // The caching allocator (device/cache.c) and the accountant on top of it
-// (device/memory.c): reuse, zero-fill, reserved bytes by hand, dry books.
+// (device/memory.c): reuse, zero-fill (and its absence for a block overwritten whole), reserved bytes by
+// hand, dry books.
 #include <check.h>
 #include <stdint.h>
 #include <string.h>
@@ -28,6 +29,31 @@ START_TEST(test_a_freed_block_is_reused_zeroed) {
     ck_assert_uint_eq(c.cached, 0);
     ck_assert_uint_eq(cache_reserved(&c), 1064);
     cache_free(&c, b, 1000);
+    cache_free(&c, keep, 64);
+}
+END_TEST
+
+// A block for a user that overwrites it whole: new, zero; taken back from a bin, as it was left
+// (no pass over it), with the same books as a zero-filled one; and the zero-filled kind after it
+// is zero again.
+START_TEST(test_an_overwritten_block_is_not_zeroed_again) {
+    Cache c = {0};
+    unsigned char *keep = cache_alloc(&c, 64);
+    unsigned char *a = cache_alloc_overwritten(&c, 1000);
+    ck_assert(all_zero(a, 1000));
+    memset(a, 0xab, 1000);
+    cache_free(&c, a, 1000);
+    unsigned char *b = cache_alloc_overwritten(&c, 1000);
+    ck_assert_ptr_eq(b, a);
+    ck_assert_int_eq(b[0], 0xab);
+    ck_assert_int_eq(b[999], 0xab);
+    ck_assert_uint_eq(c.in_use, 1064);
+    ck_assert_uint_eq(cache_reserved(&c), 1064);
+    cache_free(&c, b, 1000);
+    unsigned char *z = cache_alloc(&c, 1000);
+    ck_assert_ptr_eq(z, a);
+    ck_assert(all_zero(z, 1000));
+    cache_free(&c, z, 1000);
     cache_free(&c, keep, 64);
 }
 END_TEST
@@ -219,6 +245,7 @@ int main(void) {
     Suite *s = suite_create("cache");
     TCase *tc = tcase_create("cache");
     tcase_add_test(tc, test_a_freed_block_is_reused_zeroed);
+    tcase_add_test(tc, test_an_overwritten_block_is_not_zeroed_again);
     tcase_add_test(tc, test_the_most_recently_freed_block_comes_first);
     tcase_add_test(tc, test_reserved_by_hand);
     tcase_add_test(tc, test_sizes_of_one_and_zero);
