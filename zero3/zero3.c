@@ -91,7 +91,7 @@ static void release_unit(State *s, int unit) {
     }
 }
 
-// Starts averaging each gradient of the unit onto its owner, in place.
+// Starts averaging each gradient of the unit onto its owner, in place: a reduce (qgZ: a gather).
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
