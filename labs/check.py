@@ -32,7 +32,8 @@ CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "
 FLAGS = {"--prefetch": "count", "--reshard-after-forward": ("0", "1"), "--shard-group": "group",
          "--grad-accum": "positive", "--accum-mode": ("sync-each", "no-sync"), "--precision": ("fp32", "bf16"),
          "--reduce-dtype": ("fp32", "bf16"), "--recompute": None, "--dropout": "fraction", "--ema": "fraction",
-         "--unit-blocks": "positive", "--wrap-min-params": "positive", "--shard-min-numel": "count"}
+         "--unit-blocks": "positive", "--wrap-min-params": "positive", "--shard-min-numel": "count",
+         "--secondary-shard-group": "node"}  # ZeRO++'s hpZ: bit for bit the same run (its quantizers are not)
 # A strategy flag and train_single's flag that says the same to the reference (single/single.c): hybrid groups,
 # whole small tensors.
 REFERENCE_TWINS = {"--shard-group": "--as-groups", "--shard-min-numel": "--as-whole-below"}
@@ -162,11 +163,13 @@ def split_args(text, strategy, n, build=None):
                 good = value is not None and is_fraction(value)
             else:
                 good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
-                    values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0))
+                    values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0) and (
+                    values != "node" or (n % int(value) == 0 and int(value) < n)))
             if not good:
                 want = "|".join(values) if isinstance(values, tuple) else \
                     {"count": "a whole number >= 0", "positive": "a whole number >= 1", "fraction": "a number in [0, 1)",
-                     "group": f"a number of ranks that divides --ranks {n}"}[values]
+                     "group": f"a number of ranks that divides --ranks {n}",
+                     "node": f"a number of ranks that divides --ranks {n}, fewer than it"}[values]
                 fail(f"--args: {flag} {value if value is not None else '(no value)'}: give {want}")
             pair.append(value)
         if flag in mine:
