@@ -198,12 +198,12 @@ static void send_across(InFlight *f) {
 // qgZ's reduce to one rank, the first hop of two has arrived: at my node's rank of the root's place, the
 // node's H parts summed in rank order and quantized again, gathered at the root from that place's ranks.
 static void gather_across(InFlight *f) {
-    int nodes = f->across->world;
+    int nodes = f->across->world, root_node = f->root / f->node->world;
     if (f->node->rank != f->root % f->node->world) return;  // my part has gone
     sum_wires(f, f->node->world, f->wire_recv, 1);
     quantize_runs(f, f->sum, DTYPE_FP32, f->wire_send);
-    f->handle = comm_gather_start(f->across, f->wire_send, f->across->rank == f->root / f->node->world ? f->wire_recv : NULL,
-                                  f->wire_bytes * (size_t)nodes, DTYPE_INT8, f->root / f->node->world);
+    f->handle = comm_gather_start(f->across, f->wire_send, f->across->rank == root_node ? f->wire_recv : NULL,
+                                  f->wire_bytes * (size_t)nodes, DTYPE_INT8, root_node);
     comm_wait(f->across, &f->handle);
 }
 

@@ -75,8 +75,8 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
     h->kept_numel = xcalloc((size_t)num_units, sizeof(size_t));
     h->taken = xcalloc((size_t)num_units, sizeof(size_t));
     if (owner)
-        strategy_note(ctx, "%s: secondary copies in nodes of %d rank(s), each tensor on the rank of its owner's place: "
-                           "the backward's broadcasts stay in the node (ZeRO++'s hpZ)\n", name, H);
+        strategy_note(ctx, "%s: secondary copies in nodes of %d rank(s), each tensor on the rank of its owner's "
+                           "place: the backward's broadcasts stay in the node (ZeRO++'s hpZ)\n", name, H);
     else
         strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the "
                            "node (ZeRO++'s hpZ)\n", name, H, H);
@@ -136,11 +136,13 @@ void secondary_drop(SecondaryShards *h, int unit) {
 int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
     const GPT2Layout *layout = &h->model->layout;
     DType dtype = h->model->param_dtype;
-    size_t at = 0;
-    if (kept_numel(h, t) == 0) return 0;
+    size_t at = 0, numel = kept_numel(h, t);
+    if (numel == 0) return 0;
     for (int i = 0; layout->unit_tensors[unit][i] != t; i++) at += kept_numel(h, layout->unit_tensors[unit][i]);
-    device_copy_as(dst, dtype_at(h->kept[unit], at, dtype), kept_numel(h, t), dtype);
-    h->taken[unit] += kept_numel(h, t);
+    CHECK(h->kept[unit] && at + numel <= h->kept_numel[unit], "unit %d: tensor %d's secondary copy at %zu + %zu of "
+          "%zu kept", unit, t, at, numel, h->kept_numel[unit]);
+    device_copy_as(dst, dtype_at(h->kept[unit], at, dtype), numel, dtype);
+    h->taken[unit] += numel;
     if (h->taken[unit] == h->kept_numel[unit]) free_kept(h, unit);
     return 1;
 }
