@@ -34,8 +34,8 @@ static void gather_unit(State *s, int unit, int direction) {
     (void)s, (void)unit, (void)direction;
 }
 
-static void release_unit(State *s, int unit) {
-    (void)s, (void)unit;  // nothing to release either
+static void release_unit(State *s, int unit, int direction) {
+    (void)s, (void)unit, (void)direction;  // nothing to release either
 }
 
 // Starts averaging the unit's bucket (its gradients, side by side) over all ranks.
@@ -52,9 +52,9 @@ static void finish_reduce(State *s, int unit) {
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
-static void after_forward(void *state, int unit) {
+static void after_forward(void *state, int unit, int backward_follows) {
     State *s = state;
-    release_unit(s, unit);
+    release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
 // Fetch the unit again (here for good); its gradients are the replica's own.
@@ -90,7 +90,7 @@ static void gather_full_model(void *state, float *flat) {
     for (int u = 0; u < s->model->layout.num_units; u++) {
         gather_unit(s, u, 0);
         if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
-        release_unit(s, u);
+        release_unit(s, u, 0);
     }
 }
 
@@ -111,13 +111,13 @@ static int local_grads(void *state, GradSpan *spans) {
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
 }
 
 static void destroy(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     free(s->reduces);
     free(s);

@@ -54,8 +54,8 @@ static void gather_unit(State *s, int unit, int direction) {
     (void)s, (void)unit, (void)direction;
 }
 
-static void release_unit(State *s, int unit) {
-    (void)s, (void)unit;  // nothing to release either
+static void release_unit(State *s, int unit, int direction) {
+    (void)s, (void)unit, (void)direction;  // nothing to release either
 }
 
 // Starts the reduce of every tensor homed in the unit: one per range it crosses,
@@ -100,9 +100,9 @@ static void finish_reduce(State *s, int unit) {
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
-static void after_forward(void *state, int unit) {
+static void after_forward(void *state, int unit, int backward_follows) {
     State *s = state;
-    release_unit(s, unit);
+    release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
 // ZeRO-2: zeroed full-size gradient buffers for the unit (or the ones an earlier
@@ -156,7 +156,7 @@ static void gather_full_model(void *state, float *flat) {
     for (int u = 0; u < s->model->layout.num_units; u++) {
         gather_unit(s, u, 0);
         if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
-        release_unit(s, u);
+        release_unit(s, u, 0);
     }
 }
 
@@ -180,14 +180,14 @@ static int local_grads(void *state, GradSpan *spans) {
 // and every range goes to everyone, as after a step.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
     gather_ranges(s);
 }
 
 static void destroy(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     free(s->piece_start);
     free(s->reduces);

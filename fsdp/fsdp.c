@@ -2,13 +2,14 @@
 // N equal slices, padded with zero rows) of every tensor, its gradient and its AdamW state.
 // Before a unit runs (forward, and again backward) one all-gather rebuilds its full tensors,
 // freed after forward (--reshard-after-forward 0: kept until backward); after its backward
-// one reduce-scatter leaves each rank the averaged gradient of its own slices.
+// one reduce-scatter leaves each rank the averaged gradient of its own slices (the head and
+// wte, gathered once, stay into their backward; wte's two gradients add up, reduced once).
 //
 //   qkvw (3C, C):  rows 0..k-1 -> rank 0 | rows k..2k-1 -> rank 1 | ... (padded)
 //   before unit u:  pack my slices -> all-gather -> unpack full tensors
 //   after  unit u:  pack full grads by rank -> reduce-scatter(avg) -> my slices +=
-// Per rank: 16 bytes per parameter / N (padded). Per step: two all-gathers and one reduce-
-// scatter of pad(P), wte once more in each (the head); one all-gather fewer unresharded.
+// Per rank: 16 bytes per parameter / N (padded). Per step: all-gathers of 2 pad(P) - pad(P_h)
+// (P_h: the head's, wte included), one reduce-scatter of pad(P); unresharded, pad(P) gathered once.
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
@@ -90,18 +91,19 @@ static void gather_unit(State *s, int unit, int direction) {
     if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
 }
 
-static void release_unit(State *s, int unit) {
+// Frees the unit's gathered tensors that the pass in `direction` is done with (released_after).
+static void release_unit(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] != TENSOR_GATHERED) continue;
+        if (s->tensor_state[t] != TENSOR_GATHERED || !released_after(layout, t, unit, direction)) continue;
         free_full_params(s->model, s->mem, t, s->comm->world);
         s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
 
-// Starts one reduce-scatter for all of the unit's gradients. Copy-in: block r
-// of `send` holds rank r's rows of every gradient, to land, reduced, on rank r.
+// Starts one reduce-scatter for the gradients the unit finishes (those at home in it). Copy-in:
+// block r of `send` holds rank r's rows of each, to land, reduced, on rank r.
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
@@ -110,7 +112,7 @@ static void start_reduce(State *s, int unit) {
     replicas_start_reduce(&s->replicas, unit);
     if (pack == 0) return;
     inflight_open(r, s->mem, pack * s->comm->world, pack, dtype);
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         size_t slice = s->resident.flat.count[t];
         for (int q = 0; q < s->comm->world; q++)
@@ -123,7 +125,7 @@ static void start_reduce(State *s, int unit) {
 }
 
 // Waits for the unit's reduce-scatter, if one is in flight (and across the groups). Copy-out: my
-// slices add into my resident gradient (the tied wte twice); everyone frees the full gradients.
+// slices add into my resident gradient; everyone frees the full gradients.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
@@ -131,7 +133,7 @@ static void finish_reduce(State *s, int unit) {
     size_t at = 0;
     replicas_finish_reduce(&s->replicas, unit);
     if (!shard_groups_wait(&s->groups, r)) return;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] == TENSOR_REPLICATED) continue;  // its gradient is its own, for good
         device_add_as(resident_grads(&s->resident, t), dtype_at(r->recv, at, dtype), s->resident.flat.count[t], dtype);
@@ -143,9 +145,9 @@ static void finish_reduce(State *s, int unit) {
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
-static void after_forward(void *state, int unit) {
+static void after_forward(void *state, int unit, int backward_follows) {
     State *s = state;
-    if (s->reshard_after_forward) release_unit(s, unit);
+    if (s->reshard_after_forward) release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
 // Fetch the unit again, and give it zeroed full-size gradient buffers (or the
@@ -167,7 +169,7 @@ static void after_backward(void *state, int unit, int last_micro_batch) {
         // the next micro-batch's head must find no gradient still on its way
         if (unit == 0 && !last_micro_batch) finish_reduce(s, 0);
     }
-    release_unit(s, unit);
+    release_unit(s, unit, -1);
 }
 
 // Unit 0's reduces may still be in flight.
@@ -185,7 +187,7 @@ static void gather_full_model(void *state, float *flat) {
     for (int u = 0; u < s->model->layout.num_units; u++) {
         gather_unit(s, u, 0);
         if (s->groups.world->rank == 0) unit_params_to_host(s->model, u, flat);
-        release_unit(s, u);
+        release_unit(s, u, 0);
     }
 }
 
@@ -209,14 +211,14 @@ static int local_grads(void *state, GradSpan *spans) {
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
     replicas_swap_ema(&s->replicas);
 }
 
 static void destroy(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     replicas_free(&s->replicas);
     zeropp_free(&s->zeropp);

@@ -5,7 +5,8 @@
 // N rows. With --shard-min-numel M, the tensors of fewer than M elements are kept
 // whole on every rank instead, as DDP keeps everything: never gathered
 // (TENSOR_REPLICATED), their gradients averaged over all N ranks by one
-// all-reduce per unit beside the unit's reduce-scatter, and their AdamW state
+// all-reduce per unit beside the unit's reduce-scatter, if it has one (the head,
+// its layernorm whole, has none: wte is reduced with unit 0), and their AdamW state
 // REPLICATED, not owned: every rank then steps them alike, where an owner would
 // have to send its update to the others, one more collective per step to save
 // a few kilobytes.

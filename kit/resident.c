@@ -26,7 +26,8 @@ void *resident_unit_grads(const Resident *r, int unit, size_t *count) {
 
 size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only) {
     size_t numel = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    int count = only ? layout->unit_num_tensors[unit] : layout->unit_num_home_tensors[unit];
+    for (int i = 0; i < count; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!only || only[t] == TENSOR_SHARDED) numel += r->flat.count[t];
     }

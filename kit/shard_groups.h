@@ -4,12 +4,12 @@
 // the ranks at the same place in every group, which hold the same slices,
 // average them with one all-reduce: slow links between machines carry only that.
 //
-//   group 0: ranks 0..M-1 | group 1: ranks M..2S-1 | ...
+//   group 0: ranks 0..M-1 | group 1: ranks M..2M-1 | ...
 //   rank r of each group: all-reduce(avg) of its reduced slices across the groups
 //
 // Per rank: FSDP's bytes at M ranks, 16 bytes per parameter / M (padded to M).
-// Across groups per step: one all-reduce of each unit's slices,
-// 2 (G-1)/G * 4 pad(P)/M bytes (plus wte's second use) with G = N/M groups.
+// Across groups per step: one all-reduce of each unit's slices (of the tensors at
+// home in it), 2 (G-1)/G * 4 pad(P)/M bytes with G = N/M groups.
 #ifndef SHARDLAB_SHARD_GROUPS_H
 #define SHARDLAB_SHARD_GROUPS_H
 

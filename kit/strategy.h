@@ -4,12 +4,14 @@
 // calls them around the model's units:
 //
 //   for each of the K micro-batches (--grad-accum K; K = 1 by default):
-//     for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u)
+//     for u = 0 .. U-1:   before_forward(u)  model forward(u)   after_forward(u, 1)
 //     for u = U-1 .. 0:   before_backward(u) model backward(u)  after_backward(u, last)
 //   finish_grads()        wait for collectives still in flight
 //   step()                AdamW on what this rank owns (and its EMA, --ema); gradients zeroed after
 //
 // Backward adds into the gradients it is given, so micro-batches accumulate.
+// An evaluation runs the forward alone, after_forward(u, 0): nothing is kept for
+// a backward.
 // `last` is 1 in the last micro-batch's backward: before it, a strategy may
 // keep its gradients local and reduce them once, with the last (no_sync).
 //
@@ -133,7 +135,7 @@ typedef struct {
     const char *name;
     void *state;
     void (*before_forward)(void *state, int unit);
-    void (*after_forward)(void *state, int unit);
+    void (*after_forward)(void *state, int unit, int backward_follows);
     void (*before_backward)(void *state, int unit);
     void (*after_backward)(void *state, int unit, int last_micro_batch);
     void (*finish_grads)(void *state);

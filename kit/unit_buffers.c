@@ -250,6 +250,13 @@ void inflight_close(InFlight *f, MemAccount *mem) {
     f->num_runs = 0;
 }
 
+int released_after(const GPT2Layout *layout, int t, int unit, int direction) {
+    const GPT2Tensor *tensor = &layout->tensors[t];
+    if (direction > 0) return tensor->last_unit == unit && unit + 1 < layout->num_units;
+    if (direction < 0) return tensor->home_unit == unit;
+    return 1;
+}
+
 int units_ahead(const GPT2Layout *layout, int unit, int direction, int prefetch) {
     int ahead = 0;
     while (direction != 0 && ahead < prefetch && unit + direction * (ahead + 1) >= 0 &&

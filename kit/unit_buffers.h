@@ -24,7 +24,7 @@ void alloc_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 // Zeroed full-size gradients (grads_gathered) for every tensor of the unit that
 // has none: a buffer still held, to add into, stays (an earlier micro-batch's
-// under no-sync; ZeRO-2's wte from the head, until unit 0). Freed, NULL.
+// under no-sync; the tied wte's from the head, until unit 0: ZeRO-2, ZeRO-3, FSDP). Freed, NULL.
 void alloc_unit_grads(GPT2 *model, MemAccount *mem, int unit, int rows_multiple);
 void free_full_grads(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 
@@ -90,6 +90,14 @@ void inflight_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire w
 int inflight_wait(InFlight *f, Comm *comm);
 // Frees send and recv (and the wire's) once the copy-out is done.
 void inflight_close(InFlight *f, MemAccount *mem);
+
+// Whether tensor t, gathered for `unit`, is freed after the unit's pass in `direction`.
+// Forward (+1, in training): when no later unit reads it (the tied wte stays from unit 0
+// to the head), but never in the last unit, whose backward comes next. Backward (-1): in
+// the unit it is at home in, whose backward finishes its gradient (the tied wte: unit 0).
+// 0 (a forward-only pass, the model written out): at once. So wte is gathered once a step, and its
+// gradient, the head's and the embedding's added up, reduced once.
+int released_after(const GPT2Layout *layout, int t, int unit, int direction);
 
 // How many of the `prefetch` units after `unit` in `direction` (+1 forward, -1
 // backward, 0: none) exist.

@@ -82,10 +82,12 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
                            "node (ZeRO++'s hpZ)\n", name, H, H);
 }
 
-// The elements of tensor t this rank keeps for its node: rows j of H of its padded full buffer (j: my place in
-// the node), or the whole tensor where its owner's place is mine and the owner is in another node.
-static size_t kept_numel(const SecondaryShards *h, int t) {
+// The elements of tensor t of the unit this rank keeps for its node: rows j of H of its padded full buffer (j: my
+// place in the node), or the whole tensor where its owner's place is mine and the owner is in another node; none
+// of a tensor the forward keeps gathered (released_after: the head's, and wte).
+static size_t kept_numel(const SecondaryShards *h, int unit, int t) {
     const GPT2Tensor *tensor = &h->model->layout.tensors[t];
+    if (!released_after(&h->model->layout, t, unit, +1)) return 0;
     if (!h->owner) return row_slice_padded_numel(tensor, h->sharding_world) / (size_t)h->node.world;
     int o = h->owner[t];
     return o % h->node.world == h->node.rank && o != h->sharding_rank ? tensor->numel : 0;
@@ -100,16 +102,16 @@ void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     size_t numel = 0, at = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (states[t] != TENSOR_GATHERED) continue;
+        if (states[t] != TENSOR_GATHERED || !released_after(layout, t, unit, +1)) continue;
         h->held[unit] = 1;
-        numel += kept_numel(h, t);
+        numel += kept_numel(h, unit, t);
     }
     if (numel == 0) return;
     h->kept[unit] = device_alloc_as(h->mem, MEM_PARAMS_GATHERED, numel, dtype);
     h->kept_numel[unit] = numel;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        size_t mine = kept_numel(h, t);
+        size_t mine = kept_numel(h, unit, t);
         if (states[t] != TENSOR_GATHERED || mine == 0) continue;
         size_t first = h->owner ? 0 : (size_t)h->node.rank * mine;  // rows j of H, padded; or all of it
         device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], first, dtype), mine, dtype);
@@ -136,9 +138,9 @@ void secondary_drop(SecondaryShards *h, int unit) {
 int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
     const GPT2Layout *layout = &h->model->layout;
     DType dtype = h->model->param_dtype;
-    size_t at = 0, numel = kept_numel(h, t);
+    size_t at = 0, numel = kept_numel(h, unit, t);
     if (numel == 0) return 0;
-    for (int i = 0; layout->unit_tensors[unit][i] != t; i++) at += kept_numel(h, layout->unit_tensors[unit][i]);
+    for (int i = 0; layout->unit_tensors[unit][i] != t; i++) at += kept_numel(h, unit, layout->unit_tensors[unit][i]);
     CHECK(h->kept[unit] && at + numel <= h->kept_numel[unit], "unit %d: tensor %d's secondary copy at %zu + %zu of "
           "%zu kept", unit, t, at, numel, h->kept_numel[unit]);
     device_copy_as(dst, dtype_at(h->kept[unit], at, dtype), numel, dtype);

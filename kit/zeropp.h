@@ -7,7 +7,8 @@
 //                                dequantized on arrival; the parameters kept, the
 //                                optimizer and checkpoints stay in full precision
 //   --secondary-shard-group H    hpZ: after a unit's forward each rank keeps 1/H of
-//                                each of its gathered tensors, the rows of its place
+//                                each of its gathered tensors that the forward frees
+//                                (not the head's, nor the tied wte), the rows of its place
 //                                among the H consecutive ranks of its node (ZeRO-3: the
 //                                whole tensors of owners at its place elsewhere), and
 //                                the unit's backward gathers those within the node
@@ -26,19 +27,22 @@
 //
 // FSDP's (ZeRO-3's: docs/zeropp.md):
 //   forward  unit u:  all-gather over N (qwZ: int8)  -> full tensors -> keep rows j of H (j: my place in the node)
+//                     of each tensor the forward frees (not the head's, nor wte)
 //   backward unit u:  all-gather over H of the kept rows -> the same full tensors, bit for bit
-//   after  backward:  rank q's rows of every gradient -> int8/int4 -> all-to-all -> N parts of mine -> fp32 sum / N
+//   after  backward:  rank q's rows of every gradient at home in u -> int8/int4 -> all-to-all -> N parts of mine
+//                     -> fp32 sum / N
 //     in two hops:    -> all-to-all in the node -> H parts of my place's blocks -> fp32 sums, int8/int4
 //                     -> all-to-all across, among my place's N/H ranks -> N/H parts of mine -> fp32 sum / N
 //
-// FSDP, with P' = pad(P) + pad(wte) (its padded parameters, wte twice: the head
-// reads it), per rank per step: qwZ's gathers move 2 (N-1)/N P' (1 + 4/Z) bytes
-// instead of 2 (N-1)/N P' b (b = 4 fp32, 2 bf16); qgZ's gradients (N-1)/N P'
-// (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N P' b_g (in two hops,
-// (H-1)/H P' (1 + 4/Z) inside the node and (N/H-1)/N P' (1 + 4/Z) across); hpZ's
-// backward gathers (H-1)/H P' b inside the node and none across, for P'/H
-// parameters a rank held from each unit's forward to its backward (counted as
-// params_gathered).
+// FSDP, with pad(P) its padded parameters and pad(P_h) the head's (lnfw, lnfb and the
+// tied wte, gathered once a step and kept into the backward), per rank per step: qwZ's
+// gathers move (N-1)/N (2 pad(P) - pad(P_h)) (1 + 4/Z) bytes instead of
+// (N-1)/N (2 pad(P) - pad(P_h)) b (b = 4 fp32, 2 bf16); qgZ's gradients (N-1)/N pad(P)
+// (1 + 4/Z) (int8) or (1/2 + 4/Z) (int4) bytes instead of (N-1)/N pad(P) b_g (in two hops,
+// (H-1)/H pad(P) (1 + 4/Z) inside the node and (N/H-1)/N pad(P) (1 + 4/Z) across); hpZ's
+// backward gathers (H-1)/H (pad(P) - pad(P_h)) b inside the node and none across, for
+// (pad(P) - pad(P_h))/H parameters a rank held from each unit's forward to its backward
+// (counted as params_gathered).
 #ifndef SHARDLAB_ZEROPP_H
 #define SHARDLAB_ZEROPP_H
 
@@ -68,7 +72,7 @@ typedef struct {
      "with --quantize-weights or --quantize-grads: numbers a scale (default 256; a tensor's slice has blocks "  \
      "of its own)"},                                                                                           \
     {"--secondary-shard-group", "H", CLI_INT, &(options).secondary_shard_group, 1, 1 << 24,                    \
-     "ZeRO++'s hpZ: keep a secondary copy of each unit's gathered parameters after its forward, 1/H a rank, "  \
+     "ZeRO++'s hpZ: keep a secondary copy of what each unit's forward frees, 1/H a rank, "                    \
      "and gather its backward's from the H consecutive ranks of a node (H divides the ranks that shard, "      \
      "fewer than all; omit for none)"}
 #define ZEROPP_FLAGS(options)                                                                                  \
@@ -84,7 +88,7 @@ typedef struct {
 const char *zeropp_problem(const ZeroppOptions *options);
 
 // hpZ's secondary shards of one rank: for each unit, from its forward to its backward, its rows of
-// every tensor the unit's forward gathered (FSDP), or, where tensors are owned whole (ZeRO-3), the
+// every tensor the unit's forward gathered and frees (FSDP), or, where tensors are owned whole (ZeRO-3), the
 // whole tensors whose owner has its place in another node: one tensor after another.
 typedef struct {
     int on;
@@ -104,8 +108,9 @@ typedef struct {
 // `owner`: NULL, or (num_tensors) each tensor's owner among `sharding` (tensors owned whole).
 void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
                     const ZeroppOptions *options, const int *owner);
-// After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED), or
-// the whole tensors it holds for its node (their owner's place in the node is its own, the owner elsewhere).
+// After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED) that
+// the forward frees after the unit (released_after), or the whole tensors of those it holds for its node (their
+// owner's place in the node is its own, the owner elsewhere).
 // Unit 0's first drops every unit's that a forward-only pass (evaluation) left.
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states);
 // The ranks the unit's gather in `direction` (-1: backward) is among: the node, where hpZ keeps its rows, or `sharding`.

@@ -184,8 +184,8 @@ def split_args(text, strategy, n, build=None):
 def reference_flags(strategy, n, flags, build=None):
     """train_single's flags that make it the reference of `strategy` at `n` ranks with the trainer flags `flags`,
     bit for bit: the ranks' rows as micro-batches of their own, averaged where and when the strategy averages them
-    (single/single.c). The registry says how the strategy averages (its `reference`: --as-reduce use for every
-    unit's gradients after its backward, --accum-mode no-sync for whole gradients reduced once); an --accum-mode
+    (single/single.c). The registry says how the strategy averages (its `reference`: --accum-mode no-sync for
+    whole gradients reduced once); an --accum-mode
     it does not fix is the run's; hybrid groups and whole small tensors have their twins (REFERENCE_TWINS)."""
     out = ["--as-ranks", str(n), *registry(build or default_build())[strategy]["reference"]]
     if "--accum-mode" not in out and "--accum-mode" in flags:
@@ -378,7 +378,8 @@ def main():
                f" ({norms[off][0] / norms[off][1]:.3g} times): " + (
                    f"{n} times is a sum where an average belongs (COMM_AVG)" if abs(norms[off][0] / norms[off][1] - n)
                    < 0.01 * n else "a gradient lost or overwritten where it should add: wte is read twice (the "
-                   "embedding, unit 0, and the head) and its two gradients add, on every rank and in every copy-out"
+                   "embedding, unit 0, and the head): its two gradients add up in one full buffer, reduced once, "
+                   "after unit 0"
                    if norms[off][0] < norms[off][1] else
                    "a gradient reduced from the wrong ranks, rows or units, or not waited for"))
     got, want = read_params(model), read_params(ref_model)

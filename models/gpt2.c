@@ -137,6 +137,7 @@ static void free_units(GPT2Layout *layout) {
     free(layout->unit_first_layer);
     free(layout->unit_num_layers);
     free(layout->unit_num_tensors);
+    free(layout->unit_num_home_tensors);
     free(layout->unit_tensors);
     free(layout->unit_tensor_ids);
 }
@@ -167,6 +168,7 @@ void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_pa
     layout->unit_first_layer = xcalloc((size_t)U, sizeof(int));
     layout->unit_num_layers = xcalloc((size_t)U, sizeof(int));
     layout->unit_num_tensors = xcalloc((size_t)U, sizeof(int));
+    layout->unit_num_home_tensors = xcalloc((size_t)U, sizeof(int));
     layout->unit_tensors = xcalloc((size_t)U, sizeof(int *));
     layout->unit_tensor_ids = xcalloc((size_t)layout->num_tensors + 1, sizeof(int));
     layout->unit_first_layer[0] = layout->unit_first_layer[U - 1] = -1;
@@ -182,6 +184,7 @@ void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_pa
         tensor->home_unit = tensor->kind == GPT2_LNFW || tensor->kind == GPT2_LNFB ? U - 1 : 0;
         for (int u = 1; tensor->layer >= 0 && u < U - 1; u++)
             if (tensor->layer >= layout->unit_first_layer[u]) tensor->home_unit = u;
+        tensor->last_unit = tensor->kind == GPT2_WTE ? U - 1 : tensor->home_unit;
     }
     // Which tensors each unit reads: everything at home there, in tensor order,
     // plus the tied wte for the head.
@@ -190,6 +193,7 @@ void gpt2_layout_group_blocks(GPT2Layout *layout, int unit_blocks, size_t min_pa
         layout->unit_tensors[u] = layout->unit_tensor_ids + at;
         for (int t = 0; t < layout->num_tensors; t++)
             if (layout->tensors[t].home_unit == u) layout->unit_tensors[u][layout->unit_num_tensors[u]++] = t;
+        layout->unit_num_home_tensors[u] = layout->unit_num_tensors[u];
         if (u == U - 1) layout->unit_tensors[u][layout->unit_num_tensors[u]++] = gpt2_tensor_id(layout, GPT2_WTE, 0);
         at += layout->unit_num_tensors[u];
     }

@@ -63,6 +63,7 @@ typedef struct {
     size_t numel;         // rows * cols
     size_t offset;        // first element in llm.c's flat layout
     int home_unit;        // the unit whose backward touches it last (wte: unit 0)
+    int last_unit;        // the unit whose forward reads it last (wte: the head, U-1)
 } GPT2Tensor;
 
 typedef struct {
@@ -74,6 +75,8 @@ typedef struct {
     int *unit_first_layer;                             // (num_units) a blocks' unit's first block; -1 otherwise
     int *unit_num_layers;                              // (num_units) its blocks; 0 for the embedding and the head
     int *unit_num_tensors;                             // (num_units)
+    int *unit_num_home_tensors;                        // (num_units) the first of a unit's tensors, those at home
+                                                       // in it (all but the head's wte, which comes last)
     int **unit_tensors;                                // (num_units) tensor ids each unit reads, pointing into
     int *unit_tensor_ids;                              // (num_tensors + 1): every tensor once, wte twice
 } GPT2Layout;

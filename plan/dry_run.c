@@ -40,7 +40,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
         for (int micro = 0; micro < d->micro_batches; micro++) {
             int last = micro == d->micro_batches - 1;
             gpt2_set_batch(&model, tokens, tokens);
-            forward_pass(&model, &strategy, NULL);
+            forward_pass(&model, &strategy, NULL, 1);
             if (last) offload_early_begin(&model, d->grad_clip, &early);
             backward_pass(&model, &strategy, NULL, last);
         }

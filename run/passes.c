@@ -5,7 +5,7 @@
 
 #include "device/device.h"
 
-void forward_pass(GPT2 *model, Strategy *s, Trace *trace) {
+void forward_pass(GPT2 *model, Strategy *s, Trace *trace, int backward_follows) {
     for (int u = 0; u < model->layout.num_units; u++) {
         double t0 = trace_begin(trace);
         mem_set_phase(model->mem, PHASE_GATHER_FORWARD, u);
@@ -17,7 +17,7 @@ void forward_pass(GPT2 *model, Strategy *s, Trace *trace) {
         trace_end(trace, t0, "compute", "forward u%d", u);
         t0 = trace_begin(trace);
         mem_set_phase(model->mem, PHASE_RELEASE_FORWARD, u);
-        s->after_forward(s->state, u);
+        s->after_forward(s->state, u, backward_follows);
         trace_end(trace, t0, "comm", "release fwd u%d", u);
     }
     mem_set_phase(model->mem, PHASE_SETUP, -1);

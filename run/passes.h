@@ -9,9 +9,10 @@
 #include "kit/strategy.h"
 #include "run/trace.h"
 
-// for u = 0 .. U-1: before_forward(u), the model's forward of u, after_forward(u).
+// for u = 0 .. U-1: before_forward(u), the model's forward of u, after_forward(u, backward_follows):
+// 1 in training, whose backward_pass comes next, 0 in a forward-only pass (evaluation).
 // `trace` (NULL: none) gets a span for each.
-void forward_pass(GPT2 *model, Strategy *s, Trace *trace);
+void forward_pass(GPT2 *model, Strategy *s, Trace *trace, int backward_follows);
 // for u = U-1 .. 0: before_backward(u), the model's backward of u, after_backward(u, last).
 void backward_pass(GPT2 *model, Strategy *s, Trace *trace, int last_micro_batch);
 // finish_grads(), then the account's phase is the optimizer's until the next pass.

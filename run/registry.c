@@ -14,8 +14,8 @@
     X("ddp", "DDP", ddp, "", "--accum-mode no-sync", SHARDS_NONE, PLACED_REPLICATED)                            \
     X("zero1", "ZeRO-1", ddp, "--zero-stage 1", "--accum-mode no-sync", SHARDS_OPTIM, PLACED_FLAT_RANGES)       \
     X("zero2", "ZeRO-2", ddp, "--zero-stage 2", "", SHARDS_OPTIM | SHARDS_GRADS, PLACED_FLAT_RANGES)            \
-    X("zero3", "ZeRO-3", zero3, "", "--as-reduce use", SHARDS_ALL, PLACED_WHOLE_TENSORS)                        \
-    X("fsdp", "FSDP", fsdp, "", "--as-reduce use", SHARDS_ALL, PLACED_ROW_SLICES)
+    X("zero3", "ZeRO-3", zero3, "", "", SHARDS_ALL, PLACED_WHOLE_TENSORS)                                      \
+    X("fsdp", "FSDP", fsdp, "", "", SHARDS_ALL, PLACED_ROW_SLICES)
 
 // Each folder's plugin (its plugin.c), declared from the lines above.
 #define DECLARE(name, title, folder, preset, reference, shards, placement) StrategyPlugin STRATEGY_PLUGIN(folder)(void);

@@ -132,7 +132,7 @@ static double evaluate(Run *run, int ema) {
         for (int r = 0; r < run->as_ranks; r++)
             for (int micro = 0; micro < micro_batches; micro++) {
                 set_micro_batch(run, &run->val, r * micro_batches + micro, 0);  // nothing dropped
-                forward_pass(&run->model, &run->strategy, &run->trace);
+                forward_pass(&run->model, &run->strategy, &run->trace, 0);
                 sum[r] += run->model.mean_loss;
             }
     }
@@ -503,7 +503,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
         int last = micro == K - 1;
         for (int r = 0; r < run->as_ranks; r++) {  // one rank's rows, or each of --as-ranks N's in rank order
             set_micro_batch(run, &run->train, r * K + micro, step);
-            forward_pass(&run->model, s, &run->trace);
+            forward_pass(&run->model, s, &run->trace, 1);
             if (last && r == run->as_ranks - 1) offload_early_begin(&run->model, run->opts.grad_clip, &early);
             backward_pass(&run->model, s, &run->trace, last);
             loss_sum[r] += run->model.mean_loss;

@@ -3,14 +3,14 @@
 // reproduce its losses; with --as-ranks N (and the flags that say how a strategy
 // averages) their bits (docs/testing.md).
 //   build/train_single --config d2 --vocab 256 --data runs/data --steps 20
-//   build/train_single ... --as-ranks 3 --as-reduce use    the reference of train_fsdp at 3 ranks
+//   build/train_single ... --as-ranks 3                    the reference of a run at 3 ranks
 #include <string.h>
 
 #include "single/single.h"
 
 typedef struct {
     SingleOptions options;
-    CliOption flags[4];
+    CliOption flags[3];
 } SinglePlugin;
 
 StrategyPlugin single_plugin(void) {
@@ -20,9 +20,6 @@ StrategyPlugin single_plugin(void) {
         {"--as-ranks", "N", CLI_INT, &o->as_ranks, 1, 1 << 16,
          "be the reference of a run at N ranks, bit for bit: each rank's rows a micro-batch of its own, their "
          "gradients averaged in rank order as the strategies' reductions do (default: the whole batch at once)"},
-        {"--as-reduce", "home|use", CLI_STRING, &o->as_reduce, 0, 0,
-         "with --as-ranks: average a tensor's gradient once, after the unit it is at home in (home: DDP, ZeRO-1/2; "
-         "default), or after each unit that reads it (use: ZeRO-3, FSDP)"},
         {"--as-groups", "M", CLI_INT, &o->as_groups, 1, 1 << 16,
          "with --as-ranks: average within groups of M consecutive ranks, then across the groups (FSDP's "
          "--shard-group M)"},

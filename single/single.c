@@ -13,20 +13,18 @@
 //   after unit u's backward of rank r:  its gradients to average set aside, local[r] -> sent[r]
 //   ... and of rank N-1:  their average, (sent[0] + sent[1] + ...) * (1/N) -> the gradient AdamW reads
 //
-// (set aside, since rank 0 runs all of its backward before rank 1 starts: the
-// tied wte's gradient from unit 0 must not join the one the head sends.)
+// (set aside, since rank 0 runs all of its backward before rank 1 starts.) Every
+// strategy averages a tensor's gradient once, after the unit it is at home in
+// (the tied wte's, the head's and the embedding's added up, after unit 0).
 //
-// Where a tensor is averaged, and how often, is what tells the strategies'
-// sums apart (the tied wte's two uses; accumulation), so the reference is told:
-//   --as-reduce home   once, after the unit it is at home in (DDP, ZeRO-1/2)
-//   --as-reduce use    after every unit that reads it: wte twice (ZeRO-3, FSDP)
+// How often, and over which ranks, is what tells the strategies' sums apart,
+// so the reference is told:
 //   --accum-mode       each micro-batch's (sync-each) or the last one's (no-sync)
 //   --as-groups M      within groups of M consecutive ranks, then across the
 //                      groups (FSDP's --shard-group M)
 //   --as-whole-below NUMEL  tensors under NUMEL elements: at home, over all N
 //                      ranks, in place, as DDP (FSDP's --shard-min-numel)
 #include <stdlib.h>
-#include <string.h>
 
 #include "kit/kit.h"
 #include "single/single.h"
@@ -37,11 +35,10 @@ typedef struct {
     Resident resident;  // every tensor whole: the averaged gradient AdamW reads
     SingleOptions opts;
     int as_ranks;       // N simulated ranks (1: plain train_single)
-    int per_use;        // --as-reduce use
     int sync_each;      // reduce every micro-batch, not only the last
     void **local;       // (as_ranks) each simulated rank's gradient, the model's layout; NULL without --as-ranks
     void **sent;        // (as_ranks) what each sends to be averaged: after unit u, its tensors averaged
-                        // then, at unit_sent[u] on (wte twice with --as-reduce use)
+                        // then, at unit_sent[u] on
     size_t *unit_sent;  // (num_units + 1)
 } State;
 
@@ -50,12 +47,6 @@ static int simulated_rank(const State *s) { return s->model->row0 / (s->model->B
 
 static void *local_grad(const State *s, int r, int t) {
     return dtype_at(s->local[r], s->model->layout.tensors[t].offset, s->model->grad_dtype);
-}
-
-// 1 if tensor t's gradient is averaged after unit `unit`'s backward.
-static int reduced_after(const State *s, int t, int unit) {
-    const GPT2Tensor *tensor = &s->model->layout.tensors[t];
-    return tensor->home_unit == unit || (s->per_use && tensor->numel >= s->opts.as_whole_below);
 }
 
 // Ranks first .. first + (count-1) stride, summed in that order into the first
@@ -85,10 +76,9 @@ static void reduce_unit(State *s, int r, int unit, int last_micro_batch) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
     size_t at = s->unit_sent[unit];
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         size_t numel = layout->tensors[t].numel;
-        if (!reduced_after(s, t, unit)) continue;
         device_copy_as(dtype_at(s->sent[r], at, dtype), local_grad(s, r, t), numel, dtype);
         device_zero_as(local_grad(s, r, t), numel, dtype);
         if (r == s->as_ranks - 1) {
@@ -104,7 +94,9 @@ static void reduce_unit(State *s, int r, int unit, int last_micro_batch) {
 }
 
 static void before_forward(void *state, int unit) { (void)state; (void)unit; }
-static void after_forward(void *state, int unit) { (void)state; (void)unit; }
+static void after_forward(void *state, int unit, int backward_follows) {
+    (void)state, (void)unit, (void)backward_follows;
+}
 
 // The unit's gradients go into the simulated rank's own.
 static void before_backward(void *state, int unit) {
@@ -175,10 +167,8 @@ static void destroy(void *state) {
 const char *single_options_problem(const void *options) {
     const SingleOptions *o = options;
     int N = o->as_ranks ? o->as_ranks : 1;
-    if (o->as_reduce && strcmp(o->as_reduce, "home") != 0 && strcmp(o->as_reduce, "use") != 0)
-        return "--as-reduce: give home or use";
-    if (!o->as_ranks && (o->as_reduce || o->as_groups || o->as_whole_below))
-        return "--as-reduce, --as-groups and --as-whole-below describe the reductions of --as-ranks N: give it too";
+    if (!o->as_ranks && (o->as_groups || o->as_whole_below))
+        return "--as-groups and --as-whole-below describe the reductions of --as-ranks N: give it too";
     if (o->as_groups && N % o->as_groups != 0) return "--as-groups M: M must divide --as-ranks N";
     return NULL;
 }
@@ -192,7 +182,6 @@ Strategy single_init(const StrategyContext *ctx) {
     s->mem = ctx->mem;
     if (ctx->options) s->opts = *(const SingleOptions *)ctx->options;
     s->as_ranks = s->opts.as_ranks ? s->opts.as_ranks : 1;
-    s->per_use = s->opts.as_reduce && strcmp(s->opts.as_reduce, "use") == 0;
     s->sync_each = ctx->accum_mode == ACCUM_SYNC_EACH;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
@@ -207,10 +196,8 @@ Strategy single_init(const StrategyContext *ctx) {
         s->unit_sent = xcalloc((size_t)layout->num_units + 1, sizeof *s->unit_sent);
         for (int u = 0; u < layout->num_units; u++) {
             s->unit_sent[u + 1] = s->unit_sent[u];
-            for (int i = 0; i < layout->unit_num_tensors[u]; i++) {
-                int t = layout->unit_tensors[u][i];
-                if (reduced_after(s, t, u)) s->unit_sent[u + 1] += layout->tensors[t].numel;
-            }
+            for (int i = 0; i < layout->unit_num_home_tensors[u]; i++)
+                s->unit_sent[u + 1] += layout->tensors[layout->unit_tensors[u][i]].numel;
         }
         s->local = xcalloc((size_t)s->as_ranks, sizeof *s->local);
         s->sent = xcalloc((size_t)s->as_ranks, sizeof *s->sent);

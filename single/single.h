@@ -9,7 +9,6 @@
 
 typedef struct {
     int as_ranks;             // --as-ranks N (0: the whole batch at once)
-    const char *as_reduce;    // --as-reduce home|use (NULL: home)
     int as_groups;            // --as-groups M (0: one group of N)
     uint64_t as_whole_below;  // --as-whole-below NUMEL (0: none)
 } SingleOptions;

@@ -42,11 +42,15 @@ PLANTS = [
     ("zero12", "a piece reduced onto the first range's owner", "int owner = first_owner + (k - s->piece_start[t]);",
      "int owner = first_owner;", "zero2", 3, {"gradient": r"wrong ranks", "traffic": r"reduce"}),
 ]
-# the tied wte's second gradient copied over the first instead of added: a lost gradient, named as wte's two uses
-PLANTS.append(("fsdp", "a copy-out that overwrites the tied wte's first gradient",
-               "device_add_as(resident_grads(&s->resident, t), dtype_at(r->recv, at, dtype)",
-               "device_copy_as(resident_grads(&s->resident, t), dtype_at(r->recv, at, dtype)", "fsdp", 2,
-               {"gradient": r"wte is read twice \(the embedding, unit 0, and the head\) and its two gradients add"}))
+# the head frees the tied wte's gradient with its own: the head's part is lost, named as wte's two uses
+PLANTS.append(("fsdp", "a head that frees the tied wte's gradient with its own",
+               "    inflight_close(r, s->mem);\n    resident_unit_final(&s->resident, unit);",
+               "    inflight_close(r, s->mem);\n    if (unit == layout->num_units - 1) free_full_grads(s->model, s->mem, 0, "
+               "s->comm->world);\n    resident_unit_final(&s->resident, unit);", "fsdp", 2,
+               {"gradient": r"wte is read twice \(the embedding, unit 0, and the head\): its two gradients add up"}))
+# the backward frees what the head read, the tied wte too: unit 0 must broadcast it again
+PLANTS.append(("zero3", "a backward that frees the tied wte after the head", "    release_unit(s, unit, -1);",
+               "    release_unit(s, unit, 0);", "zero3", 2, {"traffic": r"broadcast"}))
 # an all-gather's buffers never closed: the next gather on them stops the run, naming the collective and the fix
 PLANTS.append(("fsdp", "a gather whose buffers are never closed", "    inflight_close(g, s->mem);\n}",
                "}", "fsdp", 2, {"runs": r"the last one on them \(already waited for, not closed\) is open: wait for it "

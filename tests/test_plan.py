@@ -256,14 +256,14 @@ for n in (1, 3):
 # student would make it (keep unit 0, the embeddings, gathered from its forward to its
 # backward), changes the plan with no other edit, and the plan still equals what the
 # changed trainer measures.
-PLANTED = "    if (s->reshard_after_forward && unit != 0) release_unit(s, unit);"
+PLANTED = "    if (s->reshard_after_forward && unit != 0) release_unit(s, unit, backward_follows ? +1 : 0);"
 src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 tree = os.path.join(tmp, "planted")
 os.makedirs(tree, exist_ok=True)
 subprocess.run(["cp", "-r", *[os.path.join(src, d) for d in lab_sources()], tree], check=True)
 fsdp_c = os.path.join(tree, "fsdp", "fsdp.c")
 code = open(fsdp_c).read()
-stock_line = "    if (s->reshard_after_forward) release_unit(s, unit);"
+stock_line = "    if (s->reshard_after_forward) release_unit(s, unit, backward_follows ? +1 : 0);"
 check(code.count(stock_line) == 1, "fsdp.c has the line the planted change replaces")
 open(fsdp_c, "w").write(code.replace(stock_line, PLANTED))
 built = subprocess.run(["make", "-C", tree, "BUILD=build", "GPU=0", "-j2", "build/plan", "build/train_fsdp"],
@@ -339,15 +339,22 @@ for config, unit_flags in ((["--config", "d2", "--vocab", "256"], []), (["--conf
         shape = [*config, *unit_flags, "--ranks", str(n), "--batch", str(4 * n), "--seq", "16"]
         what = " ".join([config[1], *unit_flags, f"N={n}"])
         pad = {t: -(-tensor_rows(t, numel) // n) * n * (numel[t] // tensor_rows(t, numel)) for t in numel}
-        pairs = [set(units[u]) | set(units[u + 1]) for u in range(len(units) - 1)]
-        unit_pad = [sum(pad[t] for t in unit) for unit in units] + [0]  # [-1] and past the head: nothing
+        # wte stays from unit 0's forward to its backward, its gradient from the head's backward to unit 0's
+        pairs = [set(units[u]) | set(units[u + 1]) | {"wte"} for u in range(len(units) - 1)]
+        size = lambda tensors: sum(pad[t] for t in tensors)
+        # what each unit's gather moves, forward and backward, and its reduce-scatter ([-1] and past the ends: 0)
+        fwd = [size(unit) for unit in units[:-1]] + [size(units[-1]) - pad["wte"], 0]
+        bwd = [size(units[0]) - pad["wte"]] + [size(unit) for unit in units[1:-1]] + [0, 0]
+        home = [size(unit) for unit in units[:-1]] + [size(units[-1]) - pad["wte"], 0]
         peaks = {}
         for strategy, first, last, numbers in plan_rows(shape):
             for r in range(first, last + 1):
                 peaks[(strategy, r)] = numbers
-        fsdp = {"params_gathered": 4 * max(sum(pad[t] for t in unit) for unit in units),
-                "grads_gathered": 4 * max(sum(pad[t] for t in pair) for pair in pairs),
-                "comm_buffers": max(4 * (n + 1) * (unit_pad[u - 1] + unit_pad[u] + unit_pad[u + 1]) // n
+        fsdp = {"params_gathered": 4 * max(size(set(unit) | {"wte"}) for unit in units),
+                "grads_gathered": 4 * max(size(pair) for pair in pairs),
+                # forward: unit u's gather and the next one's; backward: unit u's reduce-scatter, unit u+1's still
+                # in flight, and unit u-1's gather
+                "comm_buffers": max(4 * (n + 1) * max(fwd[u] + fwd[u + 1], bwd[u - 1] + home[u] + home[u + 1]) // n
                                     for u in range(len(units)))}
         for cat, want in fsdp.items():
             got = peaks[("fsdp", 0)][CATS.index(cat)]
@@ -395,7 +402,8 @@ for row in table:
     layers = 12
     want = (J, str(-(-layers // int(J)) + 2), str(calls), f"{peak / 1e9:.3f}", rate[8], rate[64], rate[1024])
     got = (row[0], row[1], row[2], row[3], f"{row[4]} ({row[5]}%)", f"{row[6]} ({row[7]}%)", f"{row[8]} ({row[9]}%)")
-    check(got == want and int(row[2]) == 3 * int(row[1]), f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}")
+    check(got == want and int(row[2]) == 3 * int(row[1]) - 1,  # U gathers forward, U - 1 backward, U reduce-scatters
+          f"docs/fsdp.md units table, J = {J}: {got} is the planner's {want}, 3U - 1 collectives")
 # docs/answers.md prints exercise 3's planner lines for N = 1024 whole: they are today's
 lines = [line for line in subprocess.run([f"{BUILD}/plan", "--prefetch", "0", "--config", "d2", "--vocab", "256",
                                           "--ranks", "1024", "--tsv"], capture_output=True, text=True,
@@ -416,7 +424,7 @@ check(ema[("zero1", 0)] == ema[("zero2", 0)] and all(q in answer for q in quotes
       f"docs/answers.md answer 18 quotes the planner's ema bytes ({quotes})")
 # docs/zero3.md's units of several blocks are the planner's
 zero3_md = " ".join(open(os.path.join(src, "docs", "zero3.md")).read().split())
-for J, peak, rate in (("1", "29.601", "42945"), ("12", "30.199", "38306")):
+for J, peak, rate in (("1", "29.629", "46281"), ("12", "30.199", "39043")):
     d12 = ["--config", "d12", "--seq", "1024", "--unit-blocks", J]
     traffic = subprocess.run([f"{BUILD}/plan", *d12, "--ranks", "8", "--batch", "128", "--traffic"], capture_output=True,
                              text=True, check=True).stdout
@@ -426,9 +434,9 @@ for J, peak, rate in (("1", "29.601", "42945"), ("12", "30.199", "38306")):
                             "146656", "--tsv"], capture_output=True, text=True, check=True).stdout
     got_rate = [int(float(f[7]) / 64) for f in (line.split("\t") for line in times.splitlines())
                 if f[0] == "zero3" and f[1] == "64"][0]
-    check(calls == 447 and f"{got_peak / 1e9:.3f}" == peak and str(got_rate) == rate and f"(447 per step" in zero3_md
+    check(calls == 441 and f"{got_peak / 1e9:.3f}" == peak and str(got_rate) == rate and f"(441 per step" in zero3_md
           and f"{peak} GB at J = {J}" in zero3_md and f"{rate}" in zero3_md,
-          f"docs/zero3.md, J = {J}: 447 collectives, peak {peak} GB, {rate} tokens/s are the planner's "
+          f"docs/zero3.md, J = {J}: 441 collectives, peak {peak} GB, {rate} tokens/s are the planner's "
           f"({calls}, {got_peak / 1e9:.3f}, {got_rate})")
 # docs/fsdp.md's table of small tensors kept whole, and its d4 run's bytes, are the planner's
 rows = re.findall(r"^\| (every tensor sliced|`--shard-min-numel 10000`) \| (\d+)(?: \((\d+) all-reduces\))? \| ([\d,]+) B \| "

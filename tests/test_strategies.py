@@ -101,6 +101,33 @@ UNITS = block_units([1] * L)  # ZeRO-3's and FSDP's units; check_units regroups 
 numel = [r * c for _, r, c, _ in T]
 
 
+def home_unit(i):
+    """The unit whose backward finishes tensor i's gradient: the first that reads it (wte: unit 0)."""
+    return min(u for u, U in enumerate(UNITS) if i in U)
+
+
+def released_after(i, u, direction):
+    """kit/unit_buffers.h: a tensor gathered for unit u is freed after u's forward (+1) when no later unit reads it
+    and u is not the last (whose backward comes next), after u's backward (-1) in its home unit."""
+    if direction > 0:
+        return max(v for v, U in enumerate(UNITS) if i in U) == u and u + 1 < len(UNITS)
+    return home_unit(i) == u
+
+
+def at_home(u):
+    """The tensors whose gradients unit u's backward finishes, reduced after it."""
+    return [i for i in UNITS[u] if home_unit(i) == u]
+
+
+def gathered_by(u, direction):
+    """The tensors unit u's gather moves in a training step's forward (+1) or backward (-1): those the pass does
+    not hold already (released_after): the forward's head not wte, gathered at unit 0; the backward's head
+    nothing, kept from its forward; unit 0 not wte, kept since."""
+    if direction > 0:
+        return at_home(u)
+    return [] if u == len(UNITS) - 1 else [i for i in UNITS[u] if max(v for v, U in enumerate(UNITS) if i in U) == u]
+
+
 def pad(i, n):
     rows, cols = T[i][1], T[i][2]
     return -(-rows // n) * n * cols
@@ -135,8 +162,9 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
     """Peaks of params_gathered, grads_gathered and comm_buffers for ZeRO-3 and FSDP with --prefetch D >= 1,
     replaying a step as docs/fsdp.md and docs/zero3.md describe it: before unit u runs, its gather and those
     of the next D units (in the pass's direction; D at most L, so that the head and unit 0, which share wte,
-    never overlap) are started, and u's is waited for; after unit u's backward its reduce starts and unit
-    u+1's is waited for (unit 0's at the end of the micro-batch). A gather allocates its buffers at its start
+    never overlap) are started, and u's is waited for; after unit u's backward the reduce of the gradients at
+    home there starts and unit u+1's is waited for (unit 0's at the end of the micro-batch); what a pass is
+    done with is released (released_after: the head into its backward, wte from unit 0 to unit 0). A gather allocates its buffers at its start
     (ZeRO-3: the full tensor; FSDP: send and receive buffers) and FSDP the full tensors when it is waited for;
     a reduce keeps its full gradients until it is waited for."""
     U, D = len(UNITS), min(prefetch, len(UNITS) - 2)
@@ -177,16 +205,16 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
                 start(v)
         finish(u)
 
-    def release(u):
+    def release(u, direction):
         for i in UNITS[u]:
-            if state[i] == "gathered":
+            if state[i] == "gathered" and released_after(i, u, direction):
                 state[i] = "sharded"
                 if strategy == "fsdp" or owner[i] != rank:
                     add("params_gathered", -4 * size(i))
 
     def start_reduce(u):
         if strategy == "fsdp":
-            b = 4 * sum(pad(i, n) for i in UNITS[u]) // n * (n + 1)
+            b = 4 * sum(pad(i, n) for i in UNITS[u] if home_unit(i) == u) // n * (n + 1)
             add("comm_buffers", b)
             reduces[u] = b
         else:
@@ -196,7 +224,7 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
         if u not in reduces:
             return
         add("comm_buffers", -reduces.pop(u))
-        for i in UNITS[u]:
+        for i in (i for i in UNITS[u] if home_unit(i) == u):
             grads.discard(i)
             add("grads_gathered", -4 * size(i))
 
@@ -205,7 +233,7 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
         for u in range(U):
             gather(u, +1)
             if reshard:
-                release(u)
+                release(u, +1)
         for u in reversed(range(U)):
             gather(u, -1)
             for i in UNITS[u]:
@@ -218,7 +246,7 @@ def prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode):
                     finish_reduce(u + 1)
                 if u == 0 and not last:
                     finish_reduce(0)
-            release(u)
+            release(u, -1)
     finish_reduce(0)
     return peaks
 
@@ -268,46 +296,45 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
                     piece = min(offset[i] + numel[i], (q + 1) * S) - max(offset[i], q * S)
                     (reduces if strategy == "zero2" else calls).append(("reduce", piece, q, gb))
         calls.append(("all_gather", n * S, 0, pb))
-    elif strategy == "zero3":
-        owner = zero3_owners(n)
-        owned = sum(numel[i] for i in range(len(T)) if owner[i] == rank)
-        mem = {"params": pb * owned, "grads": gb * owned, "optim": (8 + master) * owned}
-        peaks = {"params_gathered": max(pb * sum(numel[i] for i in U if owner[i] != rank) + widened_params[u]
-                                        for u, U in enumerate(UNITS)),
-                 "grads_gathered": gb * P + max(widened_grads) if keep_whole
-                 else max(gb * W[u] + widened_grads[u] for u in range(len(UNITS))),
-                 "comm_buffers": 0}
-        for U in UNITS:  # forward
-            gathers += [("broadcast", numel[i], owner[i], pb) for i in U]
-        for U in reversed(UNITS):  # backward
-            gathers += [("broadcast", numel[i], owner[i], pb) for i in U]
-            reduces += [("reduce", numel[i], owner[i], gb) for i in U]
-    else:
-        sliced = sum(pad(i, n) // n for i in range(len(T)))
-        mem = {"params": pb * sliced, "grads": gb * sliced, "optim": (8 + master) * sliced}
-        unit_pad = [sum(pad(i, n) for i in U) for U in UNITS]
-        all_pad = sum(pad(i, n) for i in range(len(T)))
-        # without resharding, everything is gathered by the head's forward
-        peaks = {"params_gathered": max(pb * unit_pad[u] + widened_params[u] for u in range(len(UNITS))) if reshard
-                 else pb * all_pad + widened_params[-1],
-                 "grads_gathered": gb * all_pad + max(widened_grads) if keep_whole
-                 else max(gb * unit_pad[u] + widened_grads[u] for u in range(len(UNITS))),
-                 "comm_buffers": max(pb, gb) * max((n + 1) * p // n for p in unit_pad)}
-        gathered = set()
-        for u, U in enumerate(UNITS):  # forward
-            missing = [i for i in U if i not in gathered]
-            if missing:
+    else:  # ZeRO-3 and FSDP: a step replayed, each tensor gathered while a unit that reads it runs, and kept
+        # from one pass's unit to the next while released_after says so (wte from unit 0 to unit 0)
+        zero3 = strategy == "zero3"
+        owner = zero3_owners(n) if zero3 else None
+        held = [numel[i] if owner[i] == rank else 0 for i in range(len(T))] if zero3 else \
+            [pad(i, n) // n for i in range(len(T))]
+        mem = {"params": pb * sum(held), "grads": gb * sum(held), "optim": (8 + master) * sum(held)}
+        full = (lambda i: numel[i]) if zero3 else (lambda i: pad(i, n))
+        lent = (lambda i: 0 if owner[i] == rank else numel[i]) if zero3 else full  # a gathered copy's elements
+        gathered, alive, peaks = set(), set(), {"params_gathered": 0, "grads_gathered": 0, "comm_buffers": 0}
+
+        def gather(u, direction):
+            missing = [i for i in UNITS[u] if i not in gathered]
+            if missing and zero3:
+                gathers.extend(("broadcast", numel[i], owner[i], pb) for i in missing)
+            elif missing:
                 gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0, pb))
-            gathered |= set(missing)
-            if reshard:
-                gathered -= set(U)
+                peaks["comm_buffers"] = max(peaks["comm_buffers"], pb * (n + 1) * sum(pad(i, n) for i in missing) // n)
+            gathered.update(missing)
+            peaks["params_gathered"] = max(peaks["params_gathered"],
+                                           pb * sum(lent(i) for i in gathered) + widened_params[u])
+
+        for u in range(len(UNITS)):  # forward
+            gather(u, +1)
+            gathered -= {i for i in UNITS[u] if reshard and released_after(i, u, +1)}
         for u in reversed(range(len(UNITS))):  # backward
-            U = UNITS[u]
-            missing = [i for i in U if i not in gathered]
-            if missing:
-                gathers.append(("all_gather", sum(pad(i, n) for i in missing), 0, pb))
-            reduces.append(("reduce_scatter", unit_pad[u], 0, gb))
-            gathered -= set(U)
+            gather(u, -1)
+            alive |= set(UNITS[u])
+            at_home = [i for i in UNITS[u] if home_unit(i) == u]
+            peaks["grads_gathered"] = max(peaks["grads_gathered"], gb * sum(full(i) for i in alive) + widened_grads[u])
+            if zero3:
+                reduces.extend(("reduce", numel[i], owner[i], gb) for i in at_home)
+            else:
+                reduces.append(("reduce_scatter", sum(pad(i, n) for i in at_home), 0, gb))
+                peaks["comm_buffers"] = max(peaks["comm_buffers"], gb * (n + 1) * sum(pad(i, n) for i in at_home) // n)
+            alive -= set(at_home)
+            gathered -= set(at_home)
+        if keep_whole:
+            peaks["grads_gathered"] = gb * sum(full(i) for i in range(len(T))) + max(widened_grads)
     calls += accum * gathers + (1 if keep_whole else accum) * reduces
     if prefetch > 0:  # the same collectives, started earlier: more is held at once
         peaks = prefetch_peaks(strategy, n, rank, reshard, prefetch, accum, mode)
@@ -393,10 +420,10 @@ def check_matches_reference(tag, result, common, strategy, n, flags):
 
 def across_groups(n, S, rank, accum, mode, size=4):
     """[calls, elements, sent, recv] of hybrid FSDP's all-reduces across the N/S groups in a step (docs/fsdp.md):
-    one per unit of its slices, per micro-batch in sync-each."""
+    one per unit of its slices of the gradients at home there, per micro-batch in sync-each."""
     groups, across = n // S, [0, 0, 0, 0]
-    for U in UNITS * (accum if mode == "sync-each" else 1):
-        count = sum(pad(i, S) for i in U) // S
+    for u in list(range(len(UNITS))) * (accum if mode == "sync-each" else 1):
+        count = sum(pad(i, S) for i in UNITS[u] if home_unit(i) == u) // S
         sent, recv = ring("all_reduce", count, rank // S, groups, size=size)
         if groups > 1:
             across = [across[0] + 1, across[1] + count, across[2] + sent, across[3] + recv]
@@ -839,9 +866,11 @@ def check_replicas(tmp, common, ref_steps, ref_params):
                 home = [i for i in range(len(T)) if T[i][3] == u and i in whole]
                 if home:
                     calls.append(("all_reduce", sum(numel[i] for i in home)))
-                sliced = sum(pad(i, n) for i in U if i not in whole)
-                if sliced:
-                    calls += [("all_gather", sliced), ("all_gather", sliced), ("reduce_scatter", sliced)]
+                for op, tensors in (("all_gather", gathered_by(u, +1)), ("all_gather", gathered_by(u, -1)),
+                                    ("reduce_scatter", at_home(u))):
+                    sliced = sum(pad(i, n) for i in tensors if i not in whole)
+                    if sliced:
+                        calls.append((op, sliced))
             want = {}
             for op, count in calls:
                 sent, recv = ring(op, count, rank["rank"], n)
@@ -1125,9 +1154,9 @@ def check_fused_classifier(tmp, common):
 
 
 def check_reference(common, ref_steps, ref_params):
-    """train_single --as-ranks 1 (--as-reduce home) is train_single, bit for bit; at N > 1 it runs N ranks' rows (its summary
+    """train_single --as-ranks 1 is train_single, bit for bit; at N > 1 it runs N ranks' rows (its summary
     says so) and learns as the whole batch does; flags that describe its reductions without it are refused."""
-    one = reference_run(common, "ddp", 1, [])  # (--as-reduce use at N = 1 is not: wte's two uses add apart)
+    one = reference_run(common, "fsdp", 1, [])
     plain = run_logged("train_single under the launcher", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common],
                        os.path.join(TMP, "plain.jsonl"), os.path.join(TMP, "plain.bin"))
     if one and plain:
@@ -1139,8 +1168,8 @@ def check_reference(common, ref_steps, ref_params):
         check(three[1]["strategy_options"]["as_ranks"] == 3 and worst <= 1e-4,
               f"train_single --as-ranks 3: the summary names N, the losses are the whole batch's (worst relative "
               f"difference {worst:.1e})")
-    for bad, says in ((["--as-reduce", "use"], "give it too"), (["--as-ranks", "4", "--as-groups", "3"], "must divide"),
-                      (["--as-ranks", "2", "--as-reduce", "both"], "give home or use"),
+    for bad, says in ((["--as-groups", "2"], "give it too"), (["--as-ranks", "4", "--as-groups", "3"], "must divide"),
+                      (["--as-reduce", "use"], "unknown"),
                       (["--as-ranks", "5"], "not divisible by the number of ranks (5, --as-ranks)")):
         r = subprocess.run([f"{BUILD}/train_single", *common, *bad], capture_output=True, text=True, timeout=60)
         check(r.returncode != 0 and says in r.stderr, f"train_single {' '.join(bad)} is refused: {says}")

@@ -3,7 +3,9 @@
 // (kit/partition.c); only the owner keeps it, its gradient and AdamW state.
 // Before a unit runs (forward, and again backward) each of its tensors is
 // broadcast from its owner into a temporary full buffer, freed right after;
-// after its backward each gradient is averaged onto its owner by a reduce.
+// after its backward each gradient is averaged onto its owner by a reduce (the
+// head and wte, broadcast once, stay into their backward; wte's two gradients
+// add up, reduced once).
 //
 //   owner of h0.qkvw --broadcast--> everyone      (before forward / backward)
 //   everyone --reduce(avg)--> owner of h0.qkvw    (after backward)
@@ -11,8 +13,8 @@
 //   rank 1: [ h0.qkvw  | h0.fcw ...  ]  (sizes differ: ownership is lumpy)
 //
 // Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
-// balance uneven at small N. Per step: two broadcasts and one reduce of every
-// tensor, plus two broadcasts and one reduce of wte for its second use (the head).
+// balance uneven at small N. Per step: broadcasts of 2P - P_h (P_h: the head's,
+// wte included) and one reduce of every tensor.
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
@@ -22,7 +24,7 @@
 // computes, and unit u's reduces are waited for only after the next unit's
 // backward: the same collectives, travelling under compute. ZeRO++ (docs/zeropp.md): qwZ,
 // training's broadcasts in int8, dequantized into a copy on every rank, the owner's too; hpZ,
-// each tensor kept after its forward by the rank of its owner's place in every other node,
+// each tensor the forward frees kept by the rank of its owner's place in every other node,
 // the backward's broadcasts from there, inside the node; qgZ, each reduce a gather of
 // int8/int4 wires at the owner, summed there in fp32.
 #include <stdlib.h>
@@ -80,33 +82,34 @@ static void gather_unit(State *s, int unit, int direction) {
     if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
 }
 
-static void release_unit(State *s, int unit) {
+// Frees the unit's gathered tensors that the pass in `direction` is done with (released_after).
+static void release_unit(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] != TENSOR_GATHERED) continue;
+        if (s->tensor_state[t] != TENSOR_GATHERED || !released_after(layout, t, unit, direction)) continue;
         if (!owns(s, t) || s->model->params[t] != resident_params(&s->resident, t)) free_full_params(s->model, s->mem, t, 1);
         if (owns(s, t)) s->model->params[t] = resident_params(&s->resident, t);  // qwZ's copy freed
         s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
 
-// Starts averaging each gradient of the unit onto its owner, in place: a reduce (qgZ: a gather).
+// Starts averaging each gradient the unit finishes (those at home in it) onto its owner, in place:
+// a reduce (qgZ: a gather).
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         s->reduces[t] = zeropp_reduce_start(&s->zeropp, s->comm, t, s->model, s->owner[t]);
     }
 }
 
 // Waits for the unit's reduces still in flight; the owner adds each average to its
-// resident gradient (the tied wte arrives twice: from the head and from unit 0),
-// and everyone frees the full gradients.
+// resident gradient, and everyone frees the full gradients.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (!zeropp_reduce_wait(&s->zeropp, s->comm, &s->reduces[t], t, s->model)) continue;
         if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
@@ -116,9 +119,9 @@ static void finish_reduce(State *s, int unit) {
 }
 
 static void before_forward(void *state, int unit) { gather_unit(state, unit, +1); }
-static void after_forward(void *state, int unit) {
+static void after_forward(void *state, int unit, int backward_follows) {
     State *s = state;
-    release_unit(s, unit);
+    release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
 // Fetch the unit again, and give it zeroed full-size gradient buffers (or the
@@ -140,7 +143,7 @@ static void after_backward(void *state, int unit, int last_micro_batch) {
         // the next micro-batch's head must find no gradient still on its way
         if (unit == 0 && !last_micro_batch) finish_reduce(s, 0);
     }
-    release_unit(s, unit);
+    release_unit(s, unit, -1);
 }
 
 // Unit 0's reduces may still be in flight.
@@ -157,7 +160,7 @@ static void gather_full_model(void *state, float *flat) {
     for (int u = 0; u < s->model->layout.num_units; u++) {
         gather_unit(s, u, 0);
         if (s->comm->rank == 0) unit_params_to_host(s->model, u, flat);
-        release_unit(s, u);
+        release_unit(s, u, 0);
     }
 }
 
@@ -179,13 +182,13 @@ static int local_grads(void *state, GradSpan *spans) {
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
     resident_swap_ema(&s->resident);
 }
 
 static void destroy(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u);  // what a forward-only pass kept
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
     zeropp_free(&s->zeropp);
     free(s->owner);
