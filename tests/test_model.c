@@ -193,6 +193,29 @@ START_TEST(test_exp_against_double) {
 }
 END_TEST
 
+// The vector exp takes a shorter path for a group of lanes all in [-87, 88], and
+// clamps and selects where one is not: an element must get the same bits either
+// way, wherever its neighbours fall. GELU's exp(-2u) leaves the range for x = -50
+// (u far below -44): every eighth element is -50 in one copy and 0.5 in the other
+// (so every group of 8 or 16 lanes of the first holds one, none of the second).
+START_TEST(test_exp_same_bits_in_any_group) {
+    enum { N = 4096 };
+    static float mixed[N], plain[N], out_mixed[N], out_plain[N];
+    unsigned state = 7;
+    for (int i = 0; i < N; i++) {
+        state = state * 1664525u + 1013904223u;
+        plain[i] = mixed[i] = -4.0f + 8.0f * (float)(state >> 8) / (float)(1u << 24);
+        if (i % 8 == 0) mixed[i] = -50.0f, plain[i] = 0.5f;
+    }
+    gelu_forward(out_mixed, mixed, N);
+    gelu_forward(out_plain, plain, N);
+    for (int i = 0; i < N; i++)
+        if (i % 8 != 0)
+            ck_assert_msg(memcmp(&out_mixed[i], &out_plain[i], sizeof(float)) == 0,
+                          "gelu(%a): %a beside an out-of-range lane, %a without", plain[i], out_mixed[i], out_plain[i]);
+}
+END_TEST
+
 // GELU's tanh form and its derivative against the same formulas in double
 // (libm's exp), over [-87, 88]: within 4 + 4|u| float ulps (u is a float, and
 // e^(-2u) multiplies its rounding by 2|u|), or 1e-36 absolute where it vanishes
@@ -434,6 +457,7 @@ int main(void) {
     tcase_add_test(tc, test_gradients_with_dropout_match_finite_differences);
     tcase_add_test(tc, test_attention_dropout_mask_is_the_documented_one);
     tcase_add_test(tc, test_exp_against_double);
+    tcase_add_test(tc, test_exp_same_bits_in_any_group);
     tcase_add_test(tc, test_gelu_against_double);
     tcase_add_test(tc, test_softmax_is_shift_invariant);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
