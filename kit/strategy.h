@@ -10,8 +10,9 @@
 //   step()                AdamW on what this rank owns (and its EMA, --ema); gradients zeroed after
 //
 // Backward adds into the gradients it is given, so micro-batches accumulate.
-// An evaluation runs the forward alone, after_forward(u, 0): nothing is kept for
-// a backward.
+// An evaluation runs the forward alone, after_forward(u, 0): what a unit gathered
+// is released at once, unless the strategy keeps units through every forward
+// (FSDP's --reshard-after-forward 0).
 // `last` is 1 in the last micro-batch's backward: before it, a strategy may
 // keep its gradients local and reduce them once, with the last (no_sync).
 //

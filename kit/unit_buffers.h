@@ -95,8 +95,9 @@ void inflight_close(InFlight *f, MemAccount *mem);
 // Forward (+1, in training): when no later unit reads it (the tied wte stays from unit 0
 // to the head), but never in the last unit, whose backward comes next. Backward (-1): in
 // the unit it is at home in, whose backward finishes its gradient (the tied wte: unit 0).
-// 0 (a forward-only pass, the model written out): at once. So wte is gathered once a step, and its
-// gradient, the head's and the embedding's added up, reduced once.
+// 0 (a forward-only pass, the model written out): at once. So wte is gathered once a forward and
+// backward (a step, without --grad-accum), and its gradient, the head's and the embedding's added
+// up, reduced once where the micro-batch reduces.
 int released_after(const GPT2Layout *layout, int t, int unit, int direction);
 
 // How many of the `prefetch` units after `unit` in `direction` (+1 forward, -1
