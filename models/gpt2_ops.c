@@ -313,7 +313,7 @@ static inline lanes_f select_lanes(lanes_i mask, lanes_f a, lanes_f b) {
     return (lanes_f)(((lanes_i)a & mask) | ((lanes_i)b & ~mask));
 }
 
-// e^x for every lane in [-87, 88] (no NaN): exp_lanes's arithmetic, without its clamps and selects.
+// e^x for every lane in [-87, 88] (no NaN): the arithmetic alone.
 static inline lanes_f exp_lanes_in_range(lanes_f x) {
     const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
     lanes_f n = (x * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
@@ -334,13 +334,7 @@ static inline lanes_f exp_lanes(lanes_f x) {
     lanes_f clamped = select_lanes(below, splat(-87.0f), x);
     clamped = select_lanes(clamped > splat(88.0f), splat(88.0f), clamped);
     clamped = select_lanes(nan, splat(0.0f), clamped);
-    const float round_bias = 12582912.0f;  // 1.5 * 2^23: adding it rounds to a whole number
-    lanes_f n = (clamped * 1.44269504f + round_bias) - round_bias;  // round(x / ln 2)
-    lanes_f r = (clamped - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 = 0.693145752 + 1.42860677e-6
-    lanes_f p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-                r * (1.0f / 5040)))))));
-    lanes_i bits = (__builtin_convertvector(n, lanes_i) + 127) << 23;  // 2^n
-    lanes_f result = select_lanes(below, splat(0.0f), p * (lanes_f)bits);
+    lanes_f result = select_lanes(below, splat(0.0f), exp_lanes_in_range(clamped));
     return select_lanes(nan, x, result);
 }
 
