@@ -106,11 +106,16 @@ def home_unit(i):
     return min(u for u, U in enumerate(UNITS) if i in U)
 
 
+def last_unit(i):
+    """The last unit whose forward reads tensor i (wte: the head)."""
+    return max(u for u, U in enumerate(UNITS) if i in U)
+
+
 def released_after(i, u, direction):
     """kit/unit_buffers.h: a tensor gathered for unit u is freed after u's forward (+1) when no later unit reads it
     and u is not the last (whose backward comes next), after u's backward (-1) in its home unit."""
     if direction > 0:
-        return max(v for v, U in enumerate(UNITS) if i in U) == u and u + 1 < len(UNITS)
+        return last_unit(i) == u and u + 1 < len(UNITS)
     return home_unit(i) == u
 
 
@@ -125,7 +130,7 @@ def gathered_by(u, direction):
     nothing, kept from its forward; unit 0 not wte, kept since."""
     if direction > 0:
         return at_home(u)
-    return [] if u == len(UNITS) - 1 else [i for i in UNITS[u] if max(v for v, U in enumerate(UNITS) if i in U) == u]
+    return [] if u == len(UNITS) - 1 else [i for i in UNITS[u] if last_unit(i) == u]
 
 
 def pad(i, n):
