@@ -139,14 +139,18 @@ static void head_backward(GPT2 *model) {
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
-    if (model->classifier == CLASSIFIER_KEEPS_PROBABILITIES)  // fused: the forward made dlogits
+    // dlogits (B,T,Vp): the fused forward wrote them over the logits; otherwise they
+    // are written over the probabilities, in place: one read and one write of each
+    // row, where a third buffer would cost the memory another pass
+    float *dlogits = model->classifier == CLASSIFIER_FUSED ? a->logits : a->probs;
+    if (model->classifier == CLASSIFIER_KEEPS_PROBABILITIES)
         TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,
-              softmax_crossentropy_backward(a->logits, a->probs, model->targets, gpt2_dloss(model), B, T,
+              softmax_crossentropy_backward(dlogits, a->probs, model->targets, gpt2_dloss(model), B, T,
                                             c->vocab_size, c->padded_vocab_size));
     memset(a->dln, 0, (size_t)B * T * C * sizeof(float));
     memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD,
-          matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf, P(GPT2_WTE, 0), B, T, C,
+          matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, dlogits, a->lnf, P(GPT2_WTE, 0), B, T, C,
                           c->padded_vocab_size));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,

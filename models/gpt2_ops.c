@@ -427,19 +427,36 @@ void residual_forward(real_t *out, const real_t *a, const real_t *b, int N) {
 // callers: the same vector lanes, the same sums.
 __attribute__((noinline)) static real_t softmax_row(real_t *p, const real_t *logit, int target, int V, int Vp,
                                                     real_t scale) {
-    real_t maxval = logit[0], target_logit = logit[target];  // read before p may overwrite it
-#pragma omp simd reduction(max : maxval)
-    for (int i = 1; i < V; i++) maxval = logit[i] > maxval ? logit[i] : maxval;  // vectorised
+    real_t maxval = logit[0], minval = logit[0], target_logit = logit[target];  // read before p may overwrite it
+    real_t nan_probe = 0;  // x * 0 is 0 for every finite x: the sum stays 0 unless a logit is NaN or infinite
+#pragma omp simd reduction(max : maxval) reduction(min : minval) reduction(+ : nan_probe)
+    for (int i = 1; i < V; i++) {  // vectorised; the logits' one trip from memory
+        maxval = logit[i] > maxval ? logit[i] : maxval;
+        minval = logit[i] < minval ? logit[i] : minval;
+        nan_probe += logit[i] * 0;
+    }
     real_t sum = 0;  // summed in vector lanes, then across them: the same order every time
 #ifdef SHARDLAB_REAL_DOUBLE
+    (void)minval;
 #pragma omp simd reduction(+ : sum)
     for (int i = 0; i < V; i++) {
         p[i] = exp_elementwise(logit[i] - maxval);
         sum += p[i];
     }
 #else
+    // Where every logit - maxval lies in [-87, 0] (x - maxval is monotonic in x,
+    // so the row's smallest tells), the whole groups need no lane checks: the
+    // same bits as exp_lanes, a fifth less time.
+    int in_range = nan_probe == 0 && minval - maxval >= -87.0f;
+    int checked_from = in_range ? V / LANES * LANES : 0;
     lanes_f sums = splat(0.0f);
-    for (int i = 0; i < V; i += LANES) {  // a partial last group padded with -inf: e^-inf = 0 adds nothing
+    int i = 0;
+    for (; i < checked_from; i += LANES) {
+        lanes_f e = exp_lanes_in_range(load_lanes(logit + i, LANES, 0.0f) - maxval);
+        store_lanes(p + i, e, LANES);
+        sums += e;
+    }
+    for (; i < V; i += LANES) {  // a partial last group padded with -inf: e^-inf = 0 adds nothing
         int count = V - i < LANES ? V - i : LANES;
         lanes_f e = exp_lanes(load_lanes(logit + i, count, -INFINITY) - maxval);
         store_lanes(p + i, e, count);

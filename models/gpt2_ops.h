@@ -77,7 +77,7 @@ void softmax_crossentropy_forward(real_t *losses, real_t *probs, const real_t *l
                                   const int *targets, int B, int T, int V,
                                   int Vp);  // losses (B,T), probs, logits (B,T,Vp)
 // dlogits = dloss * (probs - onehot(target)); padded columns get 0. Overwrites
-// dlogits (it is the first and only contribution).
+// dlogits (it is the first and only contribution), which may be probs itself.
 void softmax_crossentropy_backward(real_t *dlogits, const real_t *probs, const int *targets,
                                    real_t dloss, int B, int T, int V, int Vp);
 // The two in one pass, in place (--fused-classifier): losses as the forward's,

@@ -7,6 +7,7 @@
 #include <check.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,6 +269,35 @@ START_TEST(test_softmax_is_shift_invariant) {
 }
 END_TEST
 
+// A row whose logits all lie within 87 of its largest skips the exp's lane
+// checks; one logit far below turns them on. Its e^x is exactly 0 and adds
+// nothing, so the other logits keep the same probabilities and loss, bit for
+// bit. V + 1 fills whole groups of 8 and of 16 lanes (the low logit is in one);
+// padded columns hold 3, which a group read past V would add.
+START_TEST(test_softmax_same_bits_with_lane_checks) {
+    enum { V = 1007, Vp = 1040 };
+    float *logits = malloc(Vp * sizeof(float)), *probs = malloc(Vp * sizeof(float));
+    float *with_low = malloc(Vp * sizeof(float)), *probs_low = malloc(Vp * sizeof(float));
+    uint32_t state = 7;
+    for (int i = 0; i < Vp; i++) {
+        state = state * 1664525u + 1013904223u;
+        logits[i] = i < V ? (float)(state >> 8) / (1 << 24) * 10 - 5 : 3;
+        with_low[i] = logits[i];
+    }
+    with_low[V] = -200;
+    int target = 611;
+    float loss, loss_low;
+    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
+    softmax_crossentropy_forward(&loss_low, probs_low, with_low, &target, 1, 1, V + 1, Vp);
+    ck_assert_msg(probs_low[V] == 0, "e^-200 is not 0: %g", probs_low[V]);
+    ck_assert_msg(memcmp(&loss, &loss_low, sizeof loss) == 0, "loss %.9g, with lane checks %.9g", loss, loss_low);
+    for (int i = 0; i < V; i++)
+        ck_assert_msg(memcmp(&probs[i], &probs_low[i], sizeof(float)) == 0, "p[%d] %.9g, with lane checks %.9g", i,
+                      probs[i], probs_low[i]);
+    free(logits), free(probs), free(with_low), free(probs_low);
+}
+END_TEST
+
 // The head reads wte for every vocab row, the embedding only for the rows of
 // the inputs: a row no input uses still gets a gradient (from the head alone),
 // and it equals the head's contribution computed separately.
@@ -460,6 +490,7 @@ int main(void) {
     tcase_add_test(tc, test_exp_same_bits_in_any_group);
     tcase_add_test(tc, test_gelu_against_double);
     tcase_add_test(tc, test_softmax_is_shift_invariant);
+    tcase_add_test(tc, test_softmax_same_bits_with_lane_checks);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
     tcase_add_test(tc, test_gelu_lanes_match_the_remainder);
