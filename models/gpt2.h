@@ -119,8 +119,8 @@ typedef struct {
     float *lnf;         // (B,T,C)
     float *lnf_mean;    // (B,T)
     float *lnf_rstd;    // (B,T)
-    float *logits;      // (B,T,Vp) logits after forward (fused classifier: already dlogits); dlogits in backward
-    float *probs;       // (B,T,Vp), or NULL: the fused classifier keeps none
+    float *logits;      // (B,T,Vp) logits after forward (fused classifier: already dlogits); the GPU's dlogits in backward
+    float *probs;       // (B,T,Vp), or NULL: the fused classifier keeps none; the CPU's dlogits in backward
     float *losses;      // (B,T)
     // backward scratch
     float *dresidual;   // (B,T,C) gradient of the residual stream, flowing down

@@ -140,8 +140,8 @@ static void head_backward(GPT2 *model) {
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     CHECK(model->targets, "backward needs targets");
     // dlogits (B,T,Vp): the fused forward wrote them over the logits; otherwise they
-    // are written over the probabilities, in place: one read and one write of each
-    // row, where a third buffer would cost the memory another pass
+    // are written over the probabilities, in place: each row read and written back,
+    // where writing another buffer also has the processor read each line it writes
     float *dlogits = model->classifier == CLASSIFIER_FUSED ? a->logits : a->probs;
     if (model->classifier == CLASSIFIER_KEEPS_PROBABILITIES)
         TIMED(backward_s, GPT2_OP_SOFTMAX_XENT,

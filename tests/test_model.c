@@ -294,6 +294,11 @@ START_TEST(test_softmax_same_bits_with_lane_checks) {
     for (int i = 0; i < V; i++)
         ck_assert_msg(memcmp(&probs[i], &probs_low[i], sizeof(float)) == 0, "p[%d] %.9g, with lane checks %.9g", i,
                       probs[i], probs_low[i]);
+    // a NaN first logit, which the maximum's reduction may pass over, still makes the row NaN
+    logits[0] = NAN;
+    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
+    ck_assert_msg(isnan(loss) && isnan(probs[1]) && isnan(probs[V - 1]), "NaN logit: loss %g, p %g ... %g", loss,
+                  probs[1], probs[V - 1]);
     free(logits), free(probs), free(with_low), free(probs_low);
 }
 END_TEST
