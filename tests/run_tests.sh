@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 . tests/testlib.sh
 export BUILD MPIRUN  # the parts read them
 
+# Every test's scratch files go under this run's own directory (TMPDIR), which a
+# run that passes must leave empty: each part removes what it wrote.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/shardlab_scratch.XXXXXX")
+export TMPDIR=$scratch
+
 if wanted unit; then run_unit_tests; fi
 
 # Open MPI keeps allocations until exit by design: leak checks (under
@@ -51,4 +56,11 @@ part tcp "the network path: TCP gives the shared-memory run's results" \
     python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"
 run_parts
 
+if [ "$failed" -eq 0 ]; then  # else the failed parts' files stay, for a look
+    # Open MPI's session directory there (ompi.HOST.UID; prte.* or pmix-* in Open MPI 5) is its own
+    left=$(cd "$scratch" && find . -mindepth 1 -maxdepth 1 ! -name 'ompi.*' ! -name 'prte.*' ! -name 'pmix-*' | head -n 5)
+    if [ -z "$left" ]; then ok "the tests left nothing in their scratch directory"
+    else bad "the tests left nothing in their scratch directory: $(echo $left) in $scratch"; fi
+    rm -rf "$scratch"
+fi
 finish

@@ -10,7 +10,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks
 import time
@@ -18,11 +17,11 @@ import zlib
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 COMMON = ["--config", "d2", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16", "--quiet"]
-tmp = tempfile.mkdtemp(prefix="shardlab_ckpt_")
 
 
 CHECKS = Checks("checkpoints")
 check = CHECKS.check
+tmp = CHECKS.scratch("shardlab_ckpt_")
 
 
 def launch(strategy, n):

@@ -8,10 +8,10 @@
 #include "run/data.h"
 #include "tests/check_main.h"
 
-static char shard_path[64];
+static const char *shard_path;  // this test process's scratch file
 
 static void write_counting_shard(size_t n) {
-    snprintf(shard_path, sizeof shard_path, "/tmp/shardlab_test_%d.bin", (int)getpid());
+    shard_path = scratch_file("shard");
     uint16_t *tokens = malloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) tokens[i] = (uint16_t)(i % 97);
     token_shard_write(shard_path, tokens, n);

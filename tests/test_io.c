@@ -15,10 +15,10 @@ static GPT2Config odd_config(void) {
     return c;
 }
 
-static char path[64];
+static const char *path;  // this test process's scratch file
 
 static void write_model(GPT2Layout *layout, float **flat) {
-    snprintf(path, sizeof path, "/tmp/shardlab_io_%d.bin", (int)getpid());
+    path = scratch_file("io");
     gpt2_layout_init(layout, odd_config());
     *flat = malloc(layout->num_params * sizeof(float));
     for (size_t i = 0; i < layout->num_params; i++) (*flat)[i] = (float)i * 1.25e-3f - 7.0f;

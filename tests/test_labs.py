@@ -13,7 +13,6 @@ import json
 import shlex
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks
 
@@ -163,7 +162,7 @@ def grader_runs():
 def main():
     check_rows_named()
     check_page_commands()
-    tmp = tempfile.mkdtemp(prefix="shardlab_labs_")
+    tmp = CHECKS.scratch("shardlab_labs_")
     for kernel, threads in KERNELS:
         env = {"OPENBLAS_CORETYPE": kernel, "OMP_NUM_THREADS": threads}
         for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):

@@ -23,7 +23,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks
 
@@ -73,7 +72,7 @@ def check_timeline(args, strategy, summary, tag):
               f"{rank['peak_bytes']}")
 
 
-tmp = tempfile.mkdtemp(prefix="shardlab_plan_")
+tmp = CHECKS.scratch("shardlab_plan_")
 for n in (1, 2, 3, 4):
     batch = 12
     predicted = {}

@@ -48,7 +48,6 @@ import shlex
 import struct
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks, read_log, run, with_flags, write_learnable_shard
 
@@ -1182,7 +1181,7 @@ def check_reference(common, ref_steps, ref_params):
 
 def main():
     global TMP
-    tmp = TMP = tempfile.mkdtemp(prefix="shardlab_strategies_")
+    tmp = TMP = CHECKS.scratch("shardlab_strategies_")
     model = os.path.join(tmp, "model.bin")
     assert run([f"{BUILD}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
                 "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0

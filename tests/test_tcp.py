@@ -9,14 +9,13 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks
 
 BUILD, DATA, MPIRUN = sys.argv[1], sys.argv[2], shlex.split(sys.argv[3])
 CHECKS = Checks("tcp")
 check = CHECKS.check
-tmp = tempfile.mkdtemp(prefix="shardlab_tcp_")
+tmp = CHECKS.scratch("shardlab_tcp_")
 COMMON = ["--config", "d2", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16", "--steps", "4",
           "--quiet"]
 

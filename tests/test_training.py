@@ -35,7 +35,6 @@ import shlex
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
 from check import reference_flags  # noqa: E402
@@ -408,7 +407,7 @@ def check_time_split(tmp, common):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="shardlab_training_")
+    tmp = CHECKS.scratch("shardlab_training_")
     model = os.path.join(tmp, "model.bin")
     assert run([f"{TOOLS}/init_model", "--layers", str(L), "--heads", str(NH), "--channels", str(C),
                 "--vocab", str(V), "--max-seq", str(MAXT), "--out", model]) == 0

@@ -46,7 +46,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 
 from testlib import Checks, read_log, run, write_learnable_shard
 
@@ -721,7 +720,7 @@ def check_d4(tmp):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="shardlab_zeropp_")
+    tmp = CHECKS.scratch("shardlab_zeropp_")
     model = os.path.join(tmp, "model.bin")
     assert run([f"{BUILD}/init_model", "--layers", str(ts.L), "--heads", str(ts.NH), "--channels", str(ts.C),
                 "--vocab", str(ts.V), "--max-seq", str(ts.MAXT), "--out", model]) == 0

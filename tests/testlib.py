@@ -1,14 +1,23 @@
 """Shared bits of the Python test drivers: counting checks and the closing line,
 running a command, reading a trainer's JSON-lines log."""
 import json
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 
 class Checks:
     def __init__(self, name):
-        self.name, self.passed, self.failures = name, 0, []
+        self.name, self.passed, self.failures, self.scratch_dirs = name, 0, [], []
+
+    def scratch(self, prefix):
+        """A new scratch directory (prefix + random, in $TMPDIR or /tmp): removed when finish() finds every check
+        passed, kept and named when one failed, for its logs."""
+        path = tempfile.mkdtemp(prefix=prefix)
+        self.scratch_dirs.append(path)
+        return path
 
     def check(self, cond, what):
         if cond:
@@ -18,6 +27,11 @@ class Checks:
             print("FAIL:", what)
 
     def finish(self):
+        for path in self.scratch_dirs:
+            if self.failures:
+                print(f"{self.name}: the runs' files are kept in {path}")
+            else:
+                shutil.rmtree(path, ignore_errors=True)
         print(f"{self.name}: {self.passed} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
 

@@ -6,7 +6,7 @@ BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun}
 passed=0
 failed=0
-tmp=$(mktemp -d /tmp/shardlab_tests.XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardlab_tests.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
