@@ -1,5 +1,5 @@
-"""Shared bits of the Python test drivers: counting checks and the closing line,
-running a command, reading a trainer's JSON-lines log."""
+"""Shared bits of the Python test drivers: counting checks, their scratch directories and the
+closing line, running a command, reading a trainer's JSON-lines log."""
 import json
 import shutil
 import struct
