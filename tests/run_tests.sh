@@ -62,5 +62,7 @@ if [ "$failed" -eq 0 ]; then  # else the failed parts' files stay, for a look
     if [ -z "$left" ]; then ok "the tests left nothing in their scratch directory"
     else bad "the tests left nothing in their scratch directory: $(echo $left) in $scratch"; fi
     rm -rf "$scratch"
+else
+    echo "the failed parts' files are kept in $scratch"
 fi
 finish

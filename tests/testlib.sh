@@ -6,7 +6,8 @@ BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun}
 passed=0
 failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardlab_tests.XXXXXX")
+# /tmp whatever TMPDIR says: the suites pass paths through `setting` unquoted, so no spaces
+tmp=$(mktemp -d /tmp/shardlab_tests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
