@@ -7,6 +7,7 @@
 
 #include "run/data.h"
 #include "tests/check_main.h"
+#include "tests/scratch_file.h"
 
 static const char *shard_path;  // this test process's scratch file
 

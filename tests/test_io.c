@@ -8,6 +8,7 @@
 
 #include "models/gpt2_io.h"
 #include "tests/check_main.h"
+#include "tests/scratch_file.h"
 
 static GPT2Config odd_config(void) {
     GPT2Config c = {.max_seq_len = 13, .vocab_size = 101, .padded_vocab_size = 128, .num_layers = 3,
