@@ -50,7 +50,10 @@ CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard $(addsuffix /*.c,$(L
 CUDA_SRCS = $(wildcard $(addsuffix /*.cu,$(LIB_DIRS)))
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
-DRY_OBJS  = $(CORE_OBJS) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/comm/nccl_stub.o
+# The dry device's library has no MPI in it: build/plan links neither MPI nor BLAS.
+MPI_ONLY  = comm/mpi.c comm/node.c comm/fatal_once.c
+DRY_OBJS  = $(filter-out $(MPI_ONLY:%.c=$(BUILD)/obj/%.o),$(CORE_OBJS)) $(DRY_ONLY:%.c=$(BUILD)/obj/%.o)
+DRY_LDLIBS = -fopenmp -lm
 PROGRAMS = prepare tokenize init_model plan llmc_check sample $(TRAINERS) bench_step bench_comm
 PROGRAM_BINS = $(PROGRAMS:%=$(BUILD)/%)
 TEST_SRCS = $(filter-out tests/test_layers.c tests/test_gpu.c tests/test_comm_gpu.c,$(wildcard tests/test_*.c))
@@ -167,11 +170,11 @@ $(BUILD)/libshardlab_dry.a: $(DRY_OBJS) | blas-check
 
 # build/plan and the step-time model's test run on the dry device.
 $(BUILD)/plan: $(BUILD)/obj/plan/plan.o $(BUILD)/libshardlab_dry.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(DRY_LDLIBS)
 
 $(BUILD)/tests/test_step_time: $(BUILD)/obj/tests/test_step_time.o $(BUILD)/libshardlab_dry.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(CHECK_LIBS) $(DRY_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 	@mkdir -p $(dir $@)

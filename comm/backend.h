@@ -15,14 +15,19 @@
 #ifndef SHARDLAB_COMM_BACKEND_H
 #define SHARDLAB_COMM_BACKEND_H
 
-#include <mpi.h>
+#include <stdint.h>
 
 #include "comm/comm.h"
-#include "comm/node.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// The bytes one node reduction (comm/node.h) moved between this rank and the others:
+// read from their segments (in), read by them from this rank's (out).
+typedef struct {
+    uint64_t in, out;
+} NodeMoved;
 
 struct CommBackend {
     const char *name;  // "mpi", "nccl", "sim"
@@ -53,9 +58,17 @@ struct CommBackend {
     void (*event_free)(void *event);
     // Starts the sum of one double per rank, in place in *value (comm_all_reduce_double).
     void (*start_sum_double)(Comm *comm, CommHandle *h, double *value);
-    // What carries its host collectives (barrier, the sum of doubles): itself,
-    // or, under NCCL, the MPI engine.
+    // What carries its host collectives (barrier, the sum of doubles, the helpers below):
+    // itself, or, under NCCL, the MPI engine.
     const CommBackend *host;
+    // The host helpers, uncounted (metrics, the debug checks of arguments); NULL on the
+    // simulated network, whose ranks are alike: each rank's n numbers' minimum and maximum over
+    // the group; every rank's double, in rank order; the largest; and rank 0 gathering every
+    // rank's bytes (*counts: each rank's count, on rank 0).
+    void (*agree_min_max)(Comm *comm, const long long *mine, long long *lo, long long *hi, int n);
+    void (*all_gather_double)(Comm *comm, double value, double *values);
+    double (*max_double)(Comm *comm, double value);
+    void *(*gather_bytes)(Comm *comm, const void *bytes, size_t count, size_t **counts);
 };
 
 extern const CommBackend comm_mpi_backend, comm_nccl_backend, comm_sim_backend;
@@ -64,13 +77,12 @@ extern const CommBackend comm_mpi_backend, comm_nccl_backend, comm_sim_backend;
 // the counters of the group and those above it.
 void comm_count_moved(Comm *comm, CommOp op, NodeMoved moved);
 
-// What mpi.c gives the others: the MPI communicator of a group, for the uncounted
-// host helpers (metrics, argument checks; the NCCL backend keeps mpi.c's under it).
-MPI_Comm comm_mpi_group(const Comm *comm);
-// A group's MPI communicator and engine (comm_split), and their release.
+// What mpi.c gives nccl.cu, which keeps mpi.c's engine under it for the host collectives:
+// a group's MPI communicator and engine (comm_split), and their release (comm/mpi_backend.h
+// has the MPI communicator itself).
 void comm_mpi_split(Comm *parent, Comm *group, int first, int stride);
 void comm_mpi_free(Comm *comm);
-// What nccl.cu gives comm_use_device_buffers: the world's NCCL communicator.
+// What nccl.cu gives comm_use_device_buffers (mpi.c): the world's NCCL communicator.
 void comm_nccl_init(Comm *comm);
 
 #ifdef __cplusplus

@@ -9,12 +9,10 @@
 //   comm_wait             -> backend->wait -> record, count the time waited
 #include "comm/comm.h"
 
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/backend.h"
-#include "comm/mpi_check.h"
 #include "util/errors.h"
 #include "util/timer.h"
 
@@ -59,19 +57,6 @@ void comm_free_group(Comm *group) {
 void comm_finalize(Comm *comm) {
     comm_record(comm, 0);
     comm->backend->free(comm);
-}
-
-void comm_use_device_buffers(Comm *comm, int gpus_on_node) {
-    if (comm->local_size > gpus_on_node) {
-        comm->staged = 1;
-        if (comm->rank == 0)
-            printf("comm: %d ranks share %d GPU(s) on a node: collectives run on MPI, staged through pinned "
-                   "host memory (NCCL needs a GPU per rank)\n", comm->local_size, gpus_on_node);
-        return;
-    }
-    comm_nccl_init(comm);
-    comm->backend = &comm_nccl_backend;
-    if (comm->rank == 0) printf("comm: NCCL, one GPU per rank\n");
 }
 
 const char *comm_backend_name(const Comm *comm) { return comm->backend->name; }
@@ -175,8 +160,7 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, in
     }
     long long mine[6] = {op, (long long)count, root, buffers_ok && root_ok, divisible, dtype};
     long long lo[6], hi[6];
-    MPI_CHECK(MPI_Allreduce(mine, lo, 6, MPI_LONG_LONG, MPI_MIN, comm_mpi_group(comm)));
-    MPI_CHECK(MPI_Allreduce(mine, hi, 6, MPI_LONG_LONG, MPI_MAX, comm_mpi_group(comm)));
+    comm->backend->host->agree_min_max(comm, mine, lo, hi, 6);
     if (lo[0] != hi[0]) fatal("ranks called different collectives (%s here)", comm_op_names[op]);
     if (lo[1] != hi[1])
         fatal("%s counts differ across ranks (%lld..%lld, %zu here)", comm_op_names[op], lo[1], hi[1], count);
@@ -357,14 +341,14 @@ double comm_all_reduce_double(Comm *comm, double value) {
     return sum;
 }
 
-// ---- the uncounted host helpers: on the group's own MPI communicator ----
+// ---- the uncounted host helpers: the backend's (mpi.c's, on the group's own communicator) ----
 
 double comm_metric_average(Comm *comm, double value) {
     if (comm->backend == &comm_sim_backend) return value;  // every simulated rank alike
     // every rank's value, summed in rank order: the same bits on every rank and
     // in every run, whatever MPI's reduction algorithm (train_single --as-ranks)
     double *values = xcalloc((size_t)comm->world, sizeof *values), sum = 0;
-    MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, values, 1, MPI_DOUBLE, comm_mpi_group(comm)));
+    comm->backend->host->all_gather_double(comm, value, values);
     for (int r = 0; r < comm->world; r++) sum += values[r];
     free(values);
     return sum / comm->world;
@@ -372,33 +356,12 @@ double comm_metric_average(Comm *comm, double value) {
 
 double comm_metric_max(Comm *comm, double value) {
     if (comm->backend == &comm_sim_backend) return value;  // every simulated rank alike
-    double max;
-    MPI_CHECK(MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm_mpi_group(comm)));
-    return max;
+    return comm->backend->host->max_double(comm, value);
 }
 
 void *comm_metric_gather(Comm *comm, const void *bytes, size_t count, size_t **counts) {
     CHECK(comm->backend != &comm_sim_backend, "comm_metric_gather: the simulated network has no other ranks to gather");
-    int mine = (int)count;
-    int *sizes = comm->rank == 0 ? xcalloc((size_t)comm->world, sizeof(int)) : NULL;
-    MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes, 1, MPI_INT, 0, comm_mpi_group(comm)));
-    int *displs = NULL;
-    char *all = NULL;
-    if (comm->rank == 0) {
-        displs = xcalloc((size_t)comm->world, sizeof(int));
-        *counts = xcalloc((size_t)comm->world, sizeof(size_t));
-        size_t total = 0;
-        for (int r = 0; r < comm->world; r++) {
-            displs[r] = (int)total;
-            (*counts)[r] = (size_t)sizes[r];
-            total += (size_t)sizes[r];
-        }
-        all = xmalloc(total);
-    }
-    MPI_CHECK(MPI_Gatherv(bytes, mine, MPI_BYTE, all, sizes, displs, MPI_BYTE, 0, comm_mpi_group(comm)));
-    free(sizes);
-    free(displs);
-    return all;
+    return comm->backend->host->gather_bytes(comm, bytes, count, counts);
 }
 
 void comm_record(Comm *comm, int on) {

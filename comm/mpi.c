@@ -26,13 +26,14 @@
 // The uncounted helpers (comm_metric_*, the debug checks) stay on the calling
 // thread on the group's own communicator (MPI_COMM_WORLD, or comm_split's):
 // another communicator than the engine's, so their order is independent.
-#include "comm/backend.h"
+#include "comm/mpi_backend.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -494,9 +495,64 @@ void comm_mpi_free(Comm *comm) {
     }
 }
 
+// ---- the uncounted host helpers, on the group's own communicator ----
+
+static void mpi_agree_min_max(Comm *comm, const long long *mine, long long *lo, long long *hi, int n) {
+    MPI_CHECK(MPI_Allreduce(mine, lo, n, MPI_LONG_LONG, MPI_MIN, comm_mpi_group(comm)));
+    MPI_CHECK(MPI_Allreduce(mine, hi, n, MPI_LONG_LONG, MPI_MAX, comm_mpi_group(comm)));
+}
+
+static void mpi_all_gather_double(Comm *comm, double value, double *values) {
+    MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, values, 1, MPI_DOUBLE, comm_mpi_group(comm)));
+}
+
+static double mpi_max_double(Comm *comm, double value) {
+    double max;
+    MPI_CHECK(MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm_mpi_group(comm)));
+    return max;
+}
+
+static void *mpi_gather_bytes(Comm *comm, const void *bytes, size_t count, size_t **counts) {
+    int mine = (int)count;
+    int *sizes = comm->rank == 0 ? xcalloc((size_t)comm->world, sizeof(int)) : NULL;
+    MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes, 1, MPI_INT, 0, comm_mpi_group(comm)));
+    int *displs = NULL;
+    char *all = NULL;
+    if (comm->rank == 0) {
+        displs = xcalloc((size_t)comm->world, sizeof(int));
+        *counts = xcalloc((size_t)comm->world, sizeof(size_t));
+        size_t total = 0;
+        for (int r = 0; r < comm->world; r++) {
+            displs[r] = (int)total;
+            (*counts)[r] = (size_t)sizes[r];
+            total += (size_t)sizes[r];
+        }
+        all = xmalloc(total);
+    }
+    MPI_CHECK(MPI_Gatherv(bytes, mine, MPI_BYTE, all, sizes, displs, MPI_BYTE, 0, comm_mpi_group(comm)));
+    free(sizes);
+    free(displs);
+    return all;
+}
+
+void comm_use_device_buffers(Comm *comm, int gpus_on_node) {
+    if (comm->local_size > gpus_on_node) {
+        comm->staged = 1;
+        if (comm->rank == 0)
+            printf("comm: %d ranks share %d GPU(s) on a node: collectives run on MPI, staged through pinned "
+                   "host memory (NCCL needs a GPU per rank)\n", comm->local_size, gpus_on_node);
+        return;
+    }
+    comm_nccl_init(comm);
+    comm->backend = &comm_nccl_backend;
+    if (comm->rank == 0) printf("comm: NCCL, one GPU per rank\n");
+}
+
 const CommBackend comm_mpi_backend = {
     .name = "mpi", .start = mpi_start, .start_sum_double = mpi_start_sum_double, .wait = mpi_wait,
     .test = mpi_test, .element_bytes = mpi_element_bytes, .progress = mpi_progress, .split = comm_mpi_split,
     .free = comm_mpi_free,
     .host = &comm_mpi_backend,
+    .agree_min_max = mpi_agree_min_max, .all_gather_double = mpi_all_gather_double, .max_double = mpi_max_double,
+    .gather_bytes = mpi_gather_bytes,
 };

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/comm.h"
+#include "comm/backend.h"
 
 typedef struct NodeArena NodeArena;
 
@@ -23,12 +23,6 @@ void node_arena_free(NodeArena *arena);
 
 // How the caller waits for a barrier's request (the engine tests it between pauses).
 typedef void (*NodeWait)(void *context, MPI_Request *request);
-
-// The bytes one node reduction moved between this rank and the others: read
-// from their segments (in), read by them from this rank's (out).
-typedef struct {
-    uint64_t in, out;
-} NodeMoved;
 
 // op is COMM_ALL_REDUCE (in: count elements, out: count; in == out for in place),
 // COMM_REDUCE_SCATTER (in: world * count, out: this rank's count) or COMM_REDUCE

@@ -63,9 +63,8 @@ static void before_backward(void *state, int unit) {
     gather_unit(s, unit, -1);
 }
 
-// The unit's gradients are final once its backward is done (the tied wte's only
-// after unit 0): start averaging them under the units below, nudging the buckets in
-// flight. Earlier micro-batches only add in: one all-reduce of their sum, K times cheaper.
+// The unit's gradients are final after its backward (the tied wte's after unit 0): start averaging them
+// under the units below, nudging those in flight. Earlier micro-batches only add in: one all-reduce of their sum.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
@@ -104,14 +103,13 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 // Every replica holds the whole averaged gradient: rank 0's counts, once.
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    spans[0] = resident_grad_span(&s->resident, s->comm->rank == 0);
-    return 1;
+    return resident_grad_spans(&s->resident, s->comm->rank == 0, spans);
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // nothing gathered left to go stale
     resident_swap_ema(&s->resident);
 }
 

@@ -1,22 +1,19 @@
-// zero12.c: ZeRO stages 1 and 2 by flat ranges. All P parameters, concatenated
-// in llm.c's order and padded to N*R elements, are cut into N contiguous ranges
-// of R = ceil(P/N) elements (kit/partition.c); rank r owns range r: it alone
-// keeps that range's AdamW moments and runs the optimizer on it. Every rank
-// still holds the whole model's parameters, as in DDP. After each unit's
-// backward, every gradient tensor homed in that unit (one bucket, as in DDP) is
-// reduced piece by piece onto the owners of the ranges it crosses (a
-// reduce-scatter of the bucket along the range boundaries, which is how
-// DeepSpeed reduces its buckets), started non-blocking so that it overlaps the
-// backward of the units below. After AdamW on its range, each rank's updated
-// range is all-gathered so that every rank has the whole new model again.
+// zero12.c: ZeRO stages 1 and 2 by flat ranges. All P parameters, concatenated in
+// llm.c's order and padded to N*R elements, are cut into N contiguous ranges of
+// R = ceil(P/N) elements (kit/partition.c); rank r alone keeps range r's AdamW
+// moments and steps it. Every rank still holds the whole model's parameters, as in
+// DDP. After each unit's backward, every gradient tensor homed in it (one bucket) is
+// reduced piece by piece onto the owners of the ranges it crosses (a reduce-scatter
+// along the range boundaries, as DeepSpeed reduces its buckets), non-blocking, under
+// the backward of the units below. After AdamW, each rank's range is all-gathered.
 //   ZeRO-1: every rank keeps a full gradient buffer; each owner reduces its
 //           pieces in place and steps from there.
 //   ZeRO-2: the resident gradient is this rank's range only. A unit's backward
-//           writes into temporary full-size gradient tensors, reduced in place
-//           like ZeRO-1's, after which the owner adds its pieces to its range;
-//           they are freed once their reduce is done (after the next unit's
-//           backward), so only the buckets in flight, and the head's wte until
-//           unit 0's, are full size (no-sync: all, until the last micro-batch).
+//           writes into temporary full-size gradients, reduced in place like
+//           ZeRO-1's; the owner adds its pieces to its range, and they are freed
+//           once reduced (after the next unit's backward): only the buckets in
+//           flight, and the head's wte until unit 0's, are full size (no-sync:
+//           all, until the last micro-batch).
 //
 //   flat model:  | wte   wpe   ln1w ... | ... qkvw ... | ...  fcprojb lnfw lnfb |pad|
 //   ranges:      |<---- rank 0 ---->|<---- rank 1 ---->|<---- rank 2 ---->|<- 3 ->|
@@ -113,10 +110,9 @@ static void before_backward(void *state, int unit) {
     if (s->stage == 2) alloc_unit_grads(s->model, s->mem, unit, 1);
 }
 
-// The unit's gradients are final once its backward is done (the tied wte's only
-// after unit 0): start reducing them while the units below compute. ZeRO-1
-// nudges the buckets in flight along; ZeRO-2 waits for the bucket started one
-// unit ago, which had this unit's backward to travel, and frees it.
+// The unit's gradients are final after its backward (the tied wte's after unit 0): start reducing them
+// under the units below. ZeRO-1 nudges those in flight; ZeRO-2 waits for the bucket started one unit ago,
+// which had this unit's backward to travel, and frees it.
 static void after_backward(void *state, int unit, int last_micro_batch) {
     State *s = state;
     if (last_micro_batch || s->accum_mode == ACCUM_SYNC_EACH) {
@@ -172,15 +168,14 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 // elements hold this rank's own, unreduced partial sums.
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    spans[0] = resident_grad_span(&s->resident, 1);
-    return 1;
+    return resident_grad_spans(&s->resident, 1, spans);
 }
 
 // The EMA of this rank's range takes the weights' place (or gives it back),
 // and every range goes to everyone, as after a step.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // nothing gathered left to go stale
     resident_swap_ema(&s->resident);
     gather_ranges(s);
 }

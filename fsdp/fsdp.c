@@ -1,9 +1,8 @@
-// fsdp.c: Fully Sharded Data Parallel by dim-0 slicing: rank r keeps slice r (dim 0 cut into
-// N equal slices, padded with zero rows) of every tensor, its gradient and its AdamW state.
-// Before a unit runs (forward, and again backward) one all-gather rebuilds its full tensors,
-// freed after forward (--reshard-after-forward 0: kept until backward); after its backward
-// one reduce-scatter leaves each rank the averaged gradient of its own slices (the head and
-// wte, gathered once, stay into their backward; wte's two gradients add up, reduced once).
+// fsdp.c: Fully Sharded Data Parallel by dim-0 slicing: rank r keeps slice r (dim 0 cut into N equal
+// slices, padded with zero rows) of every tensor, its gradient and its AdamW state. Before a unit runs
+// (forward, and again backward) an all-gather rebuilds its full tensors (--reshard-after-forward 0: kept
+// from forward to backward); after its backward a reduce-scatter leaves each rank the averaged gradient of
+// its slices (the head and wte stay gathered into their backward; wte's two gradients add up, reduced once).
 //
 //   qkvw (3C, C):  rows 0..k-1 -> rank 0 | rows k..2k-1 -> rank 1 | ... (padded)
 //   before unit u:  pack my slices -> all-gather -> unpack full tensors
@@ -14,12 +13,6 @@
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
-//
-// With --prefetch D the next D units' gathers are started before unit u
-// computes, and unit u's reduces are waited for only after the next unit's
-// backward: the same collectives, travelling under compute.
-// --shard-group M: all of it within groups of M ranks, slices then averaged across the
-// groups (kit/shard_groups.h); --shard-min-numel NUMEL: small tensors whole (kit/replicas.h).
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -29,49 +22,42 @@ typedef struct {
     GPT2 *model;
     Comm *comm;
     MemAccount *mem;
-    ShardGroups groups;              // --shard-group M < N: comm is this rank's group of M, replicas across them
     int reshard_after_forward;
     Resident resident;               // this rank's slice of every tensor (row_slice_numel), padding included
-    Replicas replicas;               // --shard-min-numel: the tensors kept whole on every rank instead
-    TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
+    TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here), REPLICATED
     int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
-    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's and qgZ's wires, hpZ's secondary shards
+    Wire wire;                       // how the collectives travel (kit/wire.h); comm is its sharding ranks
 } State;
 
-// Starts one all-gather for every tensor of the unit neither here nor on its
-// way, of my slices (qwZ: quantized), or in a backward with hpZ of my node's rows
-// kept since the forward. Copy-in: my part of each, one after another, into `send`.
+// Starts one all-gather of the unit's tensors neither here nor on its way. Copy-in: my slice of each.
 static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
     InFlight *g = &s->gathers[unit];
-    Comm *from = secondary_group(&s->zeropp.secondary, unit, direction, s->comm);
-    size_t pack = resident_unit_numel(&s->resident, layout, unit, s->tensor_state) * (s->comm->world / from->world);
-    if (pack == 0) return;
-    inflight_open(g, s->mem, pack, pack * from->world, s->model->param_dtype);
+    size_t pack = resident_unit_numel(&s->resident, layout, unit, s->tensor_state);
+    wire_all_gather_open(&s->wire, g, unit, direction, pack, s->model->param_dtype);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        if (from == s->comm) inflight_pack(g, resident_params(&s->resident, t), s->resident.flat.count[t]);
+        inflight_pack(g, resident_params(&s->resident, t), s->resident.flat.count[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
-    secondary_pack(&s->zeropp.secondary, unit, g, from);
-    inflight_all_gather_start(g, from, s->mem, from == s->comm && direction ? s->zeropp.weights_wire : (QuantFormat){0, 0});
+    wire_all_gather_start(&s->wire, g, direction);
 }
 
-// Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds rank 0's
-// pack, then rank 1's, ...; slice r of tensor t goes to rows [r*k, (r+1)*k) of a full buffer.
+// Waits for the unit's all-gather, if one is in flight. Copy-out: recv holds the pack of each rank of
+// g->comm (all N, or hpZ's node), then the next's; its part r of tensor t goes to rows [r*k, (r+1)*k).
 static void finish_gather(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->param_dtype;
     InFlight *g = &s->gathers[unit];
     size_t at = 0;
-    if (!inflight_wait(g, g->comm)) return;
+    if (!wire_all_gather_finish(&s->wire, g)) return;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
-        size_t slice = s->resident.flat.count[t] * (size_t)(s->comm->world / g->comm->world);  // hpZ: a node rank's
+        size_t slice = s->resident.flat.count[t] * (size_t)(s->comm->world / g->comm->world);
         alloc_full_params(s->model, s->mem, t, s->comm->world);
         for (int r = 0; r < g->comm->world; r++)
             device_copy_as(dtype_at(s->model->params[t], r * slice, dtype), dtype_at(g->recv, r * g->send_numel + at, dtype),
@@ -88,7 +74,7 @@ static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
     for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
-    if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
+    wire_unit_gathered(&s->wire, unit, direction, s->tensor_state);
 }
 
 // Frees the unit's gathered tensors that the pass in `direction` is done with (released_after).
@@ -102,17 +88,14 @@ static void release_unit(State *s, int unit, int direction) {
     }
 }
 
-// Starts one reduce-scatter for the gradients the unit finishes (those at home in it). Copy-in:
-// block r of `send` holds rank r's rows of each, to land, reduced, on rank r.
+// Starts one reduce-scatter of the gradients the unit finishes. Copy-in: block r holds rank r's rows.
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
     InFlight *r = &s->reduces[unit];
     size_t pack = resident_unit_numel(&s->resident, layout, unit, NULL), at = 0;
-    replicas_start_reduce(&s->replicas, unit);
-    if (pack == 0) return;
-    inflight_open(r, s->mem, pack * s->comm->world, pack, dtype);
-    for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
+    if (pack > 0) inflight_open(r, s->mem, pack * s->comm->world, pack, dtype);
+    for (int i = 0; pack > 0 && i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         size_t slice = s->resident.flat.count[t];
         for (int q = 0; q < s->comm->world; q++)
@@ -121,18 +104,16 @@ static void start_reduce(State *s, int unit) {
         inflight_run(r, slice);
         at += slice;
     }
-    inflight_reduce_scatter_start(r, s->comm, s->mem, s->zeropp.grads_wire);
+    wire_reduce_scatter_start(&s->wire, r, unit, COMM_AVG);
 }
 
-// Waits for the unit's reduce-scatter, if one is in flight (and across the groups). Copy-out: my
-// slices add into my resident gradient; everyone frees the full gradients.
+// Waits for the unit's reduce-scatter. Copy-out: my slices add into my gradient; all free the full ones.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     DType dtype = s->model->grad_dtype;
     InFlight *r = &s->reduces[unit];
     size_t at = 0;
-    replicas_finish_reduce(&s->replicas, unit);
-    if (!shard_groups_wait(&s->groups, r)) return;
+    if (!wire_reduce_scatter_finish(&s->wire, r, unit)) return;
     for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] == TENSOR_REPLICATED) continue;  // its gradient is its own, for good
@@ -150,8 +131,7 @@ static void after_forward(void *state, int unit, int backward_follows) {
     if (s->reshard_after_forward) release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
-// Fetch the unit again, and give it zeroed full-size gradient buffers (or the
-// ones an earlier micro-batch kept, without a reduce, to add into).
+// Fetch the unit again, with full-size gradients to add into (zeroed, or an earlier micro-batch's).
 static void before_backward(void *state, int unit) {
     State *s = state;
     gather_unit(s, unit, -1);
@@ -178,7 +158,6 @@ static void finish_grads(void *state) { finish_reduce(state, 0); }
 static void step(void *state, AdamWConfig config) {
     State *s = state;
     resident_step(&s->resident, s->model->layout.num_tensors, config);
-    replicas_step(&s->replicas, config);
 }
 
 // Unit by unit: fetch, let rank 0 copy what is at home in the unit, release.
@@ -186,7 +165,7 @@ static void gather_full_model(void *state, float *flat) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) {
         gather_unit(s, u, 0);
-        if (s->groups.world->rank == 0) unit_params_to_host(s->model, u, flat);
+        if (s->wire.world->rank == 0) unit_params_to_host(s->model, u, flat);
         release_unit(s, u, 0);
     }
 }
@@ -194,35 +173,31 @@ static void gather_full_model(void *state, float *flat) {
 // Rank r keeps rows [r*k, (r+1)*k) of every tensor, less padding (r: in its shard group).
 static int local_rows(void *state, int t, LocalRows *rows) {
     State *s = state;
-    if (replicas_rows(&s->replicas, t, rows)) return 1;
+    if (wire_whole_rows(&s->wire, t, rows)) return 1;
     int first, count = row_slice_real_rows(&s->model->layout.tensors[t], s->comm->world, s->comm->rank, &first);
     if (count == 0) return 0;
-    *rows = resident_rows(&s->resident, t, first, count, shard_groups_first(&s->groups));
+    *rows = resident_rows(&s->resident, t, first, count, wire_first_group(&s->wire));
     return 1;
 }
 
 // This rank's slices, padding (zero) included, its first group's the norm's; then the whole tensors.
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    spans[0] = resident_grad_span(&s->resident, shard_groups_first(&s->groups));
-    return 1 + replicas_grad_span(&s->replicas, &spans[1]);
+    return resident_grad_spans(&s->resident, wire_first_group(&s->wire), spans);
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // nothing gathered left to go stale
     resident_swap_ema(&s->resident);
-    replicas_swap_ema(&s->replicas);
 }
 
 static void destroy(void *state) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
-    replicas_free(&s->replicas);
-    zeropp_free(&s->zeropp);
-    shard_groups_free(&s->groups);
+    wire_free(&s->wire);
     free(s->tensor_state);
     free(s->gathers);
     free(s->reduces);
@@ -235,20 +210,19 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     const GPT2Layout *layout = &model->layout;
     const FsdpOptions *options = ctx->options;
     s->model = model;
-    s->comm = shard_groups_init(&s->groups, ctx, "fsdp", options->shard_group);
     s->mem = ctx->mem;
     s->accum_mode = ctx->accum_mode;
     s->reshard_after_forward = options->reshard_after_forward;
     s->prefetch = strategy_prefetch(ctx, "fsdp", options->prefetch);
-    zeropp_init(&s->zeropp, ctx, s->comm, "fsdp", &options->zeropp, NULL);
     s->gathers = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(InFlight));
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
-    replicas_init(&s->replicas, ctx, options->shard_min_numel, s->tensor_state);  // but the small ones
+    s->comm = wire_init(&s->wire, ctx, "fsdp", &options->wire, NULL, s->tensor_state);  // but those kept whole
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++)
-        count[t] = replicas_slice_numel(&s->replicas, t, row_slice_numel(&layout->tensors[t], s->comm->world));
+        count[t] = s->tensor_state[t] == TENSOR_REPLICATED ? 0 : row_slice_numel(&layout->tensors[t], s->comm->world);
     resident_init(&s->resident, model, count, s->mem);
+    wire_join_whole(&s->wire, &s->resident);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {
         // each rank makes its own rows; rows past the end (padding) stay zero

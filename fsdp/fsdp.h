@@ -9,10 +9,7 @@
 typedef struct {
     int reshard_after_forward;  // free a unit's gathered parameters after its forward (1) or keep them (0)
     int prefetch;               // units ahead whose all-gather is started before they run (0: none)
-    int shard_group;            // S: ranks that shard the model among them (0: all N); the N/S groups of S
-                                // consecutive ranks are replicas that all-reduce their reduced slices (hybrid)
-    uint64_t shard_min_numel;   // tensors of fewer elements are kept whole on every rank (0: none; replicas.h)
-    ZeroppOptions zeropp;       // ZeRO++'s changes to the collectives (kit/zeropp.h)
+    WireOptions wire;           // how the collectives travel: --shard-group, --shard-min-numel, ZeRO++'s (kit/wire.h)
 } FsdpOptions;
 
 Strategy fsdp_init(const StrategyContext *ctx);

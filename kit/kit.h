@@ -4,11 +4,12 @@
 //   strategy.h      the interface a strategy implements, and its context
 //   resident.h      the state a rank keeps between steps: parameters, gradients,
 //                   AdamW moments, in one flat buffer (offloaded or not)
-//   unit_buffers.h  the full-size buffers a unit is gathered into and reduced from
+//   unit_buffers.h  the full-size buffers a unit is gathered into and reduced from,
+//                   and a collective's copy-in and copy-out buffers
 //   partition.h     who holds what: whole tensors, row slices, flat ranges
-//   replicas.h      the gradient all-reduce across replica groups (hybrid sharding)
-//   shard_groups.h  the groups a hybrid strategy shards within
-//   zeropp.h        ZeRO++'s flags and secondary shards: quantized gathers and reduces
+//   replicas.h      the small tensors FSDP keeps whole on every rank
+//   wire.h          how a sharded strategy's collectives travel: hybrid groups, whole
+//                   tensors' all-reduce, ZeRO++ (zeropp.h, which only wire.c uses)
 //   device.h        memory and the device's copies and kernels (and, through
 //                   strategy.h, comm.h: the collectives)
 #ifndef SHARDLAB_KIT_H
@@ -18,10 +19,9 @@
 #include "kit/partition.h"
 #include "kit/replicas.h"
 #include "kit/resident.h"
-#include "kit/shard_groups.h"
 #include "kit/strategy.h"
 #include "kit/unit_buffers.h"
-#include "kit/zeropp.h"
+#include "kit/wire.h"
 #include "util/errors.h"
 
 #endif

@@ -13,7 +13,6 @@ void replicas_init(Replicas *r, const StrategyContext *ctx, uint64_t min_numel, 
     r->model = model;
     r->comm = ctx->comm;
     r->mem = ctx->mem;
-    r->reduces = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++)
         if (layout->tensors[t].numel < min_numel) {
@@ -31,24 +30,7 @@ void replicas_init(Replicas *r, const StrategyContext *ctx, uint64_t min_numel, 
     free(count);
 }
 
-size_t replicas_slice_numel(const Replicas *r, int t, size_t slice) {
-    return r->resident.flat.count[t] > 0 ? 0 : slice;
-}
-
-void replicas_start_reduce(Replicas *r, int unit) {
-    size_t count;
-    void *bucket = resident_unit_grads(&r->resident, unit, &count);
-    if (count > 0) r->reduces[unit] = comm_all_reduce_start(r->comm, bucket, count, r->model->grad_dtype, COMM_AVG);
-}
-
-void replicas_finish_reduce(Replicas *r, int unit) {
-    comm_wait(r->comm, &r->reduces[unit]);
-    resident_unit_final(&r->resident, unit);
-}
-
-void replicas_step(Replicas *r, AdamWConfig config) {
-    resident_step(&r->resident, r->model->layout.num_tensors, config);
-}
+void replicas_join(Replicas *r, Resident *part) { resident_add_whole(part, &r->resident, r->comm->rank == 0); }
 
 int replicas_rows(Replicas *r, int t, LocalRows *rows) {
     if (r->resident.flat.count[t] == 0) return 0;
@@ -56,15 +38,7 @@ int replicas_rows(Replicas *r, int t, LocalRows *rows) {
     return 1;
 }
 
-int replicas_grad_span(const Replicas *r, GradSpan *span) {
-    *span = resident_grad_span(&r->resident, r->comm->rank == 0);
-    return 1;
-}
-
-void replicas_swap_ema(Replicas *r) { resident_swap_ema(&r->resident); }
-
 void replicas_free(Replicas *r) {
     resident_free(&r->resident, r->mem);
-    free(r->reduces);
     memset(r, 0, sizeof *r);
 }

@@ -23,32 +23,20 @@ typedef struct {
     GPT2 *model;
     Comm *comm;            // all N ranks (with --shard-group: across the groups too)
     MemAccount *mem;
-    Resident resident;     // the whole tensors (no elements of the sliced ones), unit by unit
-    CommHandle *reduces;   // (num_units) each unit's all-reduce in flight
+    Resident resident;     // the whole tensors (no elements of the sliced ones), unit by unit: their
+                           // gradients are averaged by the wire beside each unit's reduce-scatter
 } Replicas;
 
 // Marks the tensors of fewer than min_numel elements TENSOR_REPLICATED in
 // states[], keeps them whole, made from ctx->source, and points model->params[t]
 // and model->grads[t] at them for good (min_numel 0: none).
 void replicas_init(Replicas *r, const StrategyContext *ctx, uint64_t min_numel, TensorState *states);
-// Elements of tensor t this rank keeps in the sliced resident: `slice`, or 0 when it is kept whole.
-size_t replicas_slice_numel(const Replicas *r, int t, size_t slice);
-// Starts averaging the gradients of the whole tensors at home in the unit over
-// all ranks: one non-blocking all-reduce, in place (they sit side by side, as
-// DDP's bucket). Nothing if the unit has none.
-void replicas_start_reduce(Replicas *r, int unit);
-// Waits for it, if it is in flight.
-void replicas_finish_reduce(Replicas *r, int unit);
-// AdamW on the whole tensors, alike on every rank.
-void replicas_step(Replicas *r, AdamWConfig config);
+// The whole tensors join `part`'s AdamW steps, EMA swaps and gradient spans (resident_add_whole;
+// world rank 0's gradients are the norm's share), alike on every rank.
+void replicas_join(Replicas *r, Resident *part);
 // Fills *rows with every row of tensor t (world rank 0 writes them) and returns
 // 1 if t is kept whole; else 0.
 int replicas_rows(Replicas *r, int t, LocalRows *rows);
-// The whole tensors' gradients (world rank 0's are the norm's share) into
-// *span; returns the spans it filled (1).
-int replicas_grad_span(const Replicas *r, GradSpan *span);
-// --ema: the whole tensors' EMA takes their place, or gives it back.
-void replicas_swap_ema(Replicas *r);
 void replicas_free(Replicas *r);
 
 #endif

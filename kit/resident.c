@@ -228,6 +228,7 @@ void resident_swap_ema(Resident *r) {
     CHECK(r->ema, "resident_swap_ema: the run keeps no EMA (--ema)");
     device_swap(kept_values(r), r->ema, r->state_numel);
     if (r->master) device_round(dtype_at(r->params, r->range ? r->lo : 0, DTYPE_BF16), r->master, r->state_numel);
+    if (r->whole) resident_swap_ema(r->whole);
 }
 
 // Offloaded span t's gradients start down to the host.
@@ -325,6 +326,19 @@ void resident_step(Resident *r, int num_tensors, AdamWConfig config) {
     if (r->offload) offloaded_step(r, num_tensors, config);
     else step_on_device(r, num_tensors, config);
     device_zero_as(r->grads, r->grads_numel, r->grad_dtype);
+    if (r->whole) resident_step(r->whole, num_tensors, config);
+}
+
+void resident_add_whole(Resident *r, Resident *whole, int share) {
+    r->whole = whole;
+    r->whole_share = share;
+}
+
+int resident_grad_spans(const Resident *r, int share, GradSpan *spans) {
+    spans[0] = resident_grad_span(r, share);
+    if (!r->whole) return 1;
+    spans[1] = resident_grad_span(r->whole, r->whole_share);
+    return 2;
 }
 
 GradSpan resident_grad_span(const Resident *r, int share) {

@@ -55,7 +55,7 @@ typedef enum {
     SPAN_UPDATED,        // AdamW has run on the host; its parameters are on their way up
 } SpanPhase;
 
-typedef struct {
+typedef struct Resident {
     FlatLayout flat;
     DType param_dtype, grad_dtype;
     void *params;      // (params_numel) param_dtype, in device memory
@@ -83,6 +83,8 @@ typedef struct {
     float *staged;       // (2 or 3, staged_numel) m, v (and the master) of staged_tensor, or NULL
     int staged_tensor;
     size_t staged_numel, staged_at;  // its elements, and where this range's part starts in it
+    struct Resident *whole;  // NULL, or tensors kept whole beside this part (FSDP's, kit/replicas.h): stepped,
+    int whole_share;         // swapped and spanned with it, their gradients' norm share this flag
 } Resident;
 
 // count[t]: the elements of tensor t this rank keeps; the dtypes are the model's.
@@ -131,8 +133,13 @@ void resident_unit_final(Resident *r, int unit);
 // then zeroes the gradients for the next step. Every tensor's step count
 // advances, kept or not, so any rank can report it.
 void resident_step(Resident *r, int num_tensors, AdamWConfig config);
-// All the gradients this rank keeps, as one span (local_grads); `share`: whether
-// they are its share of the norm. A range: its averaged gradient, less padding
+// Tensors kept whole on every rank (`whole`, another part's) join this part's steps, EMA swaps and
+// gradient spans; `share`: whether their gradients are this rank's share of the norm.
+void resident_add_whole(Resident *r, Resident *whole, int share);
+// All the gradients this rank keeps, as spans for local_grads (one; two with tensors kept whole);
+// returns how many. `share`: whether this part's are its share of the norm.
+int resident_grad_spans(const Resident *r, int share, GradSpan *spans);
+// This part's gradients, as one span; `share`: whether they are its share of the norm. A range: its averaged gradient, less padding
 // (ZeRO-1's other elements hold this rank's own, unreduced partial sums).
 GradSpan resident_grad_span(const Resident *r, int share);
 // Tensor t's part as rows [row_begin, row_begin + row_count), for checkpoints.

@@ -15,7 +15,6 @@
 
 #include "comm/comm.h"
 #include "device/memory.h"
-#include "device/quantize.h"
 #include "kit/strategy.h"
 
 // model->params[t] becomes a new full-size buffer (params_gathered), its contents undefined until the
@@ -28,16 +27,10 @@ void free_full_params(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 void alloc_unit_grads(GPT2 *model, MemAccount *mem, int unit, int rows_multiple);
 void free_full_grads(GPT2 *model, MemAccount *mem, int t, int rows_multiple);
 
-// How a reduce-scatter's gradients travel: as they are kept (format.bits 0), or quantized (ZeRO++'s qgZ) by
-// one all-to-all among all the ranks (node NULL), or in two hops: among the ranks of my node, then `across`,
-// among the ranks of my place in every node.
-typedef struct {
-    QuantFormat format;
-    Comm *node, *across;
-} GradsWire;
-
 // One collective in flight with its copy-in (send) and copy-out (recv) buffers,
-// counted as comm_buffers while it is open.
+// counted as comm_buffers while it is open. The wire (kit/wire.h) starts it and
+// finishes it; what it needs beyond these two buffers (ZeRO++'s quantized wires)
+// is its own `leg`, closed with the buffers.
 typedef struct {
     CommHandle handle;
     void *send, *recv;              // NULL when nothing is in flight
@@ -47,48 +40,22 @@ typedef struct {
     // reduce-scatter's: the runs of one rank's block, inflight_run).
     size_t *runs, packed;
     int num_runs;
-    // A quantized collective (ZeRO++): send's runs quantized (device/quantize.h) into wire_send,
-    // `wire_bytes` a rank. qwZ's all-gather: the wires all-gathered as int8 into wire_recv, each
-    // rank's dequantized into recv on arrival. qgZ's reduce-scatter: rank q's block of runs to rank q
-    // by an all-to-all, the N parts that arrive dequantized and summed in fp32 in rank order, then
-    // averaged, into recv. In two hops (node set): the parts my node's ranks send me, of the blocks of
-    // my place in every node, summed in fp32 and quantized again, go to the nodes they are for (across).
-    QuantFormat format;             // bits 0: none, the wire is send and recv themselves
-    Comm *node, *across;            // qgZ in two hops (GradsWire), or NULL
-    void *wire_send, *wire_recv;
-    size_t wire_bytes;
-    int wires_in;                   // wires wire_recv holds (an all-gather's, an all-to-all's: the ranks')
-    int root;                       // qgZ's reduce to one rank: the rank of comm it goes to
-    float *part, *sum;              // (recv_numel) qgZ's fp32 dequantized part and running sum, or NULL
+    int filled;                     // send was filled by the wire (hpZ's rows kept since the forward): no packing
     Comm *comm;                     // the collective's ranks: an all-gather's recv holds their sends
+    CommReduceOp op;                // a reduction's: the sum, or the average over the ranks
+    void *leg;                      // NULL, or the wire's own buffers for the rest of the trip
+    void (*close_leg)(void *leg, MemAccount *mem);
 } InFlight;
 // Allocates send, then recv, for a collective not already in flight on `f` (contents undefined: the
 // copy-in fills send whole, the collective recv).
 void inflight_open(InFlight *f, MemAccount *mem, size_t send_numel, size_t recv_numel, DType dtype);
-// Copy-in: `count` elements of f->dtype from src go next into send, as a run of their own.
+// Copy-in: `count` elements of f->dtype from src go next into send, as a run of their own
+// (nothing but the count where the wire filled send itself).
 void inflight_pack(InFlight *f, const void *src, size_t count);
 // A reduce-scatter's copy-in, made by the caller: the next `count` elements of every rank's block are
 // a run of their own (one tensor's slice).
 void inflight_run(InFlight *f, size_t count);
-// Starts the all-gather of send into recv among comm's ranks (f->comm): as it is, or (format.bits 8) each run
-// quantized in blocks of format.block, one scale a block (its wire buffers counted
-// as comm_buffers too); inflight_wait dequantizes what arrives.
-void inflight_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
-// Starts the reduce-scatter (average) of send into recv among comm's ranks: as it is, or (wire.format.bits
-// 8 or 4) each rank's block of runs quantized and sent to it by an all-to-all; inflight_wait
-// dequantizes the N parts that arrive and averages them in fp32. In two hops (wire.node), the
-// all-to-all among the node's ranks starts here, and inflight_wait sums what it brought, sends it
-// across and sums again.
-void inflight_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire);
-// Starts qgZ's reduce (average) of send into recv at rank `root` of comm, where a whole tensor is owned
-// (recv_numel: send_numel there, 0 elsewhere): my runs quantized and gathered at the root, which
-// dequantizes the N parts and averages them in fp32 in rank order. In two hops (wire.node): gathered first
-// at my node's rank of the root's place, summed there in fp32 and quantized again, then at the root from
-// the ranks of that place, one in each node (inflight_wait).
-void inflight_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire, int root);
-// Waits for the collective; 0 if none was in flight (nothing to copy out).
-int inflight_wait(InFlight *f, Comm *comm);
-// Frees send and recv (and the wire's) once the copy-out is done.
+// Frees send and recv (and the wire's leg) once the copy-out is done.
 void inflight_close(InFlight *f, MemAccount *mem);
 
 // Whether tensor t, gathered for `unit`, is freed after the unit's pass in `direction`.

@@ -23,49 +23,13 @@ const char *zeropp_problem(const ZeroppOptions *options) {
     return NULL;
 }
 
-static QuantFormat weights_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options) {
-    if (!options->quantize_weights) return (QuantFormat){0, 0};
-    QuantFormat format = {8, options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
-    strategy_note(ctx, "%s: parameters gathered for training as int8, one fp32 scale a block of %zu (ZeRO++'s qwZ)\n",
-                  name, format.block);
-    return format;
-}
-
-// How qgZ's parts travel: to every rank (sliced tensors), or to each tensor's owner (owned whole).
-static const char *grads_collective(const int *owner) { return owner ? "a gather at each owner" : "an all-to-all"; }
-
-static QuantFormat grads_format(const StrategyContext *ctx, const char *name, const ZeroppOptions *options,
-                                const int *owner) {
-    if (!options->quantize_grads) return (QuantFormat){0, 0};
-    QuantFormat format = {strcmp(options->quantize_grads, "int4") == 0 ? 4 : 8,
-                          options->quantize_block ? options->quantize_block : ZEROPP_DEFAULT_BLOCK};
-    strategy_note(ctx, "%s: gradients reduced by %s of int%d parts, one fp32 scale a block of %zu, summed in fp32 "
-                       "(ZeRO++'s qgZ)\n", name, grads_collective(owner), format.bits, format.block);
-    return format;
-}
-
-// This rank's node among nodes of H consecutive ranks of `sharding`, asked for by `flag` (H divides them
-// and is fewer: `all` says what a node of them all would do).
-static void split_nodes(const StrategyContext *ctx, Comm *sharding, const char *name, const char *flag, int H,
-                        const char *all, Comm *node) {
-    int N = sharding->world;
-    const char *of = N < ctx->comm->world ? " (a --shard-group)" : "";
-    if (H > N || N % H != 0)
-        fatal("%s: %s %d does not divide the %d ranks that shard the model%s into nodes", name, flag, H, N, of);
-    if (H == N) fatal("%s: %s %d makes one node of all %d ranks that shard the model%s: %s", name, flag, H, N, of, all);
-    comm_split(sharding, sharding->rank / H * H, 1, H, 0, node);  // ranks r/H*H, ..., r/H*H + H-1
-}
-
-void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
-                    const ZeroppOptions *options, const int *owner) {
-    int N = sharding->world, H = options->secondary_shard_group;
+void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner) {
     int num_units = ctx->model->layout.num_units;
     *h = (SecondaryShards){0};
-    if (H == 0) return;
-    split_nodes(ctx, sharding, name, "--secondary-shard-group", H, "the backward's gathers would cross the same links "
-                "as without it, and the secondary shards would only hold memory", &h->node);
+    if (!node) return;
     h->on = 1;
-    h->sharding_world = N;
+    h->node = node;
+    h->sharding_world = sharding->world;
     h->sharding_rank = sharding->rank;
     h->owner = owner;
     h->model = ctx->model;
@@ -74,12 +38,6 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
     h->kept = xcalloc((size_t)num_units, sizeof(void *));
     h->kept_numel = xcalloc((size_t)num_units, sizeof(size_t));
     h->taken = xcalloc((size_t)num_units, sizeof(size_t));
-    if (owner)
-        strategy_note(ctx, "%s: secondary copies in nodes of %d rank(s), each tensor on the rank of its owner's "
-                           "place: the backward's broadcasts stay in the node (ZeRO++'s hpZ)\n", name, H);
-    else
-        strategy_note(ctx, "%s: secondary shards of 1/%d in nodes of %d rank(s): the backward's gathers stay in the "
-                           "node (ZeRO++'s hpZ)\n", name, H, H);
 }
 
 // The elements of tensor t of the unit this rank keeps for its node: rows j of H of its padded full buffer (j: my
@@ -88,9 +46,9 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
 static size_t kept_numel(const SecondaryShards *h, int unit, int t) {
     const GPT2Tensor *tensor = &h->model->layout.tensors[t];
     if (!released_after(&h->model->layout, t, unit, +1)) return 0;
-    if (!h->owner) return row_slice_padded_numel(tensor, h->sharding_world) / (size_t)h->node.world;
+    if (!h->owner) return row_slice_padded_numel(tensor, h->sharding_world) / (size_t)h->node->world;
     int o = h->owner[t];
-    return o % h->node.world == h->node.rank && o != h->sharding_rank ? tensor->numel : 0;
+    return o % h->node->world == h->node->rank && o != h->sharding_rank ? tensor->numel : 0;
 }
 
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
@@ -113,7 +71,7 @@ void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
         int t = layout->unit_tensors[unit][i];
         size_t mine = kept_numel(h, unit, t);
         if (states[t] != TENSOR_GATHERED || mine == 0) continue;
-        size_t first = h->owner ? 0 : (size_t)h->node.rank * mine;  // rows j of H, padded; or all of it
+        size_t first = h->owner ? 0 : (size_t)h->node->rank * mine;  // rows j of H, padded; or all of it
         device_copy_as(dtype_at(h->kept[unit], at, dtype), dtype_at(h->model->params[t], first, dtype), mine, dtype);
         at += mine;
     }
@@ -150,127 +108,197 @@ int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
 }
 
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
-    return h->on && direction < 0 && h->held[unit] ? &h->node : sharding;
+    return h->on && direction < 0 && h->held[unit] ? h->node : sharding;
 }
 
 void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from) {
-    if (from != &h->node) return;
+    if (from != h->node) return;
     CHECK(h->kept_numel[unit] == f->send_numel, "unit %d: %zu rows kept for a gather of %zu", unit,
           h->kept_numel[unit], f->send_numel);
     device_copy_as(f->send, h->kept[unit], f->send_numel, f->dtype);
     f->packed = f->send_numel;
+    f->filled = 1;
     secondary_drop(h, unit);
 }
 
 void secondary_free(SecondaryShards *h) {
     if (!h->on) return;
     for (int u = 0; u < h->model->layout.num_units; u++) secondary_drop(h, u);
-    comm_free_group(&h->node);
     free(h->held);
     free(h->kept);
     free(h->kept_numel);
     free(h->taken);
 }
 
-// qgZ's two hops: nodes of H consecutive ranks of `sharding`, and the ranks of my place in every node.
-static void grads_hops_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name,
-                            const ZeroppOptions *options, const int *owner) {
-    int N = sharding->world, H = options->quantize_grads_node;
-    if (H == 0) return;
-    if (H == 1)
-        fatal("%s: --quantize-grads-node 1 makes a node of each rank: the first hop would move nothing, and the "
-              "second quantize the gradients again", name);
-    split_nodes(ctx, sharding, name, "--quantize-grads-node", H, "the second hop would only quantize the gradients "
-                "again", &z->grads_node);
-    comm_split(sharding, sharding->rank % H, H, N / H, 0, &z->grads_across);  // my place in every node: r%H, r%H + H, ...
-    z->grads_wire.node = &z->grads_node;
-    z->grads_wire.across = &z->grads_across;
-    strategy_note(ctx, "%s: %s in two hops, inside nodes of %d rank(s), then across the %d nodes\n", name,
-                  grads_collective(owner), H, N / H);
-}
 
-void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options,
-                 const int *owner) {
-    int num_tensors = ctx->model->layout.num_tensors;
-    *z = (Zeropp){.mem = ctx->mem, .wires = xcalloc((size_t)num_tensors, sizeof(void *)),
-                  .broadcast_group = xcalloc((size_t)num_tensors, sizeof(Comm *)),
-                  .reduces = xcalloc((size_t)num_tensors, sizeof(InFlight))};
-    z->weights_wire = weights_format(ctx, name, options);
-    z->grads_wire.format = grads_format(ctx, name, options, owner);
-    grads_hops_init(z, ctx, sharding, name, options, owner);
-    secondary_init(&z->secondary, ctx, sharding, name, options, owner);
-}
+// ---- the quantized legs of a collective (QuantLeg) ----
 
-void zeropp_free(Zeropp *z) {
-    if (z->grads_wire.node) {
-        comm_free_group(&z->grads_node);
-        comm_free_group(&z->grads_across);
+// The runs of `block` (one rank's elements of `dtype`, f->packed of them) to their wires, one after another.
+static void quantize_runs(const InFlight *f, const QuantLeg *q, const void *block, DType dtype, void *wire) {
+    size_t at = 0, bytes = 0;
+    for (int i = 0; i < f->num_runs; i++) {
+        device_quantize((char *)wire + bytes, dtype_at((void *)block, at, dtype), f->runs[i], dtype, q->format);
+        at += f->runs[i];
+        bytes += quant_wire_bytes(f->runs[i], q->format);
     }
-    secondary_free(&z->secondary);
-    free(z->wires);
-    free(z->broadcast_group);
-    free(z->reduces);
 }
 
-// What the owner of a whole tensor computes with under qwZ where no wire carries it (hpZ's backward, in its
-// own node): `src` quantized and dequantized into `dst`, the weights every other rank has.
-static void quantize_round_trip(Zeropp *z, void *dst, const void *src, size_t numel, DType dtype) {
-    size_t bytes = quant_wire_bytes(numel, z->weights_wire);
-    void *wire = device_alloc_as(z->mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
-    device_quantize(wire, src, numel, dtype, z->weights_wire);
-    device_dequantize(dst, wire, numel, dtype, z->weights_wire);
-    device_free_as(z->mem, MEM_COMM_BUFFERS, wire, bytes, DTYPE_INT8);
-}
-
-CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int unit, int t, int direction, const void *kept, GPT2 *model,
-                                  int root) {
-    size_t numel = model->layout.tensors[t].numel;
-    Comm *from = secondary_group(&z->secondary, unit, direction, comm);
-    z->broadcast_group[t] = comm;
-    if (from != comm) {  // hpZ: the rank of the owner's place in my node has it, in full precision
-        int place = root % from->world;
-        if (from->rank == place && !secondary_unpack_whole(&z->secondary, unit, t, model->params[t]) &&
-            z->weights_wire.bits)
-            quantize_round_trip(z, model->params[t], kept, numel, model->param_dtype);  // the owner itself
-        z->broadcast_group[t] = from;
-        return comm_broadcast_start(from, model->params[t], numel, model->param_dtype, place);
+static void dequantize_runs(const InFlight *f, const QuantLeg *q, void *block, DType dtype, const void *wire) {
+    size_t at = 0, bytes = 0;
+    for (int i = 0; i < f->num_runs; i++) {
+        device_dequantize(dtype_at(block, at, dtype), (const char *)wire + bytes, f->runs[i], dtype, q->format);
+        at += f->runs[i];
+        bytes += quant_wire_bytes(f->runs[i], q->format);
     }
-    if (!(direction && z->weights_wire.bits))
-        return comm_broadcast_start(comm, model->params[t], numel, model->param_dtype, root);
-    size_t bytes = quant_wire_bytes(numel, z->weights_wire);
-    z->wires[t] = device_alloc_as(z->mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
-    if (comm->rank == root) device_quantize(z->wires[t], kept, numel, model->param_dtype, z->weights_wire);
-    return comm_broadcast_start(comm, z->wires[t], bytes, DTYPE_INT8, root);
 }
 
-int zeropp_broadcast_wait(Zeropp *z, CommHandle *h, int t, GPT2 *model) {
-    if (!comm_wait(z->broadcast_group[t], h)) return 0;
-    if (!z->wires[t]) return 1;
-    size_t numel = model->layout.tensors[t].numel;
-    device_dequantize(model->params[t], z->wires[t], numel, model->param_dtype, z->weights_wire);
-    device_free_as(z->mem, MEM_COMM_BUFFERS, z->wires[t], quant_wire_bytes(numel, z->weights_wire), DTYPE_INT8);
-    z->wires[t] = NULL;
-    return 1;
+static void close_leg(void *leg, MemAccount *mem) {
+    QuantLeg *q = leg;
+    device_free_as(mem, MEM_COMM_BUFFERS, q->wire_send, q->wire_bytes * (size_t)q->wires_out, DTYPE_INT8);
+    device_free_as(mem, MEM_COMM_BUFFERS, q->wire_recv, q->wire_bytes * (size_t)q->wires_in, DTYPE_INT8);
+    device_free(mem, MEM_COMM_BUFFERS, q->part, q->sum_numel);  // NULL where nothing was summed
+    device_free(mem, MEM_COMM_BUFFERS, q->sum, q->sum_numel);
+    free(q);
 }
 
-CommHandle zeropp_reduce_start(Zeropp *z, Comm *comm, int t, GPT2 *model, int root) {
-    size_t numel = model->layout.tensors[t].numel;
-    void *local = model->grads[t];
-    int is_root = comm->rank == root;
-    if (!z->grads_wire.format.bits)
-        return comm_reduce_start(comm, local, is_root ? local : NULL, numel, model->grad_dtype, root, COMM_AVG);
-    InFlight *f = &z->reduces[t];
-    inflight_open(f, z->mem, numel, is_root ? numel : 0, model->grad_dtype);
-    inflight_pack(f, local, numel);
-    inflight_reduce_start(f, comm, z->mem, z->grads_wire, root);
-    return (CommHandle){0};
+// Opens f's leg: the wires of a quantized collective, wire_bytes of my runs, `out` of them to send and `in`
+// to receive.
+static QuantLeg *open_leg(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format, int out, int in) {
+    CHECK((format.bits == 8 || format.bits == 4) && format.block > 0 && f->num_runs > 0,
+          "a collective quantized to %d bits in blocks of %zu, of %d runs", format.bits, format.block, f->num_runs);
+    QuantLeg *q = xcalloc(1, sizeof *q);
+    q->format = format;
+    for (int i = 0; i < f->num_runs; i++) q->wire_bytes += quant_wire_bytes(f->runs[i], format);
+    q->wire_send = device_alloc_as(mem, MEM_COMM_BUFFERS, q->wire_bytes * (size_t)out, DTYPE_INT8);
+    q->wire_recv = device_alloc_as(mem, MEM_COMM_BUFFERS, q->wire_bytes * (size_t)in, DTYPE_INT8);
+    q->wires_out = out;
+    q->wires_in = in;
+    f->comm = comm;
+    f->leg = q;
+    f->close_leg = close_leg;
+    return q;
 }
 
-int zeropp_reduce_wait(Zeropp *z, Comm *comm, CommHandle *h, int t, GPT2 *model) {
-    InFlight *f = &z->reduces[t];
-    if (!f->send) return comm_wait(comm, h);
-    inflight_wait(f, comm);
-    if (f->recv_numel) device_copy_as(model->grads[t], f->recv, f->recv_numel, model->grad_dtype);
-    inflight_close(f, z->mem);
-    return 1;
+// qgZ's fp32 part and sum where parts are summed: of the runs of one rank's part.
+static void open_sums(const InFlight *f, QuantLeg *q, MemAccount *mem) {
+    q->sum_numel = f->packed;
+    q->part = device_alloc(mem, MEM_COMM_BUFFERS, f->packed);
+    q->sum = device_alloc(mem, MEM_COMM_BUFFERS, f->packed);
+}
+
+// qgZ in two hops: my node's ranks, and my place's in every node, must split comm.
+static void set_hops(QuantLeg *q, Comm *comm, GradsWire wire) {
+    q->node = wire.node;
+    q->across = wire.across;
+    CHECK(!q->node || (q->node->parent == comm && q->across->parent == comm &&
+                       q->node->world * q->across->world == comm->world),
+          "a reduce in two hops whose groups are not a split of its %d ranks", comm->world);
+}
+
+void qwz_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format) {
+    CHECK(f->packed == f->send_numel, "a quantized all-gather of %zu elements, %zu packed", f->send_numel, f->packed);
+    QuantLeg *q = open_leg(f, comm, mem, format, 1, comm->world);
+    quantize_runs(f, q, f->send, f->dtype, q->wire_send);
+    f->handle = comm_all_gather_start(comm, q->wire_send, q->wire_recv, q->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+void qgz_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire) {
+    CHECK(f->packed == f->recv_numel, "a quantized reduce-scatter of %zu elements a rank, runs of %zu", f->recv_numel,
+          f->packed);
+    QuantLeg *q = open_leg(f, comm, mem, wire.format, comm->world, comm->world);
+    open_sums(f, q, mem);
+    set_hops(q, comm, wire);
+    // rank p = node·H + place: its block goes first to my node's rank of that place, with the blocks of
+    // that place in the other nodes (one hop: H = N, so to rank p itself)
+    int H = q->node ? q->node->world : comm->world, nodes = comm->world / H;
+    for (int p = 0; p < comm->world; p++)
+        quantize_runs(f, q, dtype_at(f->send, (size_t)p * f->recv_numel, f->dtype), f->dtype,
+                      (char *)q->wire_send + ((size_t)(p % H) * nodes + p / H) * q->wire_bytes);
+    f->handle = comm_all_to_all_start(q->node ? q->node : comm, q->wire_send, q->wire_recv,
+                                      q->wire_bytes * (size_t)comm->world, DTYPE_INT8);
+}
+
+void qgz_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire, int root) {
+    CHECK(f->recv_numel == (comm->rank == root ? f->send_numel : 0) && f->packed == f->send_numel &&
+              wire.format.bits,
+          "a quantized reduce of %zu elements (%zu packed) into %zu at rank %d of %d", f->send_numel, f->packed,
+          f->recv_numel, root, comm->world);
+    // the first gather goes to my node's rank of the root's place (one hop: H = N, to the root), which sums
+    // the node's H parts; in two hops the root then gathers and sums the N/H nodes' sums
+    int H = wire.node ? wire.node->world : comm->world, place = root % H, nodes = comm->world / H;
+    int in = (wire.node ? wire.node->rank : comm->rank) == place ? H : 0;
+    if (comm->rank == root && nodes > in) in = nodes;
+    QuantLeg *q = open_leg(f, comm, mem, wire.format, 1, in);
+    q->root = root;
+    set_hops(q, comm, wire);
+    if (in) open_sums(f, q, mem);
+    quantize_runs(f, q, f->send, f->dtype, q->wire_send);
+    f->handle = comm_gather_start(q->node ? q->node : comm, q->wire_send, in ? q->wire_recv : NULL,
+                                  q->wire_bytes * (size_t)H, DTYPE_INT8, place);
+}
+
+// qwZ's arrival: each rank's wire dequantized into its part of recv.
+static void dequantize_gathered(InFlight *f, QuantLeg *q) {
+    for (int r = 0; r < f->comm->world; r++)
+        dequantize_runs(f, q, dtype_at(f->recv, (size_t)r * f->send_numel, f->dtype), f->dtype,
+                        (const char *)q->wire_recv + (size_t)r * q->wire_bytes);
+}
+
+// Into q->sum: `count` wires from `first`, `stride` wires apart, dequantized and added in that order in fp32.
+static void sum_wires(InFlight *f, QuantLeg *q, int count, const char *first, size_t stride) {
+    for (int k = 0; k < count; k++) {
+        dequantize_runs(f, q, k == 0 ? q->sum : q->part, DTYPE_FP32, first + (size_t)k * stride * q->wire_bytes);
+        if (k > 0) device_add(q->sum, q->part, f->packed);
+    }
+}
+
+// qgZ's first hop of two has arrived: for each node n, my node's H parts of the block of my place in
+// node n, summed in rank order and quantized again; the second hop sends node n its sum.
+static void send_across(InFlight *f, QuantLeg *q) {
+    int nodes = q->across->world;
+    for (int n = 0; n < nodes; n++) {
+        sum_wires(f, q, q->node->world, (const char *)q->wire_recv + (size_t)n * q->wire_bytes, (size_t)nodes);
+        quantize_runs(f, q, q->sum, DTYPE_FP32, (char *)q->wire_send + (size_t)n * q->wire_bytes);
+    }
+    f->handle = comm_all_to_all_start(q->across, q->wire_send, q->wire_recv, q->wire_bytes * (size_t)nodes, DTYPE_INT8);
+    comm_wait(q->across, &f->handle);
+}
+
+// qgZ's reduce to one rank, the first hop of two has arrived: at my node's rank of the root's place, the
+// node's H parts summed in rank order and quantized again, gathered at the root from that place's ranks.
+static void gather_across(InFlight *f, QuantLeg *q) {
+    int nodes = q->across->world, root_node = q->root / q->node->world;
+    if (q->node->rank != q->root % q->node->world) return;  // my part has gone
+    sum_wires(f, q, q->node->world, q->wire_recv, 1);
+    quantize_runs(f, q, q->sum, DTYPE_FP32, q->wire_send);
+    f->handle = comm_gather_start(q->across, q->wire_send, q->across->rank == root_node ? q->wire_recv : NULL,
+                                  q->wire_bytes * (size_t)nodes, DTYPE_INT8, root_node);
+    comm_wait(q->across, &f->handle);
+}
+
+// qgZ's arrival: each rank's part of my rows (two hops: each node's sum), dequantized, added in rank
+// order in fp32; for COMM_AVG divided by all N, then rounded once to the gradients' dtype.
+static void sum_parts(InFlight *f, QuantLeg *q) {
+    sum_wires(f, q, q->node ? q->across->world : f->comm->world, q->wire_recv, 1);
+    if (f->op == COMM_AVG) device_scale(q->sum, f->packed, 1.0f / (float)f->comm->world);
+    if (f->dtype == DTYPE_FP32) device_copy(f->recv, q->sum, f->recv_numel);
+    else device_round(f->recv, q->sum, f->recv_numel);
+}
+
+void quantized_finish(InFlight *f) {
+    QuantLeg *q = f->leg;
+    comm_wait(q->node ? q->node : f->comm, &f->handle);
+    if (f->handle.op == COMM_ALL_GATHER) dequantize_gathered(f, q);
+    if (q->node && f->handle.op == COMM_ALL_TO_ALL) send_across(f, q);
+    if (q->node && f->handle.op == COMM_GATHER) gather_across(f, q);
+    int summed_here = f->handle.op == COMM_ALL_TO_ALL || (f->handle.op == COMM_GATHER && f->comm->rank == q->root);
+    if (summed_here) sum_parts(f, q);
+}
+
+void quantize_round_trip(MemAccount *mem, QuantFormat format, void *dst, const void *src, size_t numel, DType dtype) {
+    size_t bytes = quant_wire_bytes(numel, format);
+    void *wire = device_alloc_as(mem, MEM_COMM_BUFFERS, bytes, DTYPE_INT8);
+    device_quantize(wire, src, numel, dtype, format);
+    device_dequantize(dst, wire, numel, dtype, format);
+    device_free_as(mem, MEM_COMM_BUFFERS, wire, bytes, DTYPE_INT8);
 }

@@ -92,7 +92,7 @@ const char *zeropp_problem(const ZeroppOptions *options);
 // whole tensors whose owner has its place in another node: one tensor after another.
 typedef struct {
     int on;
-    Comm node;            // the H consecutive ranks of the sharding group this rank shares a node with
+    Comm *node;           // the H consecutive ranks of the sharding group this rank shares a node with (wire.c's)
     int sharding_world;   // N: the ranks the primary slices are cut for (the padding's multiple)
     int sharding_rank;
     const int *owner;     // (num_tensors) the sharding rank that owns tensor t whole, or NULL: rows
@@ -104,10 +104,9 @@ typedef struct {
     size_t *taken;        // (num_units) whole tensors: elements of kept[unit] copied out so far
 } SecondaryShards;
 
-// hpZ within nodes of options->secondary_shard_group ranks of `sharding` (nothing when 0), for strategy `name`;
-// `owner`: NULL, or (num_tensors) each tensor's owner among `sharding` (tensors owned whole).
-void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, const char *name,
-                    const ZeroppOptions *options, const int *owner);
+// hpZ within `node` (NULL: off), nodes of the ranks of `sharding`; `owner`: NULL, or (num_tensors) each
+// tensor's owner among `sharding` (tensors owned whole).
+void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner);
 // After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED) that
 // the forward frees after the unit (released_after), or the whole tensors of those it holds for its node (their
 // owner's place in the node is its own, the owner elsewhere).
@@ -115,8 +114,8 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states);
 // The ranks the unit's gather in `direction` (-1: backward) is among: the node, where hpZ keeps its rows, or `sharding`.
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding);
-// Copy-in of a gather `from` the node (secondary_group): the unit's kept rows into f's send, then dropped
-// (nothing for a gather from elsewhere).
+// Copy-in of a gather `from` the node (secondary_group): the unit's kept rows into f's send, which is then
+// filled (InFlight.filled), and dropped (nothing for a gather from elsewhere).
 void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from);
 // The unit's kept rows are no longer needed.
 void secondary_drop(SecondaryShards *h, int unit);
@@ -126,40 +125,50 @@ void secondary_free(SecondaryShards *h);
 // copies freed once all are taken; the unit stays held, on every rank alike, until its next forward); else 0.
 int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst);
 
-// ZeRO++ on one rank of a sharded strategy, as its options ask.
+// How a reduce's gradients travel under qgZ: quantized (format), by one hop among all the ranks
+// (node NULL), or in two: among the ranks of my node, then `across`, among the ranks of my place in
+// every node.
 typedef struct {
-    QuantFormat weights_wire;       // qwZ: training's parameter gathers (bits 0: as kept)
-    GradsWire grads_wire;           // qgZ: the gradients' reduces (bits 0: a reduce-scatter as kept)
-    Comm grads_node, grads_across;  // qgZ's two hops' ranks (grads_wire.node and .across point here)
-    SecondaryShards secondary;      // hpZ
-    MemAccount *mem;
-    void **wires;                   // (num_tensors) qwZ's broadcast wire of a whole tensor in flight, or NULL
-    Comm **broadcast_group;         // (num_tensors) the ranks a whole tensor's last broadcast was among
-    InFlight *reduces;              // (num_tensors) qgZ's reduce of a whole tensor's gradient in flight
-} Zeropp;
+    QuantFormat format;
+    Comm *node, *across;
+} GradsWire;
 
-// Among the ranks of `sharding` (a strategy's, or its hybrid group's), with notes for strategy `name`;
-// `owner`: NULL where every tensor is sliced, or (num_tensors) each one's owner (tensors owned whole).
-// z must stay where it is: its wire points into it.
-void zeropp_init(Zeropp *z, const StrategyContext *ctx, Comm *sharding, const char *name, const ZeroppOptions *options,
-                 const int *owner);
-void zeropp_free(Zeropp *z);
+// The quantized legs of one collective (InFlight.leg): send's runs quantized (device/quantize.h) into
+// wire_send, `wire_bytes` a rank. qwZ's all-gather: the wires all-gathered as int8 into wire_recv,
+// each rank's dequantized into recv on arrival. qgZ's reduce-scatter: rank q's block of runs to rank
+// q by an all-to-all, the N parts that arrive dequantized and summed in fp32 in rank order (then
+// averaged, for COMM_AVG) into recv. In two hops (node set): the parts my node's ranks send me, of
+// the blocks of my place in every node, summed in fp32 and quantized again, go to the nodes they are
+// for (across). qgZ's reduce to one rank: the same with a gather at the root.
+typedef struct {
+    QuantFormat format;
+    Comm *node, *across;            // qgZ in two hops (GradsWire), or NULL
+    void *wire_send, *wire_recv;
+    size_t wire_bytes;
+    int wires_out, wires_in;        // wires wire_send and wire_recv hold
+    int root;                       // qgZ's reduce to one rank: the rank of the collective's comm it goes to
+    float *part, *sum;              // (sum_numel) qgZ's fp32 dequantized part and running sum, or NULL
+    size_t sum_numel;               // the collective's packed elements, where parts are summed
+} QuantLeg;
 
-// The broadcast of tensor t of `unit` from its owner `root` among comm into model->params[t] (a strategy
-// that owns whole tensors: ZeRO-3) in `direction` (0: neither forward nor backward), as it is; or with qwZ in
-// training the owner's `kept` copy quantized into a wire (comm_buffers), broadcast, and dequantized on arrival
-// into model->params[t] on every rank, the owner's included, so that all compute with the same weights.
-// hpZ's backward: from the rank of the owner's place in my node, which kept it since the forward (or is the
-// owner), as the forward's gather left it, among the node's ranks.
-CommHandle zeropp_broadcast_start(Zeropp *z, Comm *comm, int unit, int t, int direction, const void *kept, GPT2 *model,
-                                  int root);
-// Waits for it among the ranks it went to, and dequantizes the wire; 0 if none was in flight.
-int zeropp_broadcast_wait(Zeropp *z, CommHandle *h, int t, GPT2 *model);
-// The average of tensor t's gradient model->grads[t] over comm onto its owner `root`, in place there: a reduce as
-// kept; or with qgZ (returning an inactive handle: z holds the collective) the gradient quantized and gathered
-// at the root (in two hops: first at my node's rank of the root's place), averaged in fp32.
-CommHandle zeropp_reduce_start(Zeropp *z, Comm *comm, int t, GPT2 *model, int root);
-// Waits for it; on the owner the average is then in model->grads[t]. 0 if none was in flight.
-int zeropp_reduce_wait(Zeropp *z, Comm *comm, CommHandle *h, int t, GPT2 *model);
+// qwZ: starts the all-gather of f's send into recv among comm's ranks, each run quantized in blocks
+// (its wires counted as comm_buffers too).
+void qwz_all_gather_start(InFlight *f, Comm *comm, MemAccount *mem, QuantFormat format);
+// qgZ: starts the reduce-scatter (f->op) of f's send into recv among comm's ranks: each rank's block of
+// runs quantized and sent to it by an all-to-all (in two hops, the first among the node's ranks).
+void qgz_reduce_scatter_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire);
+// qgZ: starts the reduce (f->op) of f's send into recv at rank `root` of comm, where a whole tensor is
+// owned (recv_numel: send_numel there, 0 elsewhere): my runs quantized and gathered at the root, which
+// dequantizes the N parts and adds them in fp32 in rank order. In two hops (wire.node): gathered first
+// at my node's rank of the root's place, summed there in fp32 and quantized again, then at the root from
+// the ranks of that place, one in each node.
+void qgz_reduce_start(InFlight *f, Comm *comm, MemAccount *mem, GradsWire wire, int root);
+// Waits for a quantized collective and finishes its trip: dequantizes what arrived; in two hops, runs
+// the second hop (an all-to-all or a gather across the nodes, blocking) and sums again.
+void quantized_finish(InFlight *f);
+
+// What the owner of a whole tensor computes with under qwZ where no wire carries it (hpZ's backward,
+// in its own node): `src` quantized and dequantized into `dst`, the weights every other rank has.
+void quantize_round_trip(MemAccount *mem, QuantFormat format, void *dst, const void *src, size_t numel, DType dtype);
 
 #endif

@@ -140,8 +140,7 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    spans[0] = resident_grad_span(&s->resident, 1);
-    return 1;
+    return resident_grad_spans(&s->resident, 1, spans);
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.

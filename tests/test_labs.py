@@ -36,8 +36,16 @@ PLANTS = [
     ("fsdp", "the all-gather's copy-out at the wrong rows", "dtype_at(s->model->params[t], r * slice, dtype)",
      "dtype_at(s->model->params[t], 0 * slice, dtype)", "fsdp", 3,
      {"losses": r"step 1's loss .*the forward already differs"}),
-    ("zero3", "tensors broadcast from rank 0, not their owner", "t, direction, kept, s->model, s->owner[t]);",
-     "t, direction, kept, s->model, 0);", "zero3", 3, {"losses": r"step 1's loss .*the forward already differs"}),
+    ("zero3", "tensors broadcast from rank 0, not their owner", "wire_broadcast_start(&s->wire, unit, t, direction, s->owner[t]);",
+     "wire_broadcast_start(&s->wire, unit, t, direction, 0);", "zero3", 3,
+     {"losses": r"step 1's loss .*the forward already differs"}),
+    # the classic bug, in the files that own their collectives: the reduce's and the reduce-scatter's average
+    ("zero3", "a reduce that sums where it should average", "wire_reduce_start(&s->wire, t, s->owner[t], COMM_AVG);",
+     "wire_reduce_start(&s->wire, t, s->owner[t], COMM_SUM);", "zero3", 3,
+     {"gradient": r"\(3 times\): 3 times is a sum where an average belongs \(COMM_AVG\)", "model": r"differ"}),
+    ("fsdp", "a reduce-scatter that sums where it should average", "wire_reduce_scatter_start(&s->wire, r, unit, COMM_AVG);",
+     "wire_reduce_scatter_start(&s->wire, r, unit, COMM_SUM);", "fsdp", 3,
+     {"gradient": r"\(3 times\): 3 times is a sum where an average belongs \(COMM_AVG\)", "model": r"differ"}),
     ("zero12", "a piece reduced onto the first range's owner", "int owner = first_owner + (k - s->piece_start[t]);",
      "int owner = first_owner;", "zero2", 3, {"gradient": r"wrong ranks", "traffic": r"reduce"}),
 ]
@@ -53,7 +61,7 @@ PLANTS.append(("zero3", "a backward that frees the tied wte after the head", "  
 # an all-gather's buffers never closed: the next gather on them stops the run, naming the collective and the fix
 PLANTS.append(("fsdp", "a gather whose buffers are never closed", "    inflight_close(g, s->mem);\n}",
                "}", "fsdp", 2, {"runs": r"the last one on them \(already waited for, not closed\) is open: wait for it "
-                                       r"\(inflight_wait\) and close its buffers \(inflight_close\)"}))
+                                       r"and close its buffers \(inflight_close\)"}))
 # a prefetch that never starts: the peak of the gathered buffers is lower than planned, and said so
 PLANTS.append(("prefetch", "a prefetch that never starts", "for (int k = 0; k <= ahead; k++) start_gather(s, unit",
                "for (int k = 0; k <= 0; k++) start_gather(s, unit", "fsdp", 2,

@@ -98,7 +98,7 @@ static StepTime step_time_of(StepStrategy strategy, int ranks, int prefetch, int
                              float clip, const Machine *machine) {
     DdpOptions ddp = {.zero_stage = strategy == STEP_ZERO1 ? 1 : strategy == STEP_ZERO2 ? 2 : 0};
     Zero3Options zero3 = {.prefetch = prefetch};
-    FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = prefetch, .shard_group = shard_group};
+    FsdpOptions fsdp = {.reshard_after_forward = 1, .prefetch = prefetch, .wire = {.shard_group = shard_group}};
     Strategy (*init[STEP_NUM_STRATEGIES])(const StrategyContext *) = {ddp_init, zero12_init, zero12_init, zero3_init,
                                                                        fsdp_init};
     const void *options[STEP_NUM_STRATEGIES] = {&ddp, &ddp, &ddp, &zero3, &fsdp};

@@ -11,7 +11,7 @@ typedef struct {
 } Zero3Plugin;
 
 static const char *check_options(const void *options) {
-    return zeropp_problem(&((const Zero3Options *)options)->zeropp);
+    return wire_problem(&((const Zero3Options *)options)->wire);
 }
 
 StrategyPlugin zero3_plugin(void) {
@@ -22,12 +22,12 @@ StrategyPlugin zero3_plugin(void) {
          "start the broadcasts of the next D units while one computes, and reduce a unit's gradients behind the "
          "next unit's backward (default 1; 0: every collective waited for at once)"},
         UNIT_POLICY_FLAGS(p->units),
-        ZEROPP_FLAGS(p->options.zeropp),
+        ZEROPP_FLAGS(p->options.wire.zeropp),
     };
     _Static_assert(sizeof flags == sizeof p->flags, "one flag of the table a slot");
     memcpy(p->flags, flags, sizeof flags);
     return (StrategyPlugin){.name = "zero3", .init = zero3_init, .flags = p->flags, .num_flags = sizeof p->flags / sizeof p->flags[0],
                             .options = &p->options, .check_options = check_options, .units = &p->units,
-                            .node_group = &p->options.zeropp.secondary_shard_group,
-                            .grads_node_group = &p->options.zeropp.quantize_grads_node, .storage = p};
+                            .node_group = &p->options.wire.zeropp.secondary_shard_group,
+                            .grads_node_group = &p->options.wire.zeropp.quantize_grads_node, .storage = p};
 }

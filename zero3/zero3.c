@@ -1,32 +1,20 @@
-// zero3.c: ZeRO stage 3 by tensor ownership. Each parameter tensor (layer 3's
-// qkvw is one tensor) is owned whole by one rank, chosen to balance bytes
-// (kit/partition.c); only the owner keeps it, its gradient and AdamW state.
-// Before a unit runs (forward, and again backward) each of its tensors is
-// broadcast from its owner into a temporary full buffer, freed right after;
-// after its backward each gradient is averaged onto its owner by a reduce (the
-// head and wte, broadcast once, stay into their backward; wte's two gradients
-// add up, reduced once).
+// zero3.c: ZeRO stage 3 by tensor ownership. Each parameter tensor (layer 3's qkvw is
+// one) is owned whole by one rank, chosen to balance bytes (kit/partition.c), which alone
+// keeps it, its gradient and AdamW state. Before a unit runs (forward, and again backward)
+// each of its tensors is broadcast from its owner into a temporary full buffer; after its
+// backward each gradient is averaged onto its owner by a reduce (the head and wte,
+// broadcast once, stay into their backward; wte's two gradients add up, reduced once).
 //
 //   owner of h0.qkvw --broadcast--> everyone      (before forward / backward)
 //   everyone --reduce(avg)--> owner of h0.qkvw    (after backward)
-//   rank 0: [ wte      | h1.fcw ...  ]  owned tensors, whole
-//   rank 1: [ h0.qkvw  | h0.fcw ...  ]  (sizes differ: ownership is lumpy)
-//
-// Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the
-// balance uneven at small N. Per step: broadcasts of 2P - P_h (P_h: the head's,
-// wte included) and one reduce of every tensor.
+//   rank 0: [ wte | h1.fcw ... ]  rank 1: [ h0.qkvw | h0.fcw ... ]  (whole, lumpy)
+// Per rank: 16 bytes per owned parameter; the largest tensor (wte) makes the balance
+// uneven at small N. Per step: broadcasts of 2P - P_h (P_h: the head's, wte included)
+// and one reduce of every tensor.
 // --precision bf16 (docs/precision.md): parameters and gradients are 2 bytes
 // where they are kept and moved (gradients 4 with --reduce-dtype fp32), and an
 // fp32 master joins the AdamW state: 2 + 2 + 12 bytes per parameter, and half
 // the bytes on the wire.
-//
-// With --prefetch D the next D units' gathers are started before unit u
-// computes, and unit u's reduces are waited for only after the next unit's
-// backward: the same collectives, travelling under compute. ZeRO++ (docs/zeropp.md): qwZ,
-// training's broadcasts in int8, dequantized into a copy on every rank, the owner's too; hpZ,
-// each tensor the forward frees kept by the rank of its owner's place in every other node,
-// the backward's broadcasts from there, inside the node; qgZ, each reduce a gather of
-// int8/int4 wires at the owner, summed there in fp32.
 #include <stdlib.h>
 
 #include "kit/kit.h"
@@ -42,22 +30,19 @@ typedef struct {
     int prefetch;                    // units ahead whose gathers start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
-    Zeropp zeropp;                   // ZeRO++ (kit/zeropp.h): qwZ's wires, hpZ's copies, qgZ's reduces
+    Wire wire;                       // how the collectives travel (kit/wire.h)
 } State;
 
 static int owns(const State *s, int t) { return s->owner[t] == s->comm->rank; }
 
-// Starts broadcasting every tensor of the unit neither here nor on its way, from its owner:
-// straight from its resident copy, into a temporary full buffer elsewhere (qwZ: everywhere).
+// Starts broadcasting every tensor of the unit neither here nor on its way, from its owner's copy.
 static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
-    int wire = direction && s->zeropp.weights_wire.bits;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_SHARDED) continue;
-        const void *kept = s->model->params[t];  // the owner's resident copy
-        if (!owns(s, t) || wire) alloc_full_params(s->model, s->mem, t, 1);
-        s->gathers[t] = zeropp_broadcast_start(&s->zeropp, s->comm, unit, t, direction, kept, s->model, s->owner[t]);
+        if (!owns(s, t)) alloc_full_params(s->model, s->mem, t, 1);
+        s->gathers[t] = wire_broadcast_start(&s->wire, unit, t, direction, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
 }
@@ -68,7 +53,7 @@ static void finish_gather(State *s, int unit) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERING) continue;
-        zeropp_broadcast_wait(&s->zeropp, &s->gathers[t], t, s->model);
+        wire_broadcast_finish(&s->wire, &s->gathers[t], t);
         s->tensor_state[t] = TENSOR_GATHERED;
     }
 }
@@ -79,7 +64,7 @@ static void gather_unit(State *s, int unit, int direction) {
     int ahead = units_ahead(&s->model->layout, unit, direction, s->prefetch);
     for (int k = 0; k <= ahead; k++) start_gather(s, unit + direction * k, direction);
     finish_gather(s, unit);
-    if (direction > 0) secondary_keep(&s->zeropp.secondary, unit, s->tensor_state);
+    wire_unit_gathered(&s->wire, unit, direction, s->tensor_state);
 }
 
 // Frees the unit's gathered tensors that the pass in `direction` is done with (released_after).
@@ -89,30 +74,28 @@ static void release_unit(State *s, int unit, int direction) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED || !released_after(layout, t, unit, direction)) continue;
         if (!owns(s, t) || s->model->params[t] != resident_params(&s->resident, t)) free_full_params(s->model, s->mem, t, 1);
-        if (owns(s, t)) s->model->params[t] = resident_params(&s->resident, t);  // qwZ's copy freed
+        if (owns(s, t)) s->model->params[t] = resident_params(&s->resident, t);  // a copy the wire made, freed
         s->tensor_state[t] = TENSOR_SHARDED;
     }
 }
 
-// Starts averaging each gradient the unit finishes (those at home in it) onto its owner, in place:
-// a reduce (qgZ: a gather).
+// Starts averaging each gradient the unit finishes (those at home in it) onto its owner: a reduce.
 static void start_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        s->reduces[t] = zeropp_reduce_start(&s->zeropp, s->comm, t, s->model, s->owner[t]);
+        s->reduces[t] = wire_reduce_start(&s->wire, t, s->owner[t], COMM_AVG);
     }
 }
 
-// Waits for the unit's reduces still in flight; the owner adds each average to its
-// resident gradient, and everyone frees the full gradients.
+// Waits for the unit's reduces; each owner adds the average to its gradient, all free the full ones.
 static void finish_reduce(State *s, int unit) {
     const GPT2Layout *layout = &s->model->layout;
-    DType dtype = s->model->grad_dtype;
     for (int i = 0; i < layout->unit_num_home_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!zeropp_reduce_wait(&s->zeropp, s->comm, &s->reduces[t], t, s->model)) continue;
-        if (owns(s, t)) device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, dtype);
+        if (!wire_reduce_finish(&s->wire, &s->reduces[t], t)) continue;
+        if (owns(s, t))
+            device_add_as(resident_grads(&s->resident, t), s->model->grads[t], layout->tensors[t].numel, s->model->grad_dtype);
         free_full_grads(s->model, s->mem, t, 1);
     }
     resident_unit_final(&s->resident, unit);
@@ -124,8 +107,7 @@ static void after_forward(void *state, int unit, int backward_follows) {
     release_unit(s, unit, backward_follows ? +1 : 0);
 }
 
-// Fetch the unit again, and give it zeroed full-size gradient buffers (or the
-// ones an earlier micro-batch kept, without a reduce, to add into).
+// Fetch the unit again, with full-size gradients to add into (zeroed, or an earlier micro-batch's).
 static void before_backward(void *state, int unit) {
     State *s = state;
     gather_unit(s, unit, -1);
@@ -175,14 +157,13 @@ static int local_rows(void *state, int t, LocalRows *rows) {
 // The owned tensors' gradients (nothing on a rank that owns none).
 static int local_grads(void *state, GradSpan *spans) {
     State *s = state;
-    spans[0] = resident_grad_span(&s->resident, 1);
-    return 1;
+    return resident_grad_spans(&s->resident, 1, spans);
 }
 
 // The EMA of the weights this rank keeps takes their place, or gives it back.
 static void swap_ema(void *state) {
     State *s = state;
-    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // a gathered copy would be stale
+    for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // nothing gathered left to go stale
     resident_swap_ema(&s->resident);
 }
 
@@ -190,7 +171,7 @@ static void destroy(void *state) {
     State *s = state;
     for (int u = 0; u < s->model->layout.num_units; u++) release_unit(s, u, 0);  // what a forward-only pass kept
     resident_free(&s->resident, s->mem);
-    zeropp_free(&s->zeropp);
+    wire_free(&s->wire);
     free(s->owner);
     free(s->tensor_state);
     free(s->gathers);
@@ -211,7 +192,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     note_owner_balance(ctx, "zero3", s->owner);
     const Zero3Options *options = ctx->options;
     s->prefetch = strategy_prefetch(ctx, "zero3", options->prefetch);
-    zeropp_init(&s->zeropp, ctx, s->comm, "zero3", &options->zeropp, s->owner);
+    wire_init(&s->wire, ctx, "zero3", &options->wire, s->owner, NULL);
     s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));

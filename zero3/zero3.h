@@ -6,7 +6,7 @@
 
 typedef struct {
     int prefetch;          // units ahead whose broadcasts are started before they run (0: none)
-    ZeroppOptions zeropp;  // ZeRO++'s qwZ on the broadcasts (kit/zeropp.h)
+    WireOptions wire;      // how the collectives travel: ZeRO++'s flags (kit/wire.h)
 } Zero3Options;
 
 Strategy zero3_init(const StrategyContext *ctx);
