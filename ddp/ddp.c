@@ -132,7 +132,7 @@ Strategy ddp_init(const StrategyContext *ctx) {
     s->reduces = xcalloc((size_t)layout->num_units, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    resident_init(&s->resident, model, count, s->mem);
+    resident_init(&s->resident, ctx, count);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {
         if (s->comm->rank == 0) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);

@@ -201,7 +201,7 @@ Strategy zero12_init(const StrategyContext *ctx) {
     s->stage = ((const DdpOptions *)ctx->options)->zero_stage;
     CHECK(s->stage == 1 || s->stage == 2, "zero12_init: stage %d", s->stage);
     s->accum_mode = s->stage == 1 ? ACCUM_NO_SYNC : ctx->accum_mode;  // ZeRO-1 keeps whole gradients anyway
-    resident_init_range(&s->resident, model, world, s->comm->rank, s->stage == 1, s->mem);
+    resident_init_range(&s->resident, ctx, world, s->comm->rank, s->stage == 1);
     s->piece_start = flat_range_pieces(layout, world);
     s->reduces = xcalloc((size_t)s->piece_start[layout->num_tensors], sizeof(CommHandle));
     for (int t = 0; t < layout->num_tensors; t++) {

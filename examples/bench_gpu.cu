@@ -154,13 +154,14 @@ int main(int argc, char **argv) {
     gpt2_init(&model, config, B, T, 0, fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
               fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &mem);
     model.param_dtype = model.grad_dtype = dtype;
-    model.offload_optimizer = offload;
+    RunSettings settings = {.offload_optimizer = offload};
+    StrategyContext ctx = {.model = &model, .mem = &mem, .run = &settings};  // what resident_init reads
     const GPT2Layout *layout = &model.layout;
     // every tensor whole, kept as train_single keeps it (single/single.c)
     Resident resident;
     size_t *count = (size_t *)xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    resident_init(&resident, &model, count, &mem);
+    resident_init(&resident, &ctx, count);
     free(count);
     ParamSource source = {NULL, 1, 0};
     for (int t = 0; t < layout->num_tensors; t++) {
@@ -191,14 +192,14 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaEventRecord(start, 0));
         for (int u = 0; u < layout->num_units; u++) gpt2_forward_unit(&model, u);
         early.host_s = 0;
-        offload_early_begin(&model, 0, &early);  // offloaded, each unit's update begins after its backward
+        offload_early_begin(&settings, 0, &early);  // offloaded, each unit's update begins after its backward
         for (int u = layout->num_units - 1; u >= 0; u--) {
             gpt2_backward_unit(&model, u);
             resident_unit_final(&resident, u);  // as train_single's (single/single.c)
         }
         CUDA_CHECK(cudaEventRecord(adamw_start, 0));
         resident_step(&resident, layout->num_tensors, early.config);  // AdamW (what is left), the gradients zeroed
-        model.offload_early = NULL;
+        settings.offload_early = NULL;
         CUDA_CHECK(cudaEventRecord(stop, 0));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float ms, adamw_ms;

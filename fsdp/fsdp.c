@@ -221,7 +221,7 @@ Strategy fsdp_init(const StrategyContext *ctx) {
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++)
         count[t] = s->tensor_state[t] == TENSOR_REPLICATED ? 0 : row_slice_numel(&layout->tensors[t], s->comm->world);
-    resident_init(&s->resident, model, count, s->mem);
+    resident_init(&s->resident, ctx, count);
     wire_join_whole(&s->wire, &s->resident);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {

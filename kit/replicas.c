@@ -19,7 +19,7 @@ void replicas_init(Replicas *r, const StrategyContext *ctx, uint64_t min_numel, 
             states[t] = TENSOR_REPLICATED;
             count[t] = layout->tensors[t].numel;
         }
-    resident_init(&r->resident, model, count, r->mem);
+    resident_init(&r->resident, ctx, count);
     for (int t = 0; t < layout->num_tensors; t++) {
         if (states[t] != TENSOR_REPLICATED) continue;
         // every rank makes the whole tensor (no communication), and the model reads and writes it there

@@ -38,10 +38,14 @@ size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit
 static MemCategory optim_category(const Resident *r) { return r->offload ? MEM_HOST_OPTIM : MEM_OPTIM; }
 
 // Every array, in one order.
-static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t grads, size_t state, MemAccount *mem) {
+static void alloc_arrays(Resident *r, const StrategyContext *ctx, size_t params, size_t grads, size_t state) {
+    static const RunSettings none = {0};
+    const GPT2 *model = ctx->model;
+    MemAccount *mem = ctx->mem;
     r->param_dtype = model->param_dtype;
     r->grad_dtype = model->grad_dtype;
-    r->offload = model->offload_optimizer;
+    r->run = ctx->run ? ctx->run : &none;
+    r->offload = r->run->offload_optimizer;
     r->model = model;
     r->params_numel = params, r->grads_numel = grads, r->state_numel = state;
     r->params = device_alloc_as(mem, MEM_PARAMS, params, r->param_dtype);
@@ -60,7 +64,7 @@ static void alloc_arrays(Resident *r, const GPT2 *model, size_t params, size_t g
         r->phase = xcalloc((size_t)model->layout.num_tensors, sizeof(SpanPhase));  // all SPAN_ON_DEVICE
         r->reduced_unit = -1;
     }
-    r->ema_decay = model->ema_decay;
+    r->ema_decay = r->run->ema_decay;
     r->ema = r->ema_decay > 0 ? device_alloc(mem, MEM_EMA, state) : NULL;
     r->spans = xcalloc((size_t)model->layout.num_tensors, sizeof(AdamWSpan));
     r->staged_tensor = -1;
@@ -86,23 +90,23 @@ static void init_span(Resident *r, int t, size_t at, void *grads, void *params, 
     r->spans[t] = adamw_span(values, grads, r->grad_dtype, r->m + at, r->v + at, working, count);
 }
 
-void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem) {
-    const GPT2Layout *layout = &model->layout;
+void resident_init(Resident *r, const StrategyContext *ctx, const size_t *count) {
+    const GPT2Layout *layout = &ctx->model->layout;
     memset(r, 0, sizeof *r);  // a Resident on the stack starts as garbage: no range, no offload
     flat_layout_init(&r->flat, layout, count);
-    alloc_arrays(r, model, r->flat.total, r->flat.total, r->flat.total, mem);
+    alloc_arrays(r, ctx, r->flat.total, r->flat.total, r->flat.total);
     for (int t = 0; t < layout->num_tensors; t++)
         init_span(r, t, r->flat.offset[t], resident_grads(r, t), resident_params(r, t), r->flat.count[t]);
 }
 
-void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem) {
-    const GPT2Layout *layout = &model->layout;
+void resident_init_range(Resident *r, const StrategyContext *ctx, int world, int rank, int whole_grads) {
+    const GPT2Layout *layout = &ctx->model->layout;
     memset(r, 0, sizeof *r);
     size_t P = layout->num_params, hi;
     flat_range(P, world, rank, &r->lo, &hi);
     r->range = 1;
     r->whole_grads = whole_grads;
-    alloc_arrays(r, model, (hi - r->lo) * (size_t)world, whole_grads ? P : hi - r->lo, hi - r->lo, mem);
+    alloc_arrays(r, ctx, (hi - r->lo) * (size_t)world, whole_grads ? P : hi - r->lo, hi - r->lo);
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];
         size_t begin, end, count = flat_range_overlap(P, world, rank, tensor->offset, tensor->numel, &begin, &end);
@@ -237,7 +241,7 @@ static void start_down(Resident *r, int t) {
     void *grads = span->grads_bf16 ? (void *)span->grads_bf16 : span->grads;
     device_copy_start(grads, r->device_grads[t], span->count, r->grad_dtype);
     r->phase[t] = SPAN_GOING_DOWN;
-    if (r->model->clock) sim_offload_down(r->model->clock, (double)(span->count * dtype_size(r->grad_dtype)));
+    if (r->run->clock) sim_offload_down(r->run->clock, (double)(span->count * dtype_size(r->grad_dtype)));
 }
 
 // Span t's gradients are down (a wait covered them): AdamW on the CPU, and its
@@ -250,7 +254,7 @@ static void update_on_host(Resident *r, int t, AdamWConfig config) {
     r->phase[t] = SPAN_UPDATED;
     // AdamW reads and writes the master, m and v, reads the gradients, writes the rounded params
     double adam_bytes = 24 + dtype_size(r->grad_dtype) + (span->working ? 2 : 0);
-    if (r->model->clock) sim_offload_update(r->model->clock, r->reduced_down_at, span->count * adam_bytes,
+    if (r->run->clock) sim_offload_update(r->run->clock, r->reduced_down_at, span->count * adam_bytes,
                                             (double)(span->count * dtype_size(r->param_dtype)));
 }
 
@@ -277,7 +281,7 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
     }
     if (!started) return;
     long mark = device_copies_mark();
-    double down_at = r->model->clock ? r->model->clock->host_link_free : 0;  // its last copy's end
+    double down_at = r->run->clock ? r->run->clock->host_link_free : 0;  // its last copy's end
     update_reduced_unit(r, config);
     r->reduced_unit = unit;
     r->reduced_mark = mark;
@@ -285,7 +289,7 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
 }
 
 void resident_unit_final(Resident *r, int unit) {
-    OffloadEarly *early = r->model->offload_early;
+    OffloadEarly *early = r->run->offload_early;
     if (!r->offload || !early) return;
     double begin = timer_now();
     offload_unit(r, unit, early->config);
@@ -297,7 +301,7 @@ void resident_unit_final(Resident *r, int unit) {
 // made them, each updated behind the next one's copies; every parameter is back
 // before the next forward reads it.
 static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
-    CHECK(!r->model->offload_early || memcmp(&r->model->offload_early->config, &config, sizeof config) == 0,
+    CHECK(!r->run->offload_early || memcmp(&r->run->offload_early->config, &config, sizeof config) == 0,
           "resident_step: the step's AdamW settings are not those its offloaded updates began with");
     for (int u = r->model->layout.num_units - 1; u >= 0; u--) offload_unit(r, u, config);
     update_reduced_unit(r, config);
@@ -306,7 +310,7 @@ static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
         r->phase[t] = SPAN_ON_DEVICE;
     }
     device_copies_wait(device_copies_mark());
-    if (r->model->clock) sim_offload_wait(r->model->clock);
+    if (r->run->clock) sim_offload_wait(r->run->clock);
 }
 
 // The step on the device: AdamW on each span kept, and the EMA's move.

@@ -14,7 +14,7 @@
 //   bf16 (--reduce-dtype bf16)  2      2      4     4  4   = 16
 //   bf16, --reduce-dtype fp32   2      4      4     4  4   = 18
 //
-// With --offload-optimizer (model->offload_optimizer) the master (in fp32 runs
+// With --offload-optimizer (RunSettings.offload_optimizer, kit/strategy.h) the master (in fp32 runs
 // too), m and v are in host memory (categories host_optim), and AdamW runs on
 // the CPU (adamw_step_span, the device's arithmetic): at each step a tensor's
 // gradient share goes down into host staging, the CPU updates it, and its
@@ -25,7 +25,7 @@
 //   bf16        2      2                               4    4  4   grads 2 + params 2
 //
 // When the step's AdamW settings are known before its last backward (no
-// --grad-clip: model->offload_early), the update does not wait for the step.
+// --grad-clip: RunSettings.offload_early), the update does not wait for the step.
 // Each strategy calls resident_unit_final when a unit's gradient share is final
 // (its finish_reduce; train_single: its backward): the unit's gradients start
 // down at once, beside the backward of the units below, and the unit that went
@@ -38,7 +38,7 @@
 //   link:             u3 down       u2 down, u3 up    u1 down, u2 up   u0 down, u1 up ... u0 up
 //   CPU:                           AdamW u3          AdamW u2          AdamW u1 ... AdamW u0
 //
-// With --ema (model->ema_decay > 0) the part also has the exponential moving
+// With --ema (RunSettings.ema_decay > 0) the part also has the exponential moving
 // average of its fp32 values (the master in a bf16 run), 4 more bytes per element
 // (category `ema`), started from the values it is loaded with and moved toward
 // them after every AdamW step: each rank averages exactly what it keeps.
@@ -74,7 +74,8 @@ typedef struct Resident {
     int reduced_unit;  // offload: the unit whose gradients went down last, not yet updated (-1: none)
     long reduced_mark; // the copies' mark behind them
     double reduced_down_at;  // build/plan --time: when the last of them is down
-    const GPT2 *model; // its layout's home units; offload_early; the clock build/plan --time charges
+    const GPT2 *model; // its layout's home units
+    const RunSettings *run;  // offload, the EMA's decay, offload_early, the clock build/plan --time charges
     size_t params_numel, grads_numel, state_numel;  // flat.total each, but for a range (below)
     // a range (ZeRO-1/2): the AdamW state covers [lo, lo + state_numel) of the flat model
     int range, whole_grads;
@@ -87,13 +88,14 @@ typedef struct Resident {
     int whole_share;         // swapped and spanned with it, their gradients' norm share this flag
 } Resident;
 
-// count[t]: the elements of tensor t this rank keeps; the dtypes are the model's.
-void resident_init(Resident *r, const GPT2 *model, const size_t *count, MemAccount *mem);
+// count[t]: the elements of tensor t this rank keeps; the dtypes are ctx->model's, the memory ctx->mem's,
+// offload and the EMA as ctx->run says.
+void resident_init(Resident *r, const StrategyContext *ctx, const size_t *count);
 // ZeRO-1/2: the flat model in llm.c's order, padded to world equal ranges, of
 // which rank `rank` keeps the AdamW state (and master) of its range; params are
 // the whole replica, grads the whole model (whole_grads: ZeRO-1) or the range.
 // The tensors' parts, in params: tensor->offset (flat is not used).
-void resident_init_range(Resident *r, const GPT2 *model, int world, int rank, int whole_grads, MemAccount *mem);
+void resident_init_range(Resident *r, const StrategyContext *ctx, int world, int rank, int whole_grads);
 // A range's gradient slot for flat element `element` (inside the range unless whole_grads).
 void *resident_grad_at(const Resident *r, size_t element);
 // A range's tensor t as whole rows for a checkpoint: its moments (and master)

@@ -46,6 +46,24 @@ typedef enum {
     ACCUM_NO_SYNC,        // keep whole gradients until the last micro-batch: their memory
 } AccumMode;
 
+// --offload-optimizer's updates begun before the step (offload_early_begin in
+// run/passes.h): the step's AdamW settings, and the host's seconds on them
+// inside the backward, which the training loop counts as optimizer time.
+typedef struct {
+    AdamWConfig config;
+    double host_s;
+} OffloadEarly;
+
+// The run's settings that what a rank keeps (kit/resident.h) follows: set by the training loop or the
+// planner, read by kit/ alone, given to every strategy at init; the last two change within a step.
+typedef struct {
+    int offload_optimizer;        // --offload-optimizer: AdamW state and the fp32 master in host memory, updated on the CPU
+    float ema_decay;              // --ema: the kept weights' moving average's decay, updated after each step; 0: none
+    OffloadEarly *offload_early;  // NULL, or from the last micro-batch's backward to the step: offloaded
+                                  // updates begin as gradient shares are final
+    struct SimClock *clock;       // NULL, or the planner's virtual clock, which offloaded copies and updates advance
+} RunSettings;
+
 // What every strategy is given at init.
 typedef struct {
     GPT2 *model;                // pointer tables to fill before each unit
@@ -55,6 +73,7 @@ typedef struct {
     const void *options;        // the strategy's own options (StrategyPlugin), e.g. FsdpOptions
     int quiet;                  // no notes on stdout (strategy_note)
     AccumMode accum_mode;       // with several micro-batches: when sharded gradients are reduced
+    const RunSettings *run;     // what the kept state follows (NULL: none of it, as a test may give)
 } StrategyContext;
 
 // Where a sharded strategy's parameter tensor is between uses.

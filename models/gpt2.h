@@ -189,14 +189,6 @@ typedef struct {
 // the backward's scratch, the loss's mean, the calls between the ops).
 void gpt2_print_op_times(const GPT2OpTimes *ops, const GPT2StepTimes *step);
 
-// --offload-optimizer's updates begun before the step (offload_early_begin in
-// run/passes.h): the step's AdamW settings, and the host's seconds on them
-// inside the backward, which the training loop counts as optimizer time.
-typedef struct {
-    AdamWConfig config;
-    double host_s;
-} OffloadEarly;
-
 typedef struct {
     GPT2Layout layout;
     int B, T;                  // rows of one micro-batch (B/N/K of the global batch) and sequence length
@@ -207,14 +199,8 @@ typedef struct {
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
-    float ema_decay;           // --ema: whoever keeps the weights keeps their moving average beside
-                               // them (kit/resident.h), updated after each step; 0: none
-    int offload_optimizer;     // --offload-optimizer: whoever keeps AdamW state keeps it, and the fp32
-                               // master, in host memory and updates it on the CPU (kit/resident.h)
     int gpu_operands;          // build/plan --gpu: the dry run holds what the CUDA build's bf16 products
                                // hold while a unit runs, their bf16 operands (gpt2_unit_operands)
-    OffloadEarly *offload_early;  // NULL, or from the last micro-batch's backward to the step: offloaded
-                               // updates begin as gradient shares are final (kit/resident.h)
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
@@ -238,7 +224,7 @@ typedef struct {
     const int *positions_by_token; // (B*T) positions sorted by token id (points into batch)
     float mean_loss;           // mean of losses over the micro-batch's B*T tokens
     GPT2OpTimes *op_times;     // NULL (off), or where the ops add their time (bench_step, bench_gpu)
-    struct SimClock *clock;    // NULL, or the virtual clock the dry device's units advance (comm/sim_clock.h)
+    struct SimClock *clock;    // NULL, or the virtual clock the dry device's units charge their compute to (sim_clock.h)
 } GPT2;
 
 // "d2", "d4", "d6", "d12" (d12 = GPT-2 124M); vocab_size overrides V (0: 50257).

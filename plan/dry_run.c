@@ -22,11 +22,10 @@ void dry_run(const DrySetup *d, DryResult *result) {
     model.grad_accum = d->micro_batches;
     model.param_dtype = d->params;
     model.grad_dtype = d->grads;
-    model.ema_decay = d->ema;
-    model.offload_optimizer = d->offload_optimizer;
     model.gpu_operands = d->gpu_operands;
+    RunSettings settings = {.offload_optimizer = d->offload_optimizer, .ema_decay = d->ema};
     StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
-                           .quiet = 1, .accum_mode = d->accum_mode};
+                           .quiet = 1, .accum_mode = d->accum_mode, .run = &settings};
     strategy_group_units(&ctx, d->units);
     Strategy strategy = d->init(&ctx);
     int *tokens = xcalloc((size_t)d->rows * d->seq, sizeof(int));  // token 0 everywhere: only the shapes matter
@@ -35,20 +34,20 @@ void dry_run(const DrySetup *d, DryResult *result) {
         SimClock start = clock;
         mem_timeline_free(&result->timeline);  // the last step's is kept, as the trainers keep theirs
         mem_timeline_start(&result->timeline, &mem);
-        if (d->machine) model.clock = &clock;
+        if (d->machine) model.clock = settings.clock = &clock;  // the units' compute, the offloaded copies
         OffloadEarly early = {.config = adamw_config(0, 0)};
         for (int micro = 0; micro < d->micro_batches; micro++) {
             int last = micro == d->micro_batches - 1;
             gpt2_set_batch(&model, tokens, tokens);
             forward_pass(&model, &strategy, NULL, 1);
-            if (last) offload_early_begin(&model, d->grad_clip, &early);
+            if (last) offload_early_begin(&settings, d->grad_clip, &early);
             backward_pass(&model, &strategy, NULL, last);
         }
         finish_pass(&model, &strategy, NULL);
-        optimizer_pass(&model, &strategy, &comm, d->grad_clip, early.config);
+        optimizer_pass(&model, &strategy, &comm, d->grad_clip, early.config, &settings);
         mem_set_phase(&mem, PHASE_SETUP, -1);
         mem_timeline_stop(&result->timeline, &mem);
-        model.clock = NULL;
+        model.clock = settings.clock = NULL;
         result->last_step = comm_stats_diff(&comm.stats, &before);
         result->last_step_machines = comm_stats_diff(&comm.machines, &before_machines);
         result->time = (StepTime){.compute = clock.spent.compute - start.spent.compute,

@@ -71,11 +71,11 @@ static void scale_grads(GPT2 *model, Strategy *s, float factor) {
     for (int i = 0; i < n; i++) device_scale_as(spans[i].grads, spans[i].count, model->grad_dtype, factor);
 }
 
-void offload_early_begin(GPT2 *model, float clip, OffloadEarly *early) {
-    model->offload_early = model->offload_optimizer && clip == 0 ? early : NULL;
+void offload_early_begin(RunSettings *run, float clip, OffloadEarly *early) {
+    run->offload_early = run->offload_optimizer && clip == 0 ? early : NULL;
 }
 
-double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config) {
+double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config, RunSettings *run) {
     double norm = NAN;
     if (clip > 0) {
         norm = grad_norm(model, s, comm);
@@ -83,6 +83,6 @@ double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWCon
         if (factor < 1) scale_grads(model, s, (float)factor);
     }
     s->step(s->state, config);
-    model->offload_early = NULL;
+    run->offload_early = NULL;
     return norm;
 }

@@ -23,12 +23,12 @@ void finish_pass(GPT2 *model, Strategy *s, Trace *trace);
 // as soon as its gradient share is final (resident.h), beside the backward still
 // to run; a clip needs the whole gradient's norm first, and they wait for the step.
 // early->config must be the step's; early->host_s gains the seconds they take.
-void offload_early_begin(GPT2 *model, float clip, OffloadEarly *early);
+void offload_early_begin(RunSettings *run, float clip, OffloadEarly *early);
 // With clip > 0 (--grad-clip), the global norm of the averaged gradient (each
 // rank's share squared, one all-reduce of a double) and the gradients scaled
 // down to clip where the norm is above it; then the strategy's AdamW step (and
 // offload_early_begin's settings are forgotten). Returns the norm before
 // clipping (NAN without clip).
-double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config);
+double optimizer_pass(GPT2 *model, Strategy *s, Comm *comm, float clip, AdamWConfig config, RunSettings *run);
 
 #endif

@@ -71,6 +71,7 @@ typedef struct {
     Comm comm;
     MemAccount mem;
     GPT2 model;
+    RunSettings settings;       // what the strategy's kept state follows (kit/strategy.h)
     Strategy strategy;
     DataLoader train, val;
     int have_val;
@@ -421,8 +422,7 @@ static void setup(Run *run) {
               o->fused_attention ? ATTENTION_KEEPS_LOGSUMEXP : ATTENTION_KEEPS_PROBABILITIES,
               o->fused_classifier ? CLASSIFIER_FUSED : CLASSIFIER_KEEPS_PROBABILITIES, &run->mem);
     run->model.grad_accum = o->grad_accum;
-    run->model.ema_decay = o->ema;
-    run->model.offload_optimizer = o->offload_optimizer;
+    run->settings = (RunSettings){.offload_optimizer = o->offload_optimizer, .ema_decay = o->ema};
     run->model.dropout = o->dropout;
     run->model.dropout_seed = o->seed;
     options_dtypes(o, &run->model.param_dtype, &run->model.grad_dtype);
@@ -434,6 +434,7 @@ static void setup(Run *run) {
         .options = run->plugin->options,
         .quiet = o->quiet,
         .accum_mode = strcmp(o->accum_mode, "no-sync") == 0 ? ACCUM_NO_SYNC : ACCUM_SYNC_EACH,
+        .run = &run->settings,
     };
     if (run->plugin->units) strategy_group_units(&ctx, *run->plugin->units);
     run->strategy = run->plugin->init(&ctx);
@@ -504,7 +505,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
         for (int r = 0; r < run->as_ranks; r++) {  // one rank's rows, or each of --as-ranks N's in rank order
             set_micro_batch(run, &run->train, r * K + micro, step);
             forward_pass(&run->model, s, &run->trace, 1);
-            if (last && r == run->as_ranks - 1) offload_early_begin(&run->model, run->opts.grad_clip, &early);
+            if (last && r == run->as_ranks - 1) offload_early_begin(&run->settings, run->opts.grad_clip, &early);
             backward_pass(&run->model, s, &run->trace, last);
             loss_sum[r] += run->model.mean_loss;
         }
@@ -514,7 +515,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
     if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
-    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, early.config);
+    *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, early.config, &run->settings);
     trace_end(&run->trace, tr, "optim", "optimizer");
     mem_set_phase(&run->mem, PHASE_SETUP, -1);
     if (keep_timeline) {

@@ -184,7 +184,7 @@ Strategy single_init(const StrategyContext *ctx) {
     s->sync_each = ctx->accum_mode == ACCUM_SYNC_EACH;
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = layout->tensors[t].numel;
-    resident_init(&s->resident, model, count, s->mem);
+    resident_init(&s->resident, ctx, count);
     free(count);
     for (int t = 0; t < layout->num_tensors; t++) {
         resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);

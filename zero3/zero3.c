@@ -197,7 +197,7 @@ Strategy zero3_init(const StrategyContext *ctx) {
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
-    resident_init(&s->resident, model, count, s->mem);
+    resident_init(&s->resident, ctx, count);
     free(count);
     s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
