@@ -37,7 +37,7 @@ typedef struct {
     int save_full;            // --save-full: llm.c model.bin + optimizer.bin instead of shards
     int keep;                 // --keep K: complete checkpoints kept (default 2)
     const char *resume;       // --resume DIR: a checkpoint, or a --ckpt-dir
-    int test_nan_at;          // --test-nan-at S: tests only, pretend step S's loss is NaN
+    int test_nan_at;          // --test-nan-at S: tests only, step S's loss NaN (run/test_hooks.h)
     float grad_clip;          // --grad-clip C: clip the global gradient norm to C (0: off)
     const char *lr_schedule;  // --lr-schedule constant|cosine
     int warmup;               // --warmup W: steps of linear warmup from 0

@@ -30,6 +30,7 @@
 #include "device/mem_timeline.h"
 #include "run/options.h"
 #include "run/passes.h"
+#include "run/test_hooks.h"
 #include "util/timer.h"
 #include "run/threads.h"
 #include "run/trace.h"
@@ -83,7 +84,7 @@ typedef struct {
     int as_ranks;               // the ranks whose rows this one runs: 1, or train_single's --as-ranks N
     LrSchedule schedule;
     int ckpt_lock;              // rank 0: the --ckpt-dir, open and locked (-1: none)
-    double test_optim_delay_s;  // tests: rank 1 sleeps this long as its optimizer phase begins
+    TestHooks test_hooks;       // what the tests ask of a run (run/test_hooks.h)
 } Run;
 
 static long minor_faults_so_far(void) {
@@ -514,7 +515,7 @@ static void train_step(Run *run, int step, double *loss, double *step_s, double 
     double t_optim = timer_now();
     CommStats before_optim = run->comm.stats;
     double tr = trace_begin(&run->trace);
-    if (run->test_optim_delay_s > 0 && run->comm.rank == 1) usleep((useconds_t)(run->test_optim_delay_s * 1e6));
+    test_hook_optim_phase(&run->test_hooks, run->comm.rank);
     *norm = optimizer_pass(&run->model, s, &run->comm, run->opts.grad_clip, early.config, &run->settings);
     trace_end(&run->trace, tr, "optim", "optimizer");
     mem_set_phase(&run->mem, PHASE_SETUP, -1);
@@ -775,10 +776,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
     CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema};
-    const char *pause = getenv("SHARDLAB_TEST_SAVE_PAUSE_S");  // tests: a window to kill a rank mid-save
-    if (pause) save.pause_mid_save_s = atof(pause);
-    const char *delay = getenv("SHARDLAB_TEST_OPTIM_DELAY_S");  // tests: a known wait in the optimizer phase
-    if (delay) run.test_optim_delay_s = atof(delay);
+    test_hooks_init(&run.test_hooks, o->test_nan_at);
+    save.pause_mid_save_s = run.test_hooks.save_pause_s;
     run.summary.last_grad_norm = NAN;
     // from here on a stop signal ends the run after the step and a save; during the
     // setup above, with nothing to save yet, it ends the process at once
@@ -794,7 +793,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         run.summary.last_grad_norm = norm;
         total_s += step_s;
         steps_run++;
-        if (step == o->test_nan_at) loss = NAN;
+        loss = test_hook_loss(&run.test_hooks, step, loss);
         // every rank has the same loss and norm: all stop, and the message is printed once
         if (!isfinite(loss))
             fatal("step %d: loss is %g; stopping without saving%s", step, loss, last_good_checkpoint(&run, said, sizeof said));
