@@ -39,7 +39,7 @@ static void start_gather(State *s, int unit, int direction) {
     wire_all_gather_open(&s->wire, g, unit, direction, pack, s->model->param_dtype);
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] != TENSOR_SHARDED) continue;
+        if (!tensor_sharded(s->tensor_state[t])) continue;
         inflight_pack(g, resident_params(&s->resident, t), s->resident.flat.count[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
     }
@@ -84,7 +84,7 @@ static void release_unit(State *s, int unit, int direction) {
         int t = layout->unit_tensors[unit][i];
         if (s->tensor_state[t] != TENSOR_GATHERED || !released_after(layout, t, unit, direction)) continue;
         free_full_params(s->model, s->mem, t, s->comm->world);
-        s->tensor_state[t] = TENSOR_SHARDED;
+        s->tensor_state[t] = wire_released(&s->wire, direction);  // SHARDED (or, kept in the node, POST_FORWARD)
     }
 }
 

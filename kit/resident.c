@@ -29,7 +29,7 @@ size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit
     int count = only ? layout->unit_num_tensors[unit] : layout->unit_num_home_tensors[unit];
     for (int i = 0; i < count; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (!only || only[t] == TENSOR_SHARDED) numel += r->flat.count[t];
+        if (!only || tensor_sharded(only[t])) numel += r->flat.count[t];
     }
     return numel;
 }

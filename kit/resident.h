@@ -124,7 +124,7 @@ void *resident_grads(const Resident *r, int t);
 // unit: DDP's bucket), *count elements of grad_dtype.
 void *resident_unit_grads(const Resident *r, int unit, size_t *count);
 // Elements of this rank's parts of the unit's tensors: with `only` given, of
-// those whose state is TENSOR_SHARDED (neither here nor on their way); NULL, of
+// those to be gathered (tensor_sharded: neither here nor on their way); NULL, of
 // those at home in the unit, whose gradients its backward finishes (not the head's wte).
 size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only);
 // The gradient share of every tensor homed in `unit` (its last backward) is

@@ -76,13 +76,25 @@ typedef struct {
     const RunSettings *run;     // what the kept state follows (NULL: none of it, as a test may give)
 } StrategyContext;
 
-// Where a sharded strategy's parameter tensor is between uses.
+// Where a sharded strategy's parameter tensor is between uses: one state machine a tensor, as
+// PyTorch FSDP2's FSDPParam.
+//
+//   SHARDED --gather starts--> GATHERING --its wait--> GATHERED --released (released_after)--> SHARDED
+//                                                          \--released by a forward, hpZ on--> SHARDED_POST_FORWARD
+//   SHARDED_POST_FORWARD --the backward's gather, inside the node--> GATHERING ...
 typedef enum {
-    TENSOR_SHARDED = 0,  // only this rank's part of it (perhaps nothing) is here
-    TENSOR_GATHERING,    // its gather is in flight (prefetched); not to be read yet
-    TENSOR_GATHERED,     // model->params[t] points at the whole tensor
-    TENSOR_REPLICATED,   // kept whole on every rank for good (FSDP's --shard-min-numel): never gathered
+    TENSOR_SHARDED = 0,           // only this rank's part of it (perhaps nothing) is here
+    TENSOR_GATHERING,             // its gather is in flight (prefetched); not to be read yet
+    TENSOR_GATHERED,              // model->params[t] points at the whole tensor
+    TENSOR_REPLICATED,            // kept whole on every rank for good (FSDP's --shard-min-numel): never gathered
+    TENSOR_SHARDED_POST_FORWARD,  // ZeRO++'s hpZ, from a forward to its backward: the node holds it too, sharded
+                                  // among its H ranks (the wire's secondary copy), and the backward gathers it there
 } TensorState;
+
+// Whether a tensor in state `state` is to be gathered before it is read (neither here nor on its way).
+static inline int tensor_sharded(TensorState state) {
+    return state == TENSOR_SHARDED || state == TENSOR_SHARDED_POST_FORWARD;
+}
 
 // The number of units ZeRO-3 and FSDP prefetch for --prefetch D: at most the
 // blocks' units (L, or fewer with --unit-blocks), so that the head and unit 0,

@@ -75,15 +75,15 @@ static void grads_hops_init(Wire *w, const StrategyContext *ctx, const char *nam
 
 // hpZ's node of H consecutive ranks of the sharding ranks, and its secondary copies.
 static void secondary_node_init(Wire *w, const StrategyContext *ctx, const char *name, const ZeroppOptions *options,
-                                const int *owner) {
+                                const int *owner, const TensorState *states) {
     int H = options->secondary_shard_group;
     if (H == 0) {
-        secondary_init(&w->secondary, ctx, w->comm, NULL, owner);
+        secondary_init(&w->secondary, ctx, w->comm, NULL, owner, states);
         return;
     }
     split_nodes(ctx, w->comm, name, "--secondary-shard-group", H, "the backward's gathers would cross the same links "
                 "as without it, and the secondary shards would only hold memory", &w->node);
-    secondary_init(&w->secondary, ctx, w->comm, &w->node, owner);
+    secondary_init(&w->secondary, ctx, w->comm, &w->node, owner, states);
     if (owner)
         strategy_note(ctx, "%s: secondary copies in nodes of %d rank(s), each tensor on the rank of its owner's "
                            "place: the backward's broadcasts stay in the node (ZeRO++'s hpZ)\n", name, H);
@@ -101,13 +101,13 @@ Comm *wire_init(Wire *w, const StrategyContext *ctx, const char *name, const Wir
                 .broadcast_group = xcalloc((size_t)layout->num_tensors, sizeof(Comm *)),
                 .reduces = xcalloc((size_t)layout->num_tensors, sizeof(InFlight))};
     w->comm = hybrid_init(w, ctx, name, options->shard_group);
-    if (states) {
+    if (!owner) {  // sliced tensors: the small ones may be kept whole
         w->whole = &w->replicas;
         replicas_init(w->whole, ctx, options->shard_min_numel, states);
     }
     formats_init(w, ctx, name, &options->zeropp, owner);
     grads_hops_init(w, ctx, name, &options->zeropp, owner);
-    secondary_node_init(w, ctx, name, &options->zeropp, owner);
+    secondary_node_init(w, ctx, name, &options->zeropp, owner, states);
     return w->comm;
 }
 
@@ -130,6 +130,10 @@ void wire_free(Wire *w) {
 }
 
 int wire_first_group(const Wire *w) { return !w->hybrid || w->across.rank == 0; }
+
+TensorState wire_released(const Wire *w, int direction) {
+    return w->secondary.on && direction > 0 ? TENSOR_SHARDED_POST_FORWARD : TENSOR_SHARDED;
+}
 
 void wire_join_whole(Wire *w, Resident *part) { replicas_join(w->whole, part); }
 

@@ -61,12 +61,16 @@ typedef struct {
 } Wire;
 
 // Configures w from `options` for strategy `name` (its notes and errors). `owner`: NULL where every tensor is
-// sliced (FSDP), or (num_tensors) each tensor's owner (ZeRO-3: whole tensors). `states`: NULL, or (num_tensors)
-// the strategy's tensor states, where the tensors of fewer than options->shard_min_numel elements are marked
-// TENSOR_REPLICATED and kept whole on every rank (kit/replicas.h). Returns the ranks that shard the model.
+// sliced (FSDP), or (num_tensors) each tensor's owner (ZeRO-3: whole tensors). `states`: (num_tensors) the
+// strategy's tensor states, which the wire reads (hpZ: which tensors its node keeps) and, where tensors are
+// sliced, marks TENSOR_REPLICATED for those of fewer than options->shard_min_numel elements, kept whole on
+// every rank (kit/replicas.h). Returns the ranks that shard the model.
 // w must stay where it is: its groups are pointed at.
 Comm *wire_init(Wire *w, const StrategyContext *ctx, const char *name, const WireOptions *options, const int *owner,
                 TensorState *states);
+// The state of a tensor the strategy releases after its pass in `direction`: TENSOR_SHARDED, or after a
+// forward with hpZ TENSOR_SHARDED_POST_FORWARD (the node keeps it until the backward's gather).
+TensorState wire_released(const Wire *w, int direction);
 // The tensors kept whole join `part`'s AdamW steps, EMA swaps and gradient spans (replicas_join).
 void wire_join_whole(Wire *w, Resident *part);
 // Fills *rows with every row of tensor t and returns 1 if it is kept whole (world rank 0 writes them); else 0.

@@ -23,7 +23,8 @@ const char *zeropp_problem(const ZeroppOptions *options) {
     return NULL;
 }
 
-void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner) {
+void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner,
+                    const TensorState *states) {
     int num_units = ctx->model->layout.num_units;
     *h = (SecondaryShards){0};
     if (!node) return;
@@ -34,7 +35,7 @@ void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *shardi
     h->owner = owner;
     h->model = ctx->model;
     h->mem = ctx->mem;
-    h->held = xcalloc((size_t)num_units, sizeof(int));
+    h->states = states;
     h->kept = xcalloc((size_t)num_units, sizeof(void *));
     h->kept_numel = xcalloc((size_t)num_units, sizeof(size_t));
     h->taken = xcalloc((size_t)num_units, sizeof(size_t));
@@ -61,7 +62,6 @@ void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         if (states[t] != TENSOR_GATHERED || !released_after(layout, t, unit, +1)) continue;
-        h->held[unit] = 1;
         numel += kept_numel(h, unit, t);
     }
     if (numel == 0) return;
@@ -77,20 +77,15 @@ void secondary_keep(SecondaryShards *h, int unit, const TensorState *states) {
     }
 }
 
-// The unit's copies are freed; the unit stays held until secondary_drop (its backward's other gathers
-// must go where every rank of the node sends them).
-static void free_kept(SecondaryShards *h, int unit) {
+// (The tensors' states, not the copies, say where the backward gathers: a rank that kept nothing of a unit
+// still gathers it inside its node.)
+void secondary_drop(SecondaryShards *h, int unit) {
+    if (!h->on) return;
     h->taken[unit] = 0;
     if (!h->kept[unit]) return;
     device_free_as(h->mem, MEM_PARAMS_GATHERED, h->kept[unit], h->kept_numel[unit], h->model->param_dtype);
     h->kept[unit] = NULL;
     h->kept_numel[unit] = 0;
-}
-
-void secondary_drop(SecondaryShards *h, int unit) {
-    if (!h->on) return;
-    h->held[unit] = 0;
-    free_kept(h, unit);
 }
 
 int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
@@ -103,12 +98,15 @@ int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
           "%zu kept", unit, t, at, numel, h->kept_numel[unit]);
     device_copy_as(dst, dtype_at(h->kept[unit], at, dtype), numel, dtype);
     h->taken[unit] += numel;
-    if (h->taken[unit] == h->kept_numel[unit]) free_kept(h, unit);
+    if (h->taken[unit] == h->kept_numel[unit]) secondary_drop(h, unit);
     return 1;
 }
 
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
-    return h->on && direction < 0 && h->held[unit] ? h->node : sharding;
+    const GPT2Layout *layout = &h->model->layout;
+    for (int i = 0; h->on && direction < 0 && i < layout->unit_num_tensors[unit]; i++)
+        if (h->states[layout->unit_tensors[unit][i]] == TENSOR_SHARDED_POST_FORWARD) return h->node;
+    return sharding;
 }
 
 void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from) {
@@ -124,7 +122,6 @@ void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from)
 void secondary_free(SecondaryShards *h) {
     if (!h->on) return;
     for (int u = 0; u < h->model->layout.num_units; u++) secondary_drop(h, u);
-    free(h->held);
     free(h->kept);
     free(h->kept_numel);
     free(h->taken);

@@ -98,7 +98,8 @@ typedef struct {
     const int *owner;     // (num_tensors) the sharding rank that owns tensor t whole, or NULL: rows
     GPT2 *model;
     MemAccount *mem;
-    int *held;            // (num_units) 1 from the unit's forward to its backward's gather (the same on every rank)
+    const TensorState *states;  // (num_tensors) the strategy's: SHARDED_POST_FORWARD from a forward to its
+                                // backward's gather (the same on every rank), where the node keeps the tensor
     void **kept;          // (num_units) NULL, or what this rank keeps of the unit
     size_t *kept_numel;   // (num_units)
     size_t *taken;        // (num_units) whole tensors: elements of kept[unit] copied out so far
@@ -106,23 +107,25 @@ typedef struct {
 
 // hpZ within `node` (NULL: off), nodes of the ranks of `sharding`; `owner`: NULL, or (num_tensors) each
 // tensor's owner among `sharding` (tensors owned whole).
-void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner);
+void secondary_init(SecondaryShards *h, const StrategyContext *ctx, Comm *sharding, Comm *node, const int *owner,
+                    const TensorState *states);
 // After a unit's forward gather: keep this rank's rows of each of its tensors gathered (TENSOR_GATHERED) that
 // the forward frees after the unit (released_after), or the whole tensors of those it holds for its node (their
 // owner's place in the node is its own, the owner elsewhere).
 // Unit 0's first drops every unit's that a forward-only pass (evaluation) left.
 void secondary_keep(SecondaryShards *h, int unit, const TensorState *states);
-// The ranks the unit's gather in `direction` (-1: backward) is among: the node, where hpZ keeps its rows, or `sharding`.
+// The ranks the unit's gather in `direction` (-1: backward) is among: the node, where hpZ keeps its tensors
+// (TENSOR_SHARDED_POST_FORWARD), or `sharding`.
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding);
 // Copy-in of a gather `from` the node (secondary_group): the unit's kept rows into f's send, which is then
 // filled (InFlight.filled), and dropped (nothing for a gather from elsewhere).
 void secondary_pack(SecondaryShards *h, int unit, InFlight *f, const Comm *from);
-// The unit's kept rows are no longer needed.
+// The unit's kept rows (or whole tensors) are no longer needed: freed.
 void secondary_drop(SecondaryShards *h, int unit);
 void secondary_free(SecondaryShards *h);
 
 // Whole tensors: if this rank kept tensor t of the unit, copies it into `dst` and returns 1 (the unit's
-// copies freed once all are taken; the unit stays held, on every rank alike, until its next forward); else 0.
+// copies freed once all are taken); else 0.
 int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst);
 
 // How a reduce's gradients travel under qgZ: quantized (format), by one hop among all the ranks

@@ -40,7 +40,7 @@ static void start_gather(State *s, int unit, int direction) {
     const GPT2Layout *layout = &s->model->layout;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        if (s->tensor_state[t] != TENSOR_SHARDED) continue;
+        if (!tensor_sharded(s->tensor_state[t])) continue;
         if (!owns(s, t)) alloc_full_params(s->model, s->mem, t, 1);
         s->gathers[t] = wire_broadcast_start(&s->wire, unit, t, direction, s->owner[t]);
         s->tensor_state[t] = TENSOR_GATHERING;
@@ -75,7 +75,7 @@ static void release_unit(State *s, int unit, int direction) {
         if (s->tensor_state[t] != TENSOR_GATHERED || !released_after(layout, t, unit, direction)) continue;
         if (!owns(s, t) || s->model->params[t] != resident_params(&s->resident, t)) free_full_params(s->model, s->mem, t, 1);
         if (owns(s, t)) s->model->params[t] = resident_params(&s->resident, t);  // a copy the wire made, freed
-        s->tensor_state[t] = TENSOR_SHARDED;
+        s->tensor_state[t] = wire_released(&s->wire, direction);  // SHARDED (or, kept in the node, POST_FORWARD)
     }
 }
 
@@ -192,14 +192,14 @@ Strategy zero3_init(const StrategyContext *ctx) {
     note_owner_balance(ctx, "zero3", s->owner);
     const Zero3Options *options = ctx->options;
     s->prefetch = strategy_prefetch(ctx, "zero3", options->prefetch);
-    wire_init(&s->wire, ctx, "zero3", &options->wire, s->owner, NULL);
+    s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
+    wire_init(&s->wire, ctx, "zero3", &options->wire, s->owner, s->tensor_state);
     s->gathers = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     s->reduces = xcalloc((size_t)layout->num_tensors, sizeof(CommHandle));
     size_t *count = xcalloc((size_t)layout->num_tensors, sizeof(size_t));
     for (int t = 0; t < layout->num_tensors; t++) count[t] = owns(s, t) ? layout->tensors[t].numel : 0;
     resident_init(&s->resident, ctx, count);
     free(count);
-    s->tensor_state = xcalloc((size_t)layout->num_tensors, sizeof(TensorState));  // all TENSOR_SHARDED
     for (int t = 0; t < layout->num_tensors; t++) {
         if (owns(s, t)) resident_load_rows(&s->resident, layout, &ctx->source, t, 0, layout->tensors[t].rows);
         // each owner makes its own tensors (no initial communication), and the model reads them there

@@ -50,8 +50,8 @@ fails "check.py: a dropout rate outside [0, 1)" "--args: --dropout 1.5: give a n
 mkdir -p "$tmp/labtree" && cp -r labs ddp zero3 fsdp "$tmp/labtree/" && rm -rf "$tmp/labtree/labs/work"
 if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "make lab-grade LAB=fsdp" "$tmp/out" &&
    grep -q 'fatal("lab fsdp: start_gather is not written yet' "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
-   grep -q "TODO(lab fsdp): pack this rank's slice" "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
-   ! grep -q "comm_all_gather_start" "$tmp/labtree/labs/work/fsdp/fsdp.c"
+   grep -q "TODO(lab fsdp): open the unit's all-gather" "$tmp/labtree/labs/work/fsdp/fsdp.c" &&
+   ! grep -q "wire_all_gather_start(&s->wire" "$tmp/labtree/labs/work/fsdp/fsdp.c"
 then ok "lab-start: the working copy has the lab's functions emptied to a TODO"
 else bad "lab-start: the working copy has the lab's functions emptied to a TODO"; cat "$tmp/out"; fi
 fails "lab-start: an existing working copy is kept" "exists: your work is kept" python3 "$tmp/labtree/labs/lab.py" start fsdp
