@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/backend.h"
+#include "comm/sim_clock.h"
 #include "util/errors.h"
 #include "util/timer.h"
 
@@ -86,6 +87,22 @@ static void ring_bytes(CommOp op, uint64_t S, int rank, int world, int root, uin
         *recv = rank == root ? (N - 1) * S / N : 0;
         break;
     default: break;
+    }
+}
+
+// The planner's time of the same ring and chain (sim_clock.h): latency steps and bytes over one link.
+double collective_seconds(CommOp op, double bytes, int ranks, Link link) {
+    if (ranks <= 1) return 0;
+    double n = ranks;
+    switch (op) {
+    case COMM_ALL_REDUCE: return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * bytes / link.beta;
+    case COMM_REDUCE_SCATTER:
+    case COMM_ALL_GATHER:
+    case COMM_ALL_TO_ALL:
+    case COMM_GATHER: return (n - 1) * link.alpha + (n - 1) / n * bytes / link.beta;  // the root's link, for a gather
+    case COMM_BROADCAST:
+    case COMM_REDUCE: return (n - 1) * link.alpha + bytes / link.beta;
+    default: return 0;
     }
 }
 

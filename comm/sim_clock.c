@@ -5,21 +5,6 @@
 
 #include "util/errors.h"
 
-double collective_seconds(CommOp op, double bytes, int ranks, Link link) {
-    if (ranks <= 1) return 0;
-    double n = ranks;
-    switch (op) {
-    case COMM_ALL_REDUCE: return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * bytes / link.beta;
-    case COMM_REDUCE_SCATTER:
-    case COMM_ALL_GATHER:
-    case COMM_ALL_TO_ALL:
-    case COMM_GATHER: return (n - 1) * link.alpha + (n - 1) / n * bytes / link.beta;  // the root's link, for a gather
-    case COMM_BROADCAST:
-    case COMM_REDUCE: return (n - 1) * link.alpha + bytes / link.beta;
-    default: return 0;
-    }
-}
-
 void sim_clock_init(SimClock *clock, const Machine *machine, int world) {
     int local = world < machine->ranks_per_node ? world : machine->ranks_per_node;
     double rate = machine->flops_per_s;

@@ -83,7 +83,8 @@ typedef struct SimClock {
     StepTime spent;      // since the clock started (step: now)
 } SimClock;
 
-// Seconds of one collective of `bytes` among `ranks` ranks over `link`.
+// Seconds of one collective of `bytes` among `ranks` ranks over `link` (comm.c, beside the bytes each
+// collective moves: a collective's facts are in one file).
 double collective_seconds(CommOp op, double bytes, int ranks, Link link);
 // A clock at 0 for one rank of `world` on `machine`.
 void sim_clock_init(SimClock *clock, const Machine *machine, int world);
