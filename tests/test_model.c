@@ -303,6 +303,58 @@ START_TEST(test_softmax_same_bits_with_lane_checks) {
 }
 END_TEST
 
+// A row whose logits span [-87.5, 0] below its largest: one exp's argument is below -87, where the
+// unchecked vector exp is out of its range (2^-127 is subnormal), so the row must take the checked path:
+// the same bits as the row with a logit far below (-200), which turns the checks on whatever the bound.
+START_TEST(test_softmax_lane_check_bound) {
+    enum { V = 1007, Vp = 1040 };
+    float *logits = malloc(Vp * sizeof(float)), *probs = malloc(Vp * sizeof(float));
+    float *with_low = malloc(Vp * sizeof(float)), *probs_low = malloc(Vp * sizeof(float));
+    uint32_t state = 11;
+    for (int i = 0; i < Vp; i++) {
+        state = state * 1664525u + 1013904223u;
+        logits[i] = i < V ? (float)(state >> 8) / (1 << 24) * 10 - 5 : 3;
+    }
+    logits[0] = 5;      // the row's largest
+    logits[8] = -82.5f; // 87.5 below it: e^-87.5 = 1.0e-38, below FLT_MIN (the checked exp's 0)
+    memcpy(with_low, logits, Vp * sizeof(float));
+    with_low[V] = -200;
+    int target = 8;
+    float loss, loss_low;
+    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
+    softmax_crossentropy_forward(&loss_low, probs_low, with_low, &target, 1, 1, V + 1, Vp);
+    ck_assert_msg(memcmp(&loss, &loss_low, sizeof loss) == 0, "loss %.9g, with lane checks %.9g", loss, loss_low);
+    for (int i = 0; i < V; i++)
+        ck_assert_msg(memcmp(&probs[i], &probs_low[i], sizeof(float)) == 0, "p[%d] %.9g, with lane checks %.9g", i,
+                      probs[i], probs_low[i]);
+    free(logits), free(probs), free(with_low), free(probs_low);
+}
+END_TEST
+
+// Attention's softmax subtracts each row's largest score: scores of a few hundred (e^400 overflows a
+// float) give the probabilities of their differences. T = 2, one head of 4: position 1's scores are 400
+// and 399, so it takes e/(1+e) of v0 and 1/(1+e) of v1; position 0 takes v0 whole.
+START_TEST(test_attention_softmax_is_shifted) {
+    enum { T = 2, C = 4 };
+    float qkv[T * 3 * C] = {0}, out[T * C], att[T * T];
+    float a = sqrtf(200.0f);  // q.k / sqrt(4) = 4 a^2 / 2 = 400
+    for (int i = 0; i < C; i++) {
+        qkv[0 * 3 * C + C + i] = a;           // k0
+        qkv[1 * 3 * C + i] = a;               // q1
+        qkv[1 * 3 * C + C + i] = a * (1 - 1.0f / 800);  // k1: a score 1/2 lower... times 2: 399
+    }
+    qkv[0 * 3 * C + 2 * C + 0] = 1;  // v0 = e0
+    qkv[1 * 3 * C + 2 * C + 1] = 1;  // v1 = e1
+    attention_forward(out, att, qkv, NULL, NULL, 1, T, C, 1);
+    double s1 = 400.0 * (1 - 1.0 / 800), p0 = 1 / (1 + exp(s1 - 400));  // the scores as the float product gives them
+    ck_assert_msg(isfinite(out[C]) && isfinite(out[C + 1]), "position 1: %g %g (an unshifted softmax overflows)",
+                  out[C], out[C + 1]);
+    ck_assert_msg(fabs(out[C] - p0) < 1e-4 && fabs(out[C + 1] - (1 - p0)) < 1e-4, "position 1: %g %g, want %g %g",
+                  out[C], out[C + 1], p0, 1 - p0);
+    ck_assert_msg(out[0] == 1 && out[1] == 0, "position 0: %g %g, want v0", out[0], out[1]);
+}
+END_TEST
+
 // The head reads wte for every vocab row, the embedding only for the rows of
 // the inputs: a row no input uses still gets a gradient (from the head alone),
 // and it equals the head's contribution computed separately.
@@ -496,6 +548,8 @@ int main(void) {
     tcase_add_test(tc, test_gelu_against_double);
     tcase_add_test(tc, test_softmax_is_shift_invariant);
     tcase_add_test(tc, test_softmax_same_bits_with_lane_checks);
+    tcase_add_test(tc, test_softmax_lane_check_bound);
+    tcase_add_test(tc, test_attention_softmax_is_shifted);
     tcase_add_test(tc, test_tied_embedding_sums_both_uses);
     tcase_add_test(tc, test_results_do_not_depend_on_thread_count);
     tcase_add_test(tc, test_gelu_lanes_match_the_remainder);
