@@ -495,7 +495,8 @@ def check_qgz_zero3(tmp, common, ref):
                   f"{tag}: bitwise the run with the defaults (every sum in a fixed order)")
     check_exact_blocks(tmp, common, "ZeRO-3", zero3)
     for n, flags in ((4, ["--quantize-weights", "int8", "--secondary-shard-group", "2", "--quantize-grads-node", "2"]),
-                     (2, ["--precision", "bf16"]), (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
+                     (2, ["--precision", "bf16"]), (2, ["--precision", "bf16", "--reduce-dtype", "fp32"]),
+                     (3, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
                      (3, ["--grad-accum", "2"]), (2, ["--grad-clip", "0.5"]), (2, ["--offload-optimizer"])):
         tag = f"zero3 N={n} --quantize-grads int4 {' '.join(flags)}"
         result = trained(tag, zero3(n, *common, "--quantize-grads", "int4", *flags), tmp)

@@ -28,12 +28,18 @@ if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BU
        --build "$BUILD" --work "$tmp/check_zero3" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out"
 then ok "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"
 else bad "check.py: fsdp at N = 2 and zero3 at N = 3 with flags pass every check"; cat "$tmp/out"; fi
-# the newer flags: dropout and the EMA (train_single takes them too), units and whole small tensors
+# the newer flags: dropout and the EMA (train_single takes them too), units and whole small tensors; with two
+# micro-batches, which tell a whole tensor's average (kept, added into) from a slice's (the reference's twin
+# --as-whole-below), and at the bound itself, in hybrid groups: d2's smallest tensors have 128 elements, kept whole
+# under 129, not 128 (the reference's own bound, a < not a <=)
 if MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 2 --build "$BUILD" --work "$tmp/check_new" \
-       --args "--dropout 0.1 --ema 0.9 --unit-blocks 2 --shard-min-numel 1000" >"$tmp/out" 2>&1 &&
+       --args "--dropout 0.1 --ema 0.9 --unit-blocks 2 --shard-min-numel 1000 --grad-accum 2" >"$tmp/out" 2>&1 &&
+   grep -q "check: 7 of 7 checks pass" "$tmp/out" &&
+   MPIRUN="$MPIRUN" python3 labs/check.py --strategy fsdp --ranks 4 --build "$BUILD" --work "$tmp/check_bound" \
+       --args "--shard-min-numel 128 --shard-group 2 --grad-accum 2" >"$tmp/out" 2>&1 &&
    grep -q "check: 7 of 7 checks pass" "$tmp/out"
-then ok "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"
-else bad "check.py: fsdp with --dropout, --ema, --unit-blocks and --shard-min-numel passes every check"; cat "$tmp/out"; fi
+then ok "check.py: fsdp with --dropout, --ema, --unit-blocks, --shard-min-numel and --grad-accum passes every check"
+else bad "check.py: fsdp with --dropout, --ema, --unit-blocks, --shard-min-numel and --grad-accum passes every check"; cat "$tmp/out"; fi
 # hpZ changes where the backward gathers from, not the run: zero3 and fsdp with nodes of 2 at N = 4 pass every check
 if MPIRUN="$MPIRUN" python3 labs/check.py --strategy zero3 --ranks 4 --build "$BUILD" --work "$tmp/check_hpz3" \
        --args "--secondary-shard-group 2" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out" &&
