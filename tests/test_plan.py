@@ -674,4 +674,13 @@ for n in (100, 148, 149, 1000, 1 << 20):
     check(sorted(zero) == ["zero1", "zero2"] and all(z[0] == 4 * n * R and z[4] == 8 * R for z in zero.values())
           and zero["zero1"][2] == 4 * P and zero["zero2"][2] == 4 * R,
           f"plan --ranks {n}: ZeRO-1/2 keep params 4 N R, optim 8 R, grads 4 P (ZeRO-1) or 4 R (ZeRO-2)")
+# --dims makes room for the run's sequence: above 1024 tokens wpe grows with it, 4 C bytes a position (fp32)
+dims = ["--dims", "2,2,64", "--vocab", "256", "--ranks", "1", "--batch", "1"]
+params = {}
+for T in (1024, 2048):
+    r = subprocess.run([f"{BUILD}/plan", *dims, "--seq", str(T), "--tsv"], capture_output=True, text=True)
+    params[T] = int(r.stdout.split("\t")[2]) if r.returncode == 0 else -1  # ddp's params, rank 0
+check(params[1024] > 0 and params[2048] - params[1024] == 1024 * 64 * 4,
+      f"plan --dims 2,2,64 --seq 2048: wpe has 2048 positions ({params[2048] - params[1024]} bytes more than at "
+      f"--seq 1024, want {1024 * 64 * 4})")
 CHECKS.finish()

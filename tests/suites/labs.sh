@@ -61,5 +61,14 @@ if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "ma
 then ok "lab-start: the working copy has the lab's functions emptied to a TODO"
 else bad "lab-start: the working copy has the lab's functions emptied to a TODO"; cat "$tmp/out"; fi
 fails "lab-start: an existing working copy is kept" "exists: your work is kept" python3 "$tmp/labtree/labs/lab.py" start fsdp
+# a hung run whose processes outlive SIGTERM (a rank that ignores it, as a stuck one may): the grader kills its
+# whole session past the timeout, mpirun or not, and returns
+marker="shardlab_hang_$$"
+if timeout 60 python3 -c "import sys; sys.path.insert(0, 'labs'); import check
+r = check.run(['bash', '-c', 'trap \"\" TERM; (exec -a $marker sleep 300) & wait'], '$tmp/hang.log', seconds=2)
+sys.exit(0 if r.returncode is None else 1)" && sleep 0.5 && ! pgrep -f "$marker" >/dev/null
+then ok "check.py: a run that ignores SIGTERM is killed with its session past the timeout"
+else bad "check.py: a run that ignores SIGTERM is killed with its session past the timeout"; fi
+pkill -9 -f "$marker" 2>/dev/null || true
 
 finish
