@@ -558,6 +558,10 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
         xsnprintf(file_path, sizeof file_path, "%s/%s", dir, m->files[f]);
         struct stat st;
         if (stat(file_path, &st) != 0) fatal("%s: missing (listed in %s)", file_path, manifest_path);
+        if (!S_ISREG(st.st_mode))
+            fatal("%s: not a regular file (%s), where %s lists a shard of %" PRIu64 " bytes", file_path,
+                  S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket",
+                  manifest_path, m->file_sizes[f]);
         if ((uint64_t)st.st_size != m->file_sizes[f])
             fatal("%s: %s: %lld bytes, the manifest says %" PRIu64, file_path,
                   (uint64_t)st.st_size < m->file_sizes[f] ? "truncated" : "wrong size", (long long)st.st_size,

@@ -7,6 +7,7 @@
 // communication wait (from comm's counters), optimizer, and compute (the rest).
 #include "run/train_loop.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -326,18 +327,58 @@ static int run_files(const TrainOptions *o, RunFile *files, int *outputs) {
     return n;
 }
 
+// Refuses output `path` (flag `flag`) when it is, by its identity (a link, another spelling), one of the
+// files of a checkpoint: with depth 1, any file of the checkpoint `dir`; with depth 2, `dir`'s latest or a
+// file of its step_N checkpoints (a --ckpt-dir, where other files are the user's). `whose` says whose they are.
+static void check_not_among(const char *flag, const char *path, const char *dir, int depth, const char *whose) {
+    struct stat out;
+    if (stat(path, &out) != 0) return;  // a new file is none of them
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char sub[4400];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (depth > 1 && strcmp(e->d_name, "latest") != 0 && strncmp(e->d_name, "step_", 5) != 0) continue;
+        xsnprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode) && depth > 1) check_not_among(flag, path, sub, depth - 1, whose);
+        else if (S_ISREG(st.st_mode) && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+            closedir(d);
+            fatal("%s %s: that is %s, a file of %s: give the output a path of its own", flag, path, sub, whose);
+        }
+    }
+    closedir(d);
+}
+
 // No output (--out-model, --out-model-ema, --log, --trace) may be another of the
 // run's files, by its path or, once it exists, by its identity (links), which
-// writing it would destroy: another output, the data, the
-// model it starts from, or what the checkpoints keep in --ckpt-dir (latest and
-// the step_N directories; a save replaces and prunes them).
+// writing it would destroy: another output, the data, the model it starts from,
+// the checkpoint it resumes from (any file in it, or where it is to be), or what
+// the checkpoints keep in --ckpt-dir (latest and the step_N directories; a save
+// replaces and prunes them).
 static void check_outputs_are_their_own(const TrainOptions *o) {
     RunFile files[8];
     int outputs = 0, n = run_files(o, files, &outputs);
-    char mine[4400], other[4400], dir[4400];
+    char mine[4400], other[4400], dir[4400], resumed[4096] = "", resumed_dir[PATH_MAX] = "", resumed_from[4200];
     if (o->ckpt_dir) canonical_path(o->ckpt_dir, dir, sizeof dir);
+    if (o->resume) {
+        checkpoint_resolve(o->resume, resumed, sizeof resumed);
+        if (!realpath(resumed, resumed_dir)) resumed_dir[0] = '\0';
+        xsnprintf(resumed_from, sizeof resumed_from, "the checkpoint --resume %s reads (%s)", o->resume, resumed);
+    }
     for (int i = 0; i < outputs; i++) {
         canonical_path(files[i].path, mine, sizeof mine);
+        size_t in = strlen(resumed_dir);
+        if (in && strncmp(mine, resumed_dir, in) == 0 && mine[in] == '/')
+            fatal("%s %s: it is inside %s: give the output a path of its own", files[i].flag, files[i].path,
+                  resumed_from);
+        if (o->resume) {
+            check_not_among(files[i].flag, files[i].path, resumed, 1, resumed_from);
+            check_not_among(files[i].flag, files[i].path, o->resume, 2, "the checkpoints --resume reads from");  // latest
+        }
+        if (o->ckpt_dir) check_not_among(files[i].flag, files[i].path, o->ckpt_dir, 2, "the checkpoints of --ckpt-dir");
         for (int j = 0; j < n && mine[0]; j++) {
             if (strcmp(files[j].flag, files[i].flag) == 0) continue;
             canonical_path(files[j].path, other, sizeof other);

@@ -318,6 +318,43 @@ r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "-
 fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
 fails_with(r, "resume it with --config d2 --vocab 256", "a checkpoint of another model: the flags that make its model")
 fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")
+# a shard that is a directory or a FIFO is named as such, not as a truncated file (a FIFO is never waited on)
+for kind in ("directory", "FIFO"):
+    bad = copy_ckpt(base, f"shard_{kind}")
+    shard = glob.glob(f"{bad}/step_*/rank_00001.bin")[0]
+    os.remove(shard)
+    os.mkdir(shard) if kind == "directory" else os.mkfifo(shard)
+    fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad, timeout=120), f"rank_00001.bin: not a regular file (a {kind})",
+               f"a shard that is a {kind}")
+
+# no output may be a file of the checkpoint the run resumes from, or of --ckpt-dir's checkpoints, by its path
+# or through a link: the resumed checkpoint would be cut or overwritten
+full = f"{tmp}/ck_outputs_full"
+check(train("fsdp", 2, "--steps", "2", "--ckpt-dir", full, "--save-every", "2", "--save-full").returncode == 0,
+      "a full checkpoint to resume")
+full_step = glob.glob(f"{full}/step_*")[0]
+sharded = copy_ckpt(base, "outputs_sharded")
+sharded_step = sorted(glob.glob(f"{sharded}/step_*"))[-1]
+links = f"{tmp}/outputs_links"
+os.makedirs(links)
+os.symlink(f"{sharded_step}/rank_00000.bin", f"{links}/tr.tsv")
+os.symlink(f"{sharded}/latest", f"{links}/latest.jsonl")
+for flags, says, what in (
+        (["--resume", full_step, "--out-model", f"{full_step}/model.bin"], "it is inside the checkpoint --resume",
+         "--out-model over the full checkpoint resumed from"),
+        (["--resume", sharded, "--out-model", f"{sharded_step}/rank_00000.bin"], "it is inside the checkpoint --resume",
+         "--out-model over a shard of the checkpoint resumed from"),
+        (["--resume", sharded, "--log", f"{sharded_step}/manifest.txt"], "it is inside the checkpoint --resume",
+         "--log into the manifest of the checkpoint resumed from"),
+        (["--resume", sharded, "--ckpt-dir", sharded, "--trace", f"{links}/tr"], "rank_00000.bin, a file of",
+         "--trace through a link to a shard of --ckpt-dir"),
+        (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest.jsonl"], "latest, a file of",
+         "--log through a link to --ckpt-dir's latest")):
+    before = {p: open(p, "rb").read() for p in glob.glob(f"{full}/*/*") + glob.glob(f"{sharded}/*/*") +
+              [f"{sharded}/latest"]}
+    fails_with(train("fsdp", 3 if "--ckpt-dir" in flags or sharded in flags else 2, "--steps", "12", *flags), says, what)
+    after = {p: open(p, "rb").read() for p in before}
+    check(before == after, f"{what}: every checkpoint file as it was")
 
 # every number a manifest gives is checked, naming the manifest and what is wrong
 # (each edit below keeps the manifest's own CRC valid)
