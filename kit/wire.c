@@ -92,6 +92,26 @@ static void secondary_node_init(Wire *w, const StrategyContext *ctx, const char 
                            "node (ZeRO++'s hpZ)\n", name, H, H);
 }
 
+// With every tensor kept whole (--shard-min-numel above the largest), nothing is sliced: the options that
+// change how slices travel would do nothing, and are refused as every flag that would do nothing is.
+static void refuse_idle_options(const StrategyContext *ctx, const char *name, const WireOptions *options,
+                                const TensorState *states) {
+    const GPT2Layout *layout = &ctx->model->layout;
+    size_t largest = 0;
+    for (int t = 0; t < layout->num_tensors; t++) {
+        if (states[t] != TENSOR_REPLICATED) return;
+        if (layout->tensors[t].numel > largest) largest = layout->tensors[t].numel;
+    }
+    const ZeroppOptions *z = &options->zeropp;
+    const char *idle = z->quantize_weights ? "--quantize-weights" : z->quantize_grads ? "--quantize-grads"
+                       : z->secondary_shard_group ? "--secondary-shard-group"
+                       : options->shard_group && options->shard_group < ctx->comm->world ? "--shard-group" : NULL;
+    if (idle)
+        fatal("%s: --shard-min-numel %llu keeps every tensor whole (the largest has %zu elements): %s changes how "
+              "slices travel, and there are none; it would do nothing", name,
+              (unsigned long long)options->shard_min_numel, largest, idle);
+}
+
 Comm *wire_init(Wire *w, const StrategyContext *ctx, const char *name, const WireOptions *options, const int *owner,
                 TensorState *states) {
     const GPT2Layout *layout = &ctx->model->layout;
@@ -100,11 +120,12 @@ Comm *wire_init(Wire *w, const StrategyContext *ctx, const char *name, const Wir
                 .wires = xcalloc((size_t)layout->num_tensors, sizeof(void *)),
                 .broadcast_group = xcalloc((size_t)layout->num_tensors, sizeof(Comm *)),
                 .reduces = xcalloc((size_t)layout->num_tensors, sizeof(InFlight))};
-    w->comm = hybrid_init(w, ctx, name, options->shard_group);
     if (!owner) {  // sliced tensors: the small ones may be kept whole
         w->whole = &w->replicas;
         replicas_init(w->whole, ctx, options->shard_min_numel, states);
+        refuse_idle_options(ctx, name, options, states);
     }
+    w->comm = hybrid_init(w, ctx, name, options->shard_group);
     formats_init(w, ctx, name, &options->zeropp, owner);
     grads_hops_init(w, ctx, name, &options->zeropp, owner);
     secondary_node_init(w, ctx, name, &options->zeropp, owner, states);

@@ -198,7 +198,15 @@ def reference_flags(strategy, n, flags, build=None):
     return out
 
 
-RUN_SECONDS = int(os.environ.get("SHARDLAB_CHECK_TIMEOUT", "120"))  # a run that takes longer has hung
+def run_seconds():
+    """SHARDLAB_CHECK_TIMEOUT: the seconds after which a run has hung, a whole number from 1 to 86400 (default 120)."""
+    text = os.environ.get("SHARDLAB_CHECK_TIMEOUT", "120")
+    if not (text.isdigit() and 1 <= int(text) <= 86400):
+        fail(f"SHARDLAB_CHECK_TIMEOUT is {text!r}: give the seconds a run may take, a whole number from 1 to 86400")
+    return int(text)
+
+
+RUN_SECONDS = run_seconds()  # a run that takes longer has hung
 
 
 def kill_session(sid):

@@ -225,10 +225,20 @@ static void print_row(const char *strategy, const char *ranks, const MemAccount 
     printf(" %12.3f %12.3f\n", acct->total_peak / 1e6, mem_reserved_peak_bytes(acct) / 1e6);
 }
 
-// The rows of a strategy of whole tensors on owners (ZeRO-3): one per rank that
-// owns a tensor, and one for the ranks that own none (when N exceeds the number
-// of tensors), which all hold the same. The partition is computed once, so the
-// work grows with the tensors, not with N.
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+// Whether two ranks' accounts print the same row.
+static int same_row(const MemAccount *a, const MemAccount *b) {
+    return memcmp(a->peak, b->peak, sizeof a->peak) == 0 && a->total_peak == b->total_peak &&
+           mem_reserved_peak_bytes(a) == mem_reserved_peak_bytes(b);
+}
+
+// The rows of a strategy of whole tensors on owners (ZeRO-3): one per rank that owns a tensor, then the
+// ranks that own none (when N exceeds the number of tensors). What such a rank holds depends on its place
+// in the nodes of ZeRO++'s hpZ and of qgZ's two hops alone (rank r % H: the whole tensors it keeps for its
+// node, the node's sums it gathers), so one rank of each place is run, and consecutive ranks with the same
+// numbers share a row. The partition is computed once, so the work grows with the tensors and the places,
+// not with N.
 static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, const RegisteredStrategy *strategy,
                              int tsv) {
     int world = shape->setup.world;
@@ -244,11 +254,36 @@ static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, c
         mem_timeline_free(&result.timeline);
     }
     if (owning < world && (tsv || world <= 8)) {
-        DryResult result = run_rank(shape, strategy, owning, NULL);
-        if (owning == world - 1) snprintf(ranks, sizeof ranks, "%d", owning);
-        else snprintf(ranks, sizeof ranks, "%d-%d", owning, world - 1);
-        print_row(strategy->name, ranks, &result.mem, tsv);
-        mem_timeline_free(&result.timeline);
+        StrategyPlugin plugin = plan_plugin(shape, strategy);
+        int period = 1, *nodes[] = {plugin.node_group, plugin.grads_node_group};
+        for (int i = 0; i < 2; i++)
+            if (nodes[i] && *nodes[i] > 1) period = period / gcd(period, *nodes[i]) * *nodes[i];
+        strategy_plugin_free(&plugin);
+        MemAccount *place = xcalloc((size_t)period, sizeof *place);  // each place's, once run
+        int *run = xcalloc((size_t)period, sizeof(int));
+        int first = owning;
+        for (int r = owning; r < world; r++) {
+            int p = r % period, q = (r + 1) % period;
+            if (!run[p]) {
+                DryResult result = run_rank(shape, strategy, r, NULL);
+                place[p] = result.mem;
+                mem_timeline_free(&result.timeline);
+                run[p] = 1;
+            }
+            if (r + 1 < world && !run[q]) {
+                DryResult result = run_rank(shape, strategy, r + 1, NULL);
+                place[q] = result.mem;
+                mem_timeline_free(&result.timeline);
+                run[q] = 1;
+            }
+            if (r + 1 < world && same_row(&place[p], &place[q])) continue;  // the next rank joins this row
+            if (first == r) snprintf(ranks, sizeof ranks, "%d", r);
+            else snprintf(ranks, sizeof ranks, "%d-%d", first, r);
+            print_row(strategy->name, ranks, &place[p], tsv);
+            first = r + 1;
+        }
+        free(place);
+        free(run);
     }
     free(owner);
 }

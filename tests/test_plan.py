@@ -153,6 +153,10 @@ VARIANTS = [["--prefetch", "0"], ["--prefetch", "2"], ["--grad-accum", "2"],
 for variant in VARIANTS:
     for n in (2, 3):
         check_variant(variant, n, ("zero2", "zero3", "fsdp"))
+# ZeRO-3's ranks that own no tensor differ by their place in hpZ's and qgZ's nodes (the whole tensors kept for
+# the node, the node's sums gathered): at N = 32 (28 own a tensor of d2's), every rank as the run has it
+check_variant(["--secondary-shard-group", "8", "--quantize-grads", "int8", "--quantize-grads-node", "4"], 32, ("zero3",),
+              batch=32)
 # --ema: each rank's moving average of what it keeps, fp32, in the `ema` category (bf16: of the fp32 master)
 for variant in (["--ema", "0.9"], ["--ema", "0.9", "--precision", "bf16"]):
     for n in (1, 3):

@@ -555,7 +555,14 @@ def check_refusals(tmp, common):
                         (["--quantize-grads", "int8", "--quantize-grads-node", "1"],
                          "--quantize-grads-node 1 makes a node of each rank"),
                         (["--quantize-block", "64"], "neither of which is given"),
-                        (["--quantize-weights", "int8", "--quantize-block", "0"], "--quantize-block")):
+                        (["--quantize-weights", "int8", "--quantize-block", "0"], "--quantize-block"),
+                        # every tensor kept whole: no slice to quantize, gather in a node or group
+                        (["--shard-min-numel", "1000000000", "--quantize-weights", "int8"],
+                         "keeps every tensor whole (the largest has"),
+                        (["--shard-min-numel", "1000000000", "--quantize-grads", "int4"], "--quantize-grads changes how"),
+                        (["--shard-min-numel", "1000000000", "--secondary-shard-group", "1"],
+                         "--secondary-shard-group changes how slices travel, and there are none"),
+                        (["--shard-min-numel", "1000000000", "--shard-group", "1"], "--shard-group changes how")):
         r = subprocess.run(fsdp(2, *common, *flags), capture_output=True, text=True, timeout=120)
         check(r.returncode != 0 and says in r.stderr and r.stderr.count(says) == 1,
               f"fsdp {' '.join(flags)}: refused once, saying '{says}' ({r.stderr.strip()[:160]})")

@@ -13,6 +13,10 @@ fails "check.py: an unknown strategy" "--strategy: give one of ddp, zero1, zero2
     --strategy zero4 --ranks 2
 fails "check.py: no ranks" "--ranks: give a number of ranks from 1 to 16" python3 labs/check.py --strategy fsdp --ranks 0
 fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.py --strategy fsdp --ranks 2 --bogus 1
+for timeout in "" abc 2.5 0 -5; do
+    fails "check.py: SHARDLAB_CHECK_TIMEOUT='$timeout'" "SHARDLAB_CHECK_TIMEOUT is '$timeout': give the seconds" \
+        env SHARDLAB_CHECK_TIMEOUT="$timeout" python3 labs/check.py --strategy fsdp --ranks 2
+done
 fails "check.py: a trainer flag the strategy does not take" "--args: --prefetch: ddp does not take it" \
     python3 labs/check.py --strategy ddp --ranks 2 --args "--prefetch 2"
 fails "check.py: a flag the check does not pass on" "--args: --steps is not a flag the check passes on" \
