@@ -231,8 +231,21 @@ static int resumes_from_dir(const char *resume, const char *dir) {
     return strcmp(real_checkpoint, real_dir) == 0;
 }
 
-// Every rank writes its shard into the checkpoint directory: rank 0 makes it and
-// locks it, then every rank creates and removes a file of its own in it.
+// Rank 0 makes the checkpoint directory and locks it, first of all: a second run on the directory is told it
+// is in use before its ranks read the checkpoints there, which the first run may be saving (its ranks could
+// find different ones).
+static void take_checkpoint_dir(Run *run) {
+    const char *dir = run->opts.ckpt_dir;
+    struct stat st;
+    if (!dir || run->comm.rank != 0) return;
+    check_checkpoint_path_length(dir, run->opts.steps, run->comm.world);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
+    run->ckpt_lock = lock_checkpoint_dir(dir);
+}
+
+// Every rank writes its shard into the checkpoint directory (rank 0 has made it and
+// locked it): every rank creates and removes a file of its own in it.
 static void check_checkpoint_dir(Run *run) {
     const char *dir = run->opts.ckpt_dir, *resume = run->opts.resume;
     Comm *comm = &run->comm;
@@ -249,13 +262,7 @@ static void check_checkpoint_dir(Run *run) {
                   "give an empty --ckpt-dir, or --resume from %s to continue its run", dir, latest, resume, dir);
     }
     struct stat st;
-    if (comm->rank == 0) {
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
-        run->ckpt_lock = lock_checkpoint_dir(dir);
-    }
-    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks
+    comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks (take_checkpoint_dir)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
     char probe[4200];
     xsnprintf(probe, sizeof probe, "%s/.write_test_rank_%05d", dir, comm->rank);
@@ -439,6 +446,7 @@ static void setup(Run *run) {
     if (!o->model_path && gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
         fatal("--config: unknown preset '%s' (use d2, d4, d6 or d12)", o->config_name);
     if (o->seq > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", o->seq, config.max_seq_len);
+    take_checkpoint_dir(run);
     int world = run->comm.world, ranks = world * run->as_ranks;  // --as-ranks N: the rows of N ranks
     if (o->batch % ranks != 0)
         fatal("--batch %d is not divisible by the number of ranks (%d%s)", o->batch, ranks,

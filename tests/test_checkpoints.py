@@ -457,8 +457,14 @@ lock_pid = [x for x in subprocess.run(["pgrep", "-f", f"train_ddp.*{locked}"], c
 fails_with(r, f"--ckpt-dir {locked} is in use by another run, pid ", "a second run in a --ckpt-dir in use")
 check(any(f"pid {x}\n" in r.stderr for x in lock_pid), f"the refusal names the running rank's pid {lock_pid}")
 r2 = train("ddp", 2, "--steps", "100000", "--ckpt-dir", locked)
-check(r2.returncode != 0 and r2.stderr.count("shardlab:") == 1 and "already holds another run's" in r2.stderr,
+check(r2.returncode != 0 and r2.stderr.count("shardlab:") == 1 and "is in use by another run" in r2.stderr,
       f"a fresh run into it is refused, said once by its two ranks: {r2.stderr.strip()[:200]!r}")
+# the lock comes first: a second run's ranks never read the checkpoints the first is saving (they could find
+# different ones and disagree), however the saves fall
+for attempt in range(4):
+    r3 = train("fsdp", 2, "--steps", "100000", "--resume", locked, "--ckpt-dir", locked)
+    check(r3.returncode != 0 and "is in use by another run" in r3.stderr and "disagree" not in r3.stderr,
+          f"a second resumed run while the first saves, try {attempt + 1}: {r3.stderr.strip()[:200]!r}")
 for x in lock_pid:
     os.kill(int(x), signal.SIGKILL)  # no clean exit: the kernel drops the lock
 p.wait(timeout=60)
