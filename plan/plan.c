@@ -20,6 +20,7 @@
 // --layout prints, instead, which elements of the flat model each rank keeps
 // (see print_layout), for the report's sharding picture; --traffic every rank's
 // collectives in one step; --timeline one rank's step of memory, event by event.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -890,6 +891,13 @@ int main(int argc, char **argv) {
         strategy_flags_free(&strategy_flags);
         return 0;
     }
+    // the table is printed once every strategy has run: a strategy that refuses a flag (a node of hpZ's
+    // that does not divide its ranks) stops the plan with its message alone, nothing printed before it
+    FILE *terminal = stdout;
+    char *table = NULL;
+    size_t table_bytes = 0;
+    stdout = open_memstream(&table, &table_bytes);
+    if (!stdout) fatal("plan: cannot hold the table in memory: %s", strerror(errno));
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
@@ -921,6 +929,10 @@ int main(int argc, char **argv) {
         mem_timeline_free(&result.timeline);
     }
     if (!tsv) print_rows_note(&shape);
+    if (fclose(stdout) != 0) fatal("plan: cannot hold the table in memory");
+    stdout = terminal;
+    fwrite(table, 1, table_bytes, stdout);
+    free(table);
     gpt2_layout_free(&layout);
     strategy_flags_free(&strategy_flags);
     return 0;

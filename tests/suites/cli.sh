@@ -260,6 +260,11 @@ fails "plan: --reshard-after-forward 7" "--reshard-after-forward: '7' is not an 
 fails "plan: --grad-accum that does not divide the rows" "do not split into 3 micro-batches" \
     "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
 fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
+# a flag that one strategy refuses as it runs stops the plan before any of the table is printed
+fails "plan: a node of hpZ's that does not divide the ranks" "zero3: --secondary-shard-group 3 does not divide the 4 ranks" \
+    "$BUILD/plan" --config d2 --vocab 256 --ranks 4 --secondary-shard-group 3
+if [ ! -s "$tmp/out" ]; then ok "plan: the refusal prints no row before it"
+else bad "plan: the refusal prints no row before it: $(head -c 200 "$tmp/out")"; fi
 # --dims L,NH,C: a GPT-2 of those sizes, where no file holds the model; planned as a file of those sizes is
 fails "plan: --dims of two numbers" "--dims '40,32': give L,NH,C, three positive whole numbers" \
     "$BUILD/plan" --dims 40,32 --ranks 2
