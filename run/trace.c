@@ -1,6 +1,7 @@
 #include "run/trace.h"
 
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,12 +162,12 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
     double *spans = comm_metric_gather(comm, span, sizeof span, &span_counts);
     free(mine);
     if (comm->rank != 0) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s.tsv", prefix);
-    FILE *tsv = xfopen(path, "w");
+    char tsv_path[4096], json_path[4096];
+    xsnprintf(tsv_path, sizeof tsv_path, "%s.tsv", prefix);
+    FILE *tsv = xfopen(tsv_path, "w");
     fprintf(tsv, "# rank\tstep\tcategory\tname\tstart_ms\tend_ms\n");
-    snprintf(path, sizeof path, "%s.json", prefix);
-    FILE *json = xfopen(path, "w");
+    xsnprintf(json_path, sizeof json_path, "%s.json", prefix);
+    FILE *json = xfopen(json_path, "w");
     fprintf(json, "{\"traceEvents\": [\n");
     const TraceEvent *events = all;
     for (int r = 0; r < comm->world; r++) {
@@ -200,8 +201,10 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
         memory_events += n;
     }
     fprintf(json, "\n]}\n");
-    xfclose(tsv, prefix);
-    xfclose(json, prefix);
+    if (fflush(tsv) != 0) fatal("--trace %s: cannot write: %s", tsv_path, strerror(errno));
+    if (fflush(json) != 0) fatal("--trace %s: cannot write: %s", json_path, strerror(errno));
+    xfclose(tsv, tsv_path);
+    xfclose(json, json_path);
     free(all);
     free(counts);
     free(all_memory);

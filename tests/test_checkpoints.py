@@ -547,6 +547,11 @@ train --steps 4 --resume "$D/ck" --ckpt-dir "$D/ck" --save-every 1 && exit 92
 echo "latest: $(cat "$D/ck/latest")"
 train --steps 3 --resume "$D/ck" > /dev/null || exit 93
 echo resumed
+dd if=/dev/zero of="$D/fill" bs=1M count=64 2>/dev/null
+train --steps 1 --out-model "$D/out.bin" && exit 94
+[ -e "$D/out.bin.tmp" ] || [ -e "$D/out.bin" ] || echo "out-model: nothing left"
+train --steps 1 --trace "$D/tr" && exit 95
+echo traced
 """
 small_disk = f"{tmp}/small_disk"
 os.makedirs(small_disk)
@@ -556,6 +561,10 @@ check(r.returncode == 0 and "ck/step_00000003.tmp/rank_00000.bin: write failed: 
       f"a save that runs out of space fails naming the file ({r.returncode}: {r.stderr.strip()[-200:]!r})")
 check("latest: step_00000002" in r.stdout and "resumed" in r.stdout,
       "after the failed save, latest is still step 2 and resumes")
+check("out-model: nothing left" in r.stdout and "out.bin.tmp: write failed: No space left on device" in r.stderr,
+      f"--out-model on a full disk fails naming PATH.tmp, and leaves neither it nor PATH ({r.stderr.strip()[-300:]!r})")
+check("traced" in r.stdout and "--trace " in r.stderr and "/tr.tsv: cannot write: No space left on device" in r.stderr,
+      f"--trace on a full disk fails naming the file it could not write ({r.stderr.strip()[-300:]!r})")
 
 # A signal to mpirun itself: Open MPI's mpirun forwards SIGUSR1 to the ranks at
 # once and waits for them. SIGTERM it takes as an abort: after

@@ -14,6 +14,10 @@ static void (*fatal_reporter)(const char *message);
 
 void fatal_set_reporter(void (*reporter)(const char *message)) { fatal_reporter = reporter; }
 
+// The PATH.tmp a replace (replace_begin) is writing, "" when none: a fatal error removes it, so that a
+// full disk or a failed write leaves PATH as it was and nothing beside it. One process writes one at a time.
+static char replacing[4200];
+
 // The whole line goes out in one write: under mpirun every rank shares the
 // terminal, and piecewise writes from several ranks interleave mid-line.
 void error_print(const char *text) {
@@ -37,6 +41,7 @@ static void format_message(char *message, size_t size, const char *where, const 
 }
 
 static void __attribute__((noreturn)) report_and_exit(const char *message) {
+    if (replacing[0]) unlink(replacing);
     if (fatal_reporter) fatal_reporter(message);
     error_print(message);
     exit(1);
@@ -141,7 +146,9 @@ FILE *replace_begin(const char *path, char *tmp_path, size_t tmp_size) {
     xsnprintf(tmp_path, tmp_size, "%s.tmp", path);
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) fatal("%s: not a regular file (%s)", path, file_kind(st.st_mode));
-    return xfopen(tmp_path, "wb");
+    FILE *f = xfopen(tmp_path, "wb");
+    xsnprintf(replacing, sizeof replacing, "%s", tmp_path);
+    return f;
 }
 
 void replace_commit(FILE *f, const char *tmp_path, const char *path) {
@@ -149,6 +156,7 @@ void replace_commit(FILE *f, const char *tmp_path, const char *path) {
     if (fsync(fileno(f)) != 0) fatal("%s: fsync failed: %s", tmp_path, strerror(errno));
     xfclose(f, tmp_path);
     if (rename(tmp_path, path) != 0) fatal("%s: cannot rename to %s: %s", tmp_path, path, strerror(errno));
+    replacing[0] = '\0';
 }
 
 char *xread_file(const char *path, size_t *len) {

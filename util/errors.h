@@ -37,7 +37,7 @@ void xfwrite(const void *src, size_t size, size_t count, FILE *f, const char *pa
 void xfclose(FILE *f, const char *path);
 // A whole file written so that a failure never leaves it half-written or the old
 // one destroyed: replace_begin opens PATH.tmp (tmp_path receives its name), and
-// replace_commit syncs it and renames it over PATH.
+// replace_commit syncs it and renames it over PATH; a fatal error in between removes PATH.tmp.
 FILE *replace_begin(const char *path, char *tmp_path, size_t tmp_size);
 void replace_commit(FILE *f, const char *tmp_path, const char *path);
 // The whole file, NUL-terminated (malloc'ed); *len excludes the NUL.
