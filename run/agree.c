@@ -43,8 +43,9 @@ static void set_text(AgreeItem *item, const char *name, const char *text) {
     else snprintf(item->shown, sizeof item->shown, "(not given)");
 }
 
-// One flag's value, read through the same table that parsed it.
-static void describe_flag(AgreeItem *item, const CliOption *flag) {
+// One flag's value, read through the same table that parsed it; a flag the command line did not give shows
+// as such, whatever its default (a --quantize-block left out is "(not given)", not "0").
+static void describe_flag(AgreeItem *item, const CliOption *flag, int given) {
     snprintf(item->name, sizeof item->name, "%s", flag->flag);
     switch (flag->kind) {
     case CLI_INT:
@@ -76,6 +77,7 @@ static void describe_flag(AgreeItem *item, const CliOption *flag) {
         set_text(item, flag->flag, *(const char *const *)flag->dest);
         break;
     }
+    if (!given) snprintf(item->shown, sizeof item->shown, "(not given)");
 }
 
 static void set_digest(AgreeItem *item, const char *name, uint64_t digest, const char *what) {
@@ -109,12 +111,13 @@ static void describe_tokens(AgreeItem *item, const char *name, const DataLoader 
 
 // This rank's list: the settings first, then digests of what it loaded.
 static void describe_run(AgreeItem *items, int num_items, const char *strategy, const CliOption *flags,
-                         int num_flags, const TrainOptions *opts, const DataLoader *train, const DataLoader *val) {
+                         const int *given, int num_flags, const TrainOptions *opts, const DataLoader *train,
+                         const DataLoader *val) {
     memset(items, 0, (size_t)num_items * sizeof *items);
     AgreeItem *item = items;
     set_text(item++, "the trainer", strategy);
     set_text(item++, "the device", device_name());
-    for (int i = 0; i < num_flags; i++) describe_flag(item++, &flags[i]);
+    for (int i = 0; i < num_flags; i++) describe_flag(item++, &flags[i], given[i]);
     size_t bytes = 0;
     uint64_t h = opts->model_path ? file_digest(opts->model_path, &bytes) : 0;
     char what[4200];
@@ -181,12 +184,13 @@ static int report_differences(const AgreeItem *all, int num_items, int num_setti
     return differences;
 }
 
-void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, int num_flags, const TrainOptions *opts,
+void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, const int *given, int num_flags,
+                   const TrainOptions *opts,
                    const DataLoader *train, const DataLoader *val) {
     if (comm->world == 1) return;
     int num_settings = 2 + num_flags, num_items = num_settings + NUM_DIGESTS;
     AgreeItem *items = xcalloc((size_t)num_items, sizeof *items);
-    describe_run(items, num_items, strategy, flags, num_flags, opts, train, val);
+    describe_run(items, num_items, strategy, flags, given, num_flags, opts, train, val);
     size_t *counts = NULL;
     AgreeItem *all = comm_metric_gather(comm, items, (size_t)num_items * sizeof *items, &counts);
     int differences = comm->rank == 0 ? report_differences(all, num_items, num_settings, counts, comm->world) : 0;

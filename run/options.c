@@ -143,12 +143,12 @@ static const char *shared_problem(const TrainOptions *o) {
 }
 
 OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
-                            const StrategyPlugin *plugin, int argc, char **argv, int speak) {
+                            const StrategyPlugin *plugin, int argc, char **argv, int speak, int *given) {
     char about[64];
     snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", plugin->name);
     CliSpec spec = {
         .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
-        .about = about, .options = flags, .num_options = num_flags,
+        .about = about, .options = flags, .num_options = num_flags, .given = given,
     };
     CliResult r = cli_parse(&spec, argc, argv, speak);
     if (r != CLI_RUN) return r == CLI_HELP ? OPTIONS_HELP : OPTIONS_ERROR;

@@ -71,8 +71,8 @@ int options_flags(TrainOptions *opts, const StrategyPlugin *plugin, CliOption *f
 // or OPTIONS_ERROR after printing the problem (exit 1). Prints only when
 // `speak` is set, so that every rank of an MPI job can parse, rank 0 alone
 // reports, and all of them finalize MPI. The plugin names the trainer in the
-// usage, and checks its own options.
+// usage, and checks its own options. given[i] (num_flags) is set to 1 for each flag the command line gives.
 OptionsResult options_parse(const TrainOptions *opts, const CliOption *flags, int num_flags,
-                            const StrategyPlugin *plugin, int argc, char **argv, int speak);
+                            const StrategyPlugin *plugin, int argc, char **argv, int speak, int *given);
 
 #endif

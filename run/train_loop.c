@@ -66,6 +66,7 @@ typedef struct {
     TrainOptions opts;
     const StrategyPlugin *plugin;
     CliOption flags[OPTIONS_MAX_FLAGS];  // (num_flags) the shared flags, then the strategy's
+    int given[OPTIONS_MAX_FLAGS];        // (num_flags) 1 for each the command line gave
     int num_flags;
     int threads, cores;                  // this rank's compute threads, and the cores it may use
     int last_step;                       // the last step trained (first_step - 1 if none)
@@ -464,7 +465,7 @@ static void setup(Run *run) {
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
     if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
-    agree_or_exit(&run->comm, run->plugin->name, run->flags, run->num_flags, o, &run->train,
+    agree_or_exit(&run->comm, run->plugin->name, run->flags, run->given, run->num_flags, o, &run->train,
                   run->have_val ? &run->val : NULL);
     check_outputs(run);
 
@@ -793,13 +794,13 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     // worst of them (ERROR over HELP over RUN: a rank started with other flags must
     // not leave the others waiting), and the first rank with that outcome says why.
     run.num_flags = options_flags(&run.opts, plugin, run.flags);
-    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 0);
+    OptionsResult parsed = options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 0, run.given);
     int worst = (int)comm_metric_max(&run.comm, parsed);
     if (worst != OPTIONS_RUN) {
         int speaker = -(int)comm_metric_max(&run.comm, -((int)parsed == worst ? run.comm.rank : run.comm.world));
         if (run.comm.rank == speaker) {
             run.num_flags = options_flags(&run.opts, plugin, run.flags);
-            options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 1);
+            options_parse(&run.opts, run.flags, run.num_flags, plugin, argc, argv, 1, run.given);
         }
         comm_finalize(&run.comm);
         return worst == OPTIONS_HELP ? 0 : 1;
