@@ -412,8 +412,8 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
     fclose(f);
     Link link;
     if (fit_link(ops, group, bytes, seconds, n, &link) != 0)
-        fatal("%s: no bench_comm timings at 2 or more ranks and two sizes to fit (run: mpirun -np 2 build/bench_comm "
-              "> %s)", path, path);
+        fatal("%s: no bench_comm timings at 2 or more ranks and two sizes to fit (make some in a file of their own: "
+              "mpirun -np 2 build/bench_comm > timings.txt, then --calibrate timings.txt)", path);
     if (!tsv) printf("calibrated from %d timings in %s: alpha %.3g s, beta %.3g GB/s\n", n, path, link.alpha, link.beta / 1e9);
     // each kind's rows alone, where they determine a fit of their own
     CommOp *kind_ops = xmalloc((size_t)n * sizeof *kind_ops);
