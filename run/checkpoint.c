@@ -374,7 +374,10 @@ void checkpoint_resolve(const char *path, char *dir, size_t size) {
     xsnprintf(probe, sizeof probe, "%s/" MANIFEST_NAME, path);
     if (access(probe, F_OK) == 0) { xsnprintf(dir, size, "%s", path); return; }
     xsnprintf(probe, sizeof probe, "%s/latest", path);
-    if (access(probe, F_OK) != 0) fatal("%s: no checkpoint here (neither %s nor latest)", path, MANIFEST_NAME);
+    if (access(probe, F_OK) != 0) {
+        if (errno != ENOENT) fatal("%s: cannot read: %s", probe, strerror(errno));  // a link loop, say
+        fatal("%s: no checkpoint here (neither %s nor latest)", path, MANIFEST_NAME);
+    }
     FILE *f = xfopen(probe, "r");  // a regular file: a FIFO here is refused, not waited on
     char name[256] = "";
     if (!fgets(name, sizeof name, f)) name[0] = '\0';

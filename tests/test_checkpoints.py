@@ -318,6 +318,11 @@ r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "-
 fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
 fails_with(r, "resume it with --config d2 --vocab 256", "a checkpoint of another model: the flags that make its model")
 fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")
+loop = f"{tmp}/latest_loop"
+os.makedirs(loop)
+os.symlink("latest", f"{loop}/latest")
+fails_with(train("single", 1, "--steps", "12", "--resume", loop), "latest: cannot read: Too many levels of symbolic links",
+           "a latest that links to itself")
 # a shard that is a directory or a FIFO is named as such, not as a truncated file (a FIFO is never waited on)
 for kind in ("directory", "FIFO"):
     bad = copy_ckpt(base, f"shard_{kind}")
