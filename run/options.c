@@ -29,7 +29,7 @@ int options_flags(TrainOptions *o, const StrategyPlugin *plugin, CliOption *flag
         {"--data", "DIR", CLI_STRING, &o->data_dir, 0, 0, "DIR/train.bin (and DIR/val.bin), from build/prepare"},
         {"--batch", "B", CLI_INT, &o->batch, 1, 1 << 20, "global sequences per step (default 4, divisible by ranks)"},
         {"--seq", "T", CLI_INT, &o->seq, 1, 1 << 20, "sequence length (default 64)"},
-        {"--steps", "S", CLI_INT, &o->steps, 0, 1 << 30, "optimizer steps (default 20)"},
+        {"--steps", "S", CLI_INT, &o->steps, 0, STEPS_MAX, "optimizer steps (default 20)"},
         {"--lr", "LR", CLI_FLOAT, &o->lr, 0, FLT_MAX, "AdamW learning rate (default 3e-4)"},
         {"--weight-decay", "WD", CLI_FLOAT, &o->weight_decay, 0, FLT_MAX, "AdamW decoupled weight decay (default 0)"},
         {"--seed", "N", CLI_UINT64, &o->seed, 0, 4611686018427387904.0, "initialization seed (default 1337)"},

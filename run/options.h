@@ -9,6 +9,9 @@
 #include "kit/strategy.h"
 #include "util/cli.h"
 
+// The most steps a run trains (--steps): step numbers fit checkpoint names (step_%08d) and an int.
+#define STEPS_MAX (1 << 30)
+
 typedef struct {
     const char *config_name;  // --config dN
     const char *model_path;   // --model FILE.bin (llm.c checkpoint)

@@ -507,6 +507,12 @@ static void setup(Run *run) {
                             "keeps none, and its own checkpoints will carry none\n", ckpt_decay_text(m.ema_decay).text);
         double load_s = comm_metric_max(&run->comm, timer_now() - t0);
         run->first_step = m.step + 1;
+        if (m.step >= STEPS_MAX && m.step > o->steps)
+            fatal("--resume %s: the checkpoint is at step %d, the last a run reaches (--steps is at most %d): there is "
+                  "nothing to train on from it", o->resume, m.step, STEPS_MAX);
+        if (m.step > o->steps)
+            fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
+                  o->resume, m.step, o->steps, m.step);
         if (o->dropout > 0 && m.seed != o->seed)
             fatal("--resume: the checkpoint was trained with --seed %llu, this run gives %llu: --dropout's masks "
                   "follow the seed, so the run would not continue the same training (give --seed %llu)",
@@ -519,9 +525,6 @@ static void setup(Run *run) {
         }
         if (run->train.sample_order) loader_skip_batches(&run->train, (size_t)m.step);  // a function of the step
         else run->train.position = m.data_position;
-        if (m.step > o->steps)
-            fatal("--resume %s: the checkpoint is at step %d, past --steps %d; give --steps above %d to train on",
-                  o->resume, m.step, o->steps, m.step);
         if (o->timeline_step && o->timeline_step <= m.step)
             fatal("--timeline-step %d: the run resumes after it, at step %d (give a step from %d on)", o->timeline_step,
                   m.step + 1, m.step + 1);
@@ -529,8 +532,8 @@ static void setup(Run *run) {
             printf("resumed from %s in %.2f s: step %d, written by %s on %d rank(s)\n", o->resume, load_s, m.step,
                    m.strategy, m.world_size);
         if (run->comm.rank == 0 && m.step == o->steps)  // said even with --quiet: the run does nothing
-            printf("nothing left to train: %s is at step %d, which is --steps; give --steps above %d to train on\n",
-                   o->resume, m.step, m.step);
+            printf("nothing left to train: %s is at step %d, which is --steps%s\n", o->resume, m.step,
+                   m.step < STEPS_MAX ? "; give --steps above it to train on" : ", the last a run reaches");
         ckpt_manifest_free(&m);
     }
     if (run->log) write_log_start(run);  // once the run is known to go ahead: a refused resume leaves the log alone

@@ -383,6 +383,10 @@ def edit_line(prefix, change):
 def set_field(k, value):
     return lambda fields: fields[:k] + [str(value)] + fields[k + 1:]
 
+# a checkpoint at the last step a run reaches: no --steps could continue it, and none is asked for
+bad = rewrite_manifest(base, "step_cap", edit_line("step ", set_field(1, 2**30)))
+fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), f"the checkpoint is at step {2**30}, the last a run reaches",
+           "a checkpoint at the last step")
 # the loader's position near 2^64: read past the shard (heap overflow) before it was checked
 bad = rewrite_manifest(base, "position", edit_line("data_position", set_field(1, 2**64 - 5)))
 fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), f"manifest.txt: data_position {2**64 - 5} is past the end",
