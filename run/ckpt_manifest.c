@@ -60,7 +60,8 @@ static const char *field_form(const char *word) {
         {"strategy", "'strategy NAME'"}, {"world_size", "'world_size N', N from 1 to 2^20"},
         {"step", "'step N', N from 0 to 2^30"}, {"data_position", "'data_position TOKENS'"}, {"seed", "'seed N'"},
         {"ema", "'ema DECAY', once and before the pieces, DECAY in (0, 1) as a float"},
-        {"config", "'config MAX_SEQ_LEN VOCAB LAYERS HEADS CHANNELS PADDED_VOCAB'"},
+        {"config", "'config MAX_SEQ_LEN VOCAB LAYERS HEADS CHANNELS PADDED_VOCAB', each at least 1, VOCAB at most "
+                   "65536 and PADDED_VOCAB, HEADS dividing CHANNELS (a model build/init_model makes)"},
         {"files", "'files N', once"}, {"file", "'file INDEX NAME BYTES', the indexes in order, after 'files'"},
         {"pieces", "'pieces N', once"}, {"piece", "'piece TENSOR ROW ROWS' and per part FILE OFFSET CRC, then STEP"}};
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
@@ -130,9 +131,11 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
         else if (strcmp(word, "seed") == 0) ok = next_u64(&p, &m->seed) == 0;
         else if (strcmp(word, "ema") == 0) ok = !m->pieces && m->ema_decay == 0 && next_decay(&p, &m->ema_decay);
         else if (strcmp(word, "config") == 0)
-            ok = next_int(&p, &c->max_seq_len, 1 << 24) == 0 && next_int(&p, &c->vocab_size, 1 << 24) == 0 &&
+            ok = next_int(&p, &c->max_seq_len, 1 << 24) == 0 && next_int(&p, &c->vocab_size, 65536) == 0 &&
                  next_int(&p, &c->num_layers, 1 << 16) == 0 && next_int(&p, &c->num_heads, 1 << 16) == 0 &&
-                 next_int(&p, &c->channels, 1 << 20) == 0 && next_int(&p, &c->padded_vocab_size, 1 << 24) == 0;
+                 next_int(&p, &c->channels, 1 << 20) == 0 && next_int(&p, &c->padded_vocab_size, 1 << 24) == 0 &&
+                 c->max_seq_len > 0 && c->vocab_size > 0 && c->num_layers > 0 && c->num_heads > 0 && c->channels > 0 &&
+                 c->channels % c->num_heads == 0 && c->padded_vocab_size >= c->vocab_size;
         else if (strcmp(word, "files") == 0) {
             ok = !m->files && next_int(&p, &m->num_files, 1 << 20) == 0;
             if (ok) {

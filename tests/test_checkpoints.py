@@ -411,6 +411,11 @@ fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "piece 0's parame
 bad = rewrite_manifest(base, "ema_tiny", lambda body: body.replace("\npieces ", "\nema 1e-50\npieces ", 1))
 fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "malformed 'ema' line: 'ema DECAY', once and before the "
            "pieces, DECAY in (0, 1) as a float", "an EMA decay that is 0 as a float")
+for name, fields in (("config_zeros", "config 0 0 0 0 0 0"), ("config_heads", "config 64 256 2 0 128 256"),
+                     ("config_vocab", "config 64 16777216 2 2 128 16777216")):
+    bad = rewrite_manifest(base, name, edit_line("config ", lambda f, fields=fields: fields.split(" ")))
+    fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "malformed 'config' line: 'config MAX_SEQ_LEN VOCAB",
+               f"a manifest's {fields!r}: a model init_model would not make")
 bad = rewrite_manifest(base, "world", edit_line("world_size", set_field(1, 0)))
 fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "malformed 'world_size' line: 'world_size N'",
            "a world_size of 0")
