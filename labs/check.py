@@ -147,6 +147,8 @@ def split_args(text, strategy, n, build=None):
     except ValueError as e:
         fail(f"--args {text!r}: {e}")
     mine, single, i = [], [], 0
+    group = flag_value(flags, "--shard-group", str(n))  # hpZ's and qgZ's nodes are of the ranks that shard
+    sharding = int(group) if group.isdigit() and 0 < int(group) <= n and n % int(group) == 0 else n
     while i < len(flags):
         flag = flags[i]
         if flag not in FLAGS:
@@ -164,12 +166,13 @@ def split_args(text, strategy, n, build=None):
             else:
                 good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
                     values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0) and (
-                    values != "node" or (n % int(value) == 0 and int(value) < n)))
+                    values != "node" or (int(value) > 0 and sharding % int(value) == 0 and int(value) < sharding)))
             if not good:
                 want = "|".join(values) if isinstance(values, tuple) else \
                     {"count": "a whole number >= 0", "positive": "a whole number >= 1", "fraction": "a number in [0, 1)",
                      "group": f"a number of ranks that divides --ranks {n}",
-                     "node": f"a number of ranks that divides --ranks {n}, fewer than it"}[values]
+                     "node": f"a number of ranks that divides the {sharding} ranks that shard (--ranks {n}"
+                             f"{f', --shard-group {sharding}' if sharding < n else ''}), fewer than them"}[values]
                 fail(f"--args: {flag} {value if value is not None else '(no value)'}: give {want}")
             pair.append(value)
         if flag in mine:

@@ -51,8 +51,10 @@ if MPIRUN="$MPIRUN" python3 labs/check.py --strategy zero3 --ranks 4 --build "$B
        --args "--secondary-shard-group 2" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out"
 then ok "check.py: zero3 and fsdp with --secondary-shard-group 2 at N = 4 pass every check"
 else bad "check.py: zero3 and fsdp with --secondary-shard-group 2 at N = 4 pass every check"; cat "$tmp/out"; fi
-fails "check.py: a node of all the ranks" "--args: --secondary-shard-group 2: give a number of ranks that divides --ranks 2, fewer than it" \
+fails "check.py: a node of all the ranks" "--args: --secondary-shard-group 2: give a number of ranks that divides the 2 ranks that shard \(--ranks 2\), fewer than them" \
     python3 labs/check.py --strategy fsdp --ranks 2 --args "--secondary-shard-group 2"
+fails "check.py: a node of all of a --shard-group" "--secondary-shard-group 2: give a number of ranks that divides the 2 ranks that shard \(--ranks 4, --shard-group 2\)" \
+    python3 labs/check.py --strategy fsdp --ranks 4 --args "--shard-group 2 --secondary-shard-group 2"
 fails "check.py: hpZ for a strategy without it" "--args: --secondary-shard-group: ddp does not take it" \
     python3 labs/check.py --strategy ddp --ranks 2 --args "--secondary-shard-group 1"
 fails "check.py: a dropout rate outside [0, 1)" "--args: --dropout 1.5: give a number in \[0, 1\)" \
