@@ -20,8 +20,10 @@ check says where it differs and what that usually means. Exit status 0 only when
 import array
 import functools
 import json
+import math
 import os
 import shlex
+import struct
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,7 @@ FLAGS = {"--prefetch": "count", "--reshard-after-forward": ("0", "1"), "--shard-
 # whole small tensors.
 REFERENCE_TWINS = {"--shard-group": "--as-groups", "--shard-min-numel": "--as-whole-below"}
 # What the planner is not told: dropout moves no bytes and holds none; the EMA's bytes are memory, not traffic.
+FRACTION_MOST = {"--dropout": 0.99, "--ema": 0.999999}  # the trainers' bounds (run/options.c)
 NOT_PLANNED = {"--dropout": ("--tsv", "--traffic"), "--ema": ("--traffic",)}
 # What a wrong final model most often means, per strategy (a strategy without a line: GENERIC_HINT).
 GENERIC_HINT = ("is every gradient averaged (not summed) where the strategy reduces it, every collective waited for "
@@ -119,11 +122,16 @@ def flag_value(flags, name, default):
     return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
 
 
-def is_fraction(text):
+def is_fraction(text, most):
+    """The trainers' test of a float flag (util/cli.c): finite, in [0, most], and not a number that single
+    precision would make 0 (1e-400, 1e-46)."""
     try:
-        return 0 <= float(text) < 1
+        value = float(text)
     except ValueError:
         return False
+    as_float = struct.unpack("f", struct.pack("f", value))[0] if abs(value) < 3.4e38 else float("inf")
+    written_zero = not any(digit in "123456789" for digit in text.lower().split("e")[0])
+    return math.isfinite(value) and 0 <= value <= most and (written_zero or as_float != 0)
 
 
 def plan_flags(flags, mode):
@@ -162,14 +170,15 @@ def split_args(text, strategy, n, build=None):
         if values is not None:
             value = flags[i + 1] if i + 1 < len(flags) else None
             if values == "fraction":
-                good = value is not None and is_fraction(value)
+                good = value is not None and is_fraction(value, FRACTION_MOST[flag])
             else:
                 good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
                     values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0) and (
                     values != "node" or (int(value) > 0 and sharding % int(value) == 0 and int(value) < sharding)))
             if not good:
                 want = "|".join(values) if isinstance(values, tuple) else \
-                    {"count": "a whole number >= 0", "positive": "a whole number >= 1", "fraction": "a number in [0, 1)",
+                    {"count": "a whole number >= 0", "positive": "a whole number >= 1",
+                     "fraction": f"a number in [0, {FRACTION_MOST.get(flag)}] that single precision keeps (0 for none)",
                      "group": f"a number of ranks that divides --ranks {n}",
                      "node": f"a number of ranks that divides the {sharding} ranks that shard (--ranks {n}"
                              f"{f', --shard-group {sharding}' if sharding < n else ''}), fewer than them"}[values]
@@ -346,10 +355,16 @@ def main():
           f"{STEPS} steps (logs in {work})", flush=True)
     ref_log, ref_model = f"{work}/single.jsonl", f"{work}/single.bin"
     # under the same launcher as the strategy, so that a run at N = 1 has the same threads, and the same sums
-    r = run([*mpirun, "-np", "1", f"{o['reference']}/train_single", *common, *single_flags, *reference_flags(strategy, n, mine, o["reference"]),
+    # the trainer flags train_single takes too, but --accum-mode, which reference_flags gives as the strategy heeds it
+    reference = reference_flags(strategy, n, mine, o["reference"])
+    at = single_flags.index("--accum-mode") if "--accum-mode" in single_flags else -1
+    single_flags = single_flags[:at] + single_flags[at + 2:] if at >= 0 else single_flags
+    r = run([*mpirun, "-np", "1", f"{o['reference']}/train_single", *common, *single_flags, *reference,
              "--log", ref_log, "--out-model", ref_model], f"{work}/single.txt")
     if r.returncode != 0:
-        fail(f"train_single failed (the reference; see {work}/single.txt): {r.stderr.strip()[-300:]}")
+        said = [line for line in r.stderr.splitlines() if line.startswith("shardlab:")]  # its own words, not mpirun's
+        fail(f"train_single failed (the reference; see {work}/single.txt): "
+             f"{said[0] if said else r.stderr.strip()[-300:]}")
     trainer = [f"{build}/{trainer_name}", *entry["preset"]]
     log, model, trace = f"{work}/{strategy}.jsonl", f"{work}/{strategy}.bin", f"{work}/{strategy}.trace"
     r = run([*mpirun, "-np", str(n), *trainer, *common, *mine, "--log", log, "--out-model", model, "--trace", trace],
