@@ -865,12 +865,13 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         double val_loss_ema = eval && o->eval_ema ? evaluate(&run, 1) : NAN;
         run.last_step = step;
         if (run.comm.rank == 0 && run.log) {  // the step a signal stopped is logged too
-            fprintf(run.log, "{\"step\": %d, \"loss\": %.7g, \"val_loss\": ", step, loss);
-            if (eval) fprintf(run.log, "%.7g", val_loss);
+            // every number as many digits as read back to the same double: "bit for bit" compares bits
+            fprintf(run.log, "{\"step\": %d, \"loss\": %.17g, \"val_loss\": ", step, loss);
+            if (eval) fprintf(run.log, "%.17g", val_loss);
             else fprintf(run.log, "null");
-            if (o->eval_ema && eval) fprintf(run.log, ", \"val_loss_ema\": %.7g", val_loss_ema);
+            if (o->eval_ema && eval) fprintf(run.log, ", \"val_loss_ema\": %.17g", val_loss_ema);
             else if (o->eval_ema) fprintf(run.log, ", \"val_loss_ema\": null");
-            fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %.7g, \"grad_norm\": ",
+            fprintf(run.log, ", \"tokens_per_s\": %.1f, \"step_ms\": %.3f, \"lr\": %.9g, \"grad_norm\": ",
                     tokens_per_step / step_s, 1e3 * step_s, lr_schedule_at(&run.schedule, step));
             if (isnan(norm)) fprintf(run.log, "null}\n");
             else fprintf(run.log, "%.17g}\n", norm);
