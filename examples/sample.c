@@ -17,6 +17,7 @@
 #include "util/cli.h"
 #include "device/device.h"
 #include "util/errors.h"
+#include "util/utf8.h"
 #include "util/random.h"
 #include "run/tokenizer.h"
 #include "models/gpt2.h"
@@ -43,6 +44,43 @@ static int pick_token(const float *logits, int V, float temperature, uint64_t se
 // Reads every tensor of the checkpoint into one flat buffer and points the model at it.
 // A weight that is NaN or infinite makes every logit NaN: refused, naming it,
 // rather than sampled into noise.
+// The sampled text, written so that a terminal and a Markdown viewer show it: whole UTF-8 characters as they
+// are, and a byte that begins none (a byte tokenizer's model samples any byte), or a control character other
+// than a newline or a tab, as \xNN. A character's first bytes wait here for the rest (at most 3 of them).
+typedef struct {
+    unsigned char pending[4];
+    int n;
+} TextOut;
+
+// The length of the UTF-8 character byte `lead` begins: 1 to 4, or 0 if it begins none.
+static int utf8_length(unsigned char lead) {
+    return lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+           : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+}
+
+static void text_out_escaped(unsigned char byte) {
+    if (byte == '\n' || byte == '\t' || (byte >= 0x20 && byte < 0x7F)) putchar(byte);
+    else printf("\\x%02X", byte);
+}
+
+// Appends `n` bytes; with `last`, writes out what still waits.
+static void text_out(TextOut *o, const char *bytes, int n, int last) {
+    for (int i = 0; i <= n; i++) {
+        if (i < n) o->pending[o->n++] = (unsigned char)bytes[i];
+        while (o->n > 0) {
+            int want = utf8_length(o->pending[0]), have = 1;
+            while (have < o->n && have < want && (o->pending[have] & 0xC0) == 0x80) have++;
+            uint32_t cp;
+            if (want > 1 && have == o->n && have < want && !(last && i == n)) break;  // its other bytes to come
+            int used = want > 1 && have == want ? utf8_decode(o->pending, (size_t)have, &cp) : 1;
+            if (want > 1 && have == want && cp != UTF8_INVALID) fwrite(o->pending, 1, (size_t)used, stdout);
+            else text_out_escaped(o->pending[0]), used = 1;
+            memmove(o->pending, o->pending + used, (size_t)(o->n - used));
+            o->n -= used;
+        }
+    }
+}
+
 static void check_finite(const GPT2Tensor *tensor, const float *values, const char *path) {
     for (size_t i = 0; i < tensor->numel; i++)
         if (!isfinite(values[i]))
@@ -110,8 +148,9 @@ int main(int argc, char **argv) {
     float *flat = load_params(&model, model_path);
     int *inputs = xcalloc((size_t)window, sizeof(int));
     float *logits = xmalloc((size_t)config.padded_vocab_size * sizeof(float));
+    TextOut out = {.n = 0};
     if (!print_ids) {
-        fputs(prompt, stdout);
+        text_out(&out, prompt, (int)strlen(prompt), 0);
         fflush(stdout);
     }
     for (int k = 0; k < num_tokens; k++) {
@@ -127,9 +166,10 @@ int main(int argc, char **argv) {
         int n = tokenizer_decode(&tok, next, bytes, sizeof bytes);
         if (n < 0) fatal("token %d has no text in the %s tokenizer", next, tokenizer_kind);
         if (print_ids) printf("%s%d", k ? " " : "", next);
-        else fwrite(bytes, 1, (size_t)n, stdout);
+        else text_out(&out, bytes, n, 0);
         fflush(stdout);
     }
+    if (!print_ids) text_out(&out, NULL, 0, 1);
     printf("\n");
     if (ferror(stdout)) fatal("standard output: write failed");
     free(logits);

@@ -432,6 +432,13 @@ fails "sample: a vocab the tokenizer does not have" "its vocabulary has V=101 to
 fails "sample: negative temperature" "--temperature: -1 is outside" "${sample[@]}" --prompt a --temperature -1
 fails "sample: --tokens not a number" "--tokens: 'many' is not an integer" $(setting --tokens many "${sample[@]}") --prompt a
 fails "sample: unknown tokenizer" "unknown tokenizer 'words'" "${sample[@]}" --prompt a --tokenizer words
+# a byte model samples any byte: the text written is UTF-8 a terminal and a Markdown viewer show, each byte that
+# begins no character (and each control character but a newline or tab) as \xNN, whole characters as they are
+$(setting --tokens 300 "${sample[@]}") --temperature 5 --seed 3 --prompt "é" > "$tmp/sampled.txt" 2>&1
+if python3 -c "import sys; t = open(sys.argv[1], 'rb').read(); t.decode('utf-8'); assert t.startswith('é'.encode()); \
+   assert not any(b < 32 and b not in (9, 10) for b in t); assert b'\\\\x' in t" "$tmp/sampled.txt"
+then ok "sample: noise written as UTF-8, bytes that begin no character escaped"
+else bad "sample: noise written as UTF-8, bytes that begin no character escaped"; head -c 300 "$tmp/sampled.txt"; fi
 
 echo "== every tool answers --help (usage on stdout, exit 0) and refuses unknown flags"
 for tool in prepare tokenize init_model plan llmc_check sample bench_step train_single; do
