@@ -402,6 +402,9 @@ def main():
                "averaged gradient, from the shards; the norm's own sums run in another order)" if off is None else
                f"step {steps[off]['step']}'s gradient norm is {norms[off][0]:.6g}, train_single's {norms[off][1]:.6g}"
                f" ({norms[off][0] / norms[off][1]:.3g} times): " + (
+                   "the forward already differs (the losses' check), so the gradient is of other weights: look at "
+                   "the gather first, whole tensors from the right ranks (a broadcast's root is the tensor's owner)"
+                   if first_bad == 0 and off == 0 else
                    f"{n} times is a sum where an average belongs (COMM_AVG)" if abs(norms[off][0] / norms[off][1] - n)
                    < 0.01 * n else "a gradient lost or overwritten where it should add: wte is read twice (the "
                    "embedding, unit 0, and the head): its two gradients add up in one full buffer, reduced once, "

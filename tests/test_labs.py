@@ -38,7 +38,8 @@ PLANTS = [
      {"losses": r"step 1's loss .*the forward already differs"}),
     ("zero3", "tensors broadcast from rank 0, not their owner", "wire_broadcast_start(&s->wire, unit, t, direction, s->owner[t]);",
      "wire_broadcast_start(&s->wire, unit, t, direction, 0);", "zero3", 3,
-     {"losses": r"step 1's loss .*the forward already differs"}),
+     {"losses": r"step 1's loss .*the forward already differs",
+      "gradient": r"the forward already differs .* a broadcast's root is the tensor's owner"}),
     # the classic bug, in the files that own their collectives: the reduce's and the reduce-scatter's average
     ("zero3", "a reduce that sums where it should average", "wire_reduce_start(&s->wire, t, s->owner[t], COMM_AVG);",
      "wire_reduce_start(&s->wire, t, s->owner[t], COMM_SUM);", "zero3", 3,
