@@ -8,7 +8,7 @@ usage: check.py --strategy S --ranks N [--args "FLAGS"] [--build DIR] [--referen
   --reference  where the train_single and build/plan to hold them to are (default: --build's): the build of an
                unchanged tree holds a changed one to the project's own numbers
   --mpirun     the launcher (default: $MPIRUN, else mpirun)
-  --work       where the runs' logs go, kept (default: BUILD/check/SN, replaced by the next check)
+  --work       where the runs' logs go, kept (default: BUILD/check/STRATEGY_nN, replaced by the next check)
   --json       also write the checks as JSON (the lab grader reads them)
 Trains d2 (byte vocab) for 3 steps with S at N ranks and with its reference, train_single --as-ranks N (the same
 rows per rank, averaged as S averages them), then checks: the runs finish (each within SHARDLAB_CHECK_TIMEOUT
@@ -331,7 +331,7 @@ def main():
             open(o["json"], "w").close()
         except OSError as e:
             fail(f"--json {o['json']}: cannot write: {e.strerror}")
-    work = o["work"] or os.path.join(o["build"], "check", f"{strategy}{n}")
+    work = o["work"] or os.path.join(o["build"], "check", f"{strategy}_n{n}")
     if os.path.exists(work) and not os.path.isdir(work):
         fail(f"--work {work}: not a directory")
     os.makedirs(work, exist_ok=True)

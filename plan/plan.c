@@ -746,12 +746,12 @@ int main(int argc, char **argv) {
                                 "[--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
                                 "[--recompute] [--fused-attention] [--fused-classifier] [--gpu] [--grad-accum K] "
-                                "[--ema DECAY] [--offload-optimizer] [--accum-mode sync-each|no-sync] "
+                                "[--ema DECAY] [--grad-clip C] [--offload-optimizer] [--accum-mode sync-each|no-sync] "
                                 "[the strategies' flags] "
                                 "[--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --strategies]",
                     .about = "predicts each strategy's memory per rank, and what the allocator reserves, "
-                             "without training; the flags after --strategies are the strategies' own, each "
-                             "given to those whose trainers take it",
+                             "without training; the strategies' own flags (listed last, below) go to each "
+                             "strategy whose trainer takes them",
                     .options = options, .num_options = NUM_OWN + strategy_flags.num_flags};
     int given[NUM_OWN + MAX_STRATEGY_FLAGS];
     spec.given = given;

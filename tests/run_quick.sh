@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 run_unit_tests
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-echo "== communication layer, 2 ranks"
+echo "== communication layer, 2 and 3 ranks"
 run "test_comm -np 2" $MPIRUN -np 2 "$BUILD/tests/test_comm"
 run "test_comm -np 3: the node reductions where N divides nothing" $MPIRUN -np 3 "$BUILD/tests/test_comm"
 echo "== every strategy at N = 2, and FSDP at N = 3, bit for bit their reference"
