@@ -336,7 +336,7 @@ set ylabel "tokens / s (all ranks)"
 set logscale xy 2
 set xrange [1:64]
 set grid
-set key top left box opaque
+set key outside right top box
 plot {lines}, {points}""", plots, "scaling")
     return predicted
 
@@ -866,29 +866,46 @@ CAPTIONS = {
                        "nothing to shard; far out FSDP climbs again, as every tensor is padded to a multiple of N "
                        "rows and its gathered copies and buffers grow with N.",
     "model_state_vs_ranks": "The ZeRO ladder alone (parameters, gradients, AdamW state per rank): each rung "
-                            "divides one more of them by N.",
+                            "divides one more of them by N; ZeRO-3's owners keep whole tensors, so its line stops "
+                            "falling at the largest tensor a rank owns (wte) once N outgrows the tensors.",
     "sharding": "Which rank keeps which elements of the model between steps: the whole replica (DDP), a flat "
                 "range of the optimizer state (ZeRO-1/2), whole tensors by owner (ZeRO-3), a slice of every tensor "
                 "(FSDP).",
-    "scaling": "The step-time model's tokens/s as N grows (the lines) against what was measured (the dots): "
-               "where the lines bend, communication stops hiding under compute.",
-    "zeropp": "What each rank sends to other machines in one step, as the planner runs each strategy's own code: "
-              "sharding more moves more (ZeRO-3's broadcasts and reduces most), and ZeRO++ takes FSDP's back down: "
-              "int8 gathers, the backward's gathers kept inside the machine, int4 gradient pieces "
+    "scaling": "The step-time model's tokens/s as N grows (the lines) against what was measured (the dots); the "
+               "table below gives each measurement beside its prediction.",
+    "zeropp": "What each rank sends to other machines in one step, as the planner runs each strategy's own code "
               "(docs/zeropp.md).",
-    "units": "Grouping more blocks into a unit means fewer collectives per step (dashed, right axis) but more "
-             "gathered at once (solid, left axis).",
+    "units": "Grouping more blocks into a unit means fewer collectives per step (dashed, right axis) for a "
+             "strategy that moves a unit at a time (FSDP), more gathered at once (solid, left axis); ZeRO-3 moves "
+             "tensor by tensor, so its count of collectives stays.",
     "units_time": "A strategy that moves a unit per collective pays each collective's latency once per unit, so "
-                  "fewer, larger units shorten its link time where N is large; one that moves tensor by tensor "
-                  "is not changed by the grouping.",
+                  "fewer, larger units shorten its link time where N is large.",
 }
 
 
-def caption(name):
-    """The sentence under a picture (a timeline's for every strategy)."""
+def zeropp_claims(tsv):
+    """What data/zeropp.tsv shows: the plain rung that sends most at each N, and FSDP's bytes with and without
+    all of ZeRO++'s changes at the larger N."""
+    rows = [line.rstrip("\n").split("\t") for line in open(tsv) if not line.startswith("#")]
+    plain = [r for r in rows if not r[0].startswith("+")]
+    most = {col: max(plain, key=lambda r: float(r[col]))[0] for col in (1, 2)}
+    fsdp = next(r for r in rows if r[0] == "FSDP")
+    return most, float(fsdp[2]), float(rows[-1][2])
+
+
+def caption(name, run=None):
+    """The sentence under a picture (a timeline's for every strategy); a comparison in it is computed from the
+    data the picture draws."""
     if name.startswith("timeline_"):
         return ("One step of every rank on a shared clock: compute bars, the collectives each rank issued, and "
                 "how long it waited for them; a collective drawn under a compute bar is hidden by it.")
+    if name == "zeropp" and run and os.path.exists(os.path.join(run, "data", "zeropp.tsv")):
+        most, fsdp, zeropp = zeropp_claims(os.path.join(run, "data", "zeropp.tsv"))
+        at = (f"{most[1]} sends most at N = 64 and at N = 384" if most[1] == most[2] else
+              f"{most[1]} sends most at N = 64, {most[2]} at N = 384")
+        return (f"{CAPTIONS[name]} Up the ladder, {at}; ZeRO++'s changes take FSDP's {fsdp:.1f} MB at N = 384 to "
+                f"{zeropp:.1f} MB (int8 gathers, the backward's gathers kept inside the machine, int4 gradient "
+                "pieces in two hops).")
     return CAPTIONS[name]
 
 
@@ -1097,7 +1114,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 f.write("| " + " | ".join(str(x) for x in c) + " |\n")
             f.write("\n")
         for name, title in plots:
-            f.write(f"## {title}\n\n{caption(name)}\n\n![{title}](plots/{name}.png)\n\n")
+            f.write(f"## {title}\n\n{caption(name, run)}\n\n![{title}](plots/{name}.png)\n\n")
         if sampled is not None:  # indented: a code block, whatever the text holds
             f.write(f"## {sample_title}\n\n{sample_note}\n\n" + "".join(f"    {line}\n" for line in sampled.split("\n")))
     with open(os.path.join(run, "report.html"), "w") as f:
@@ -1124,7 +1141,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
             f.write("</table>\n")
         for name, title in plots:
-            f.write(f"<h2>{html.escape(title)}</h2><p>{html.escape(caption(name))}</p>"
+            f.write(f"<h2>{html.escape(title)}</h2><p>{html.escape(caption(name, run))}</p>"
                     f"<img src='plots/{name}.svg' alt='{html.escape(title)}'>\n")
         if sampled is not None:
             f.write(f"<h2>{html.escape(sample_title)}</h2><p>{html.escape(sample_note)}</p>"

@@ -10,8 +10,9 @@ them. For every plot and every panel of it:
 
 and for the stacked memory plots, from their data: memory_by_category's stack of each rank is the summary's
 peak_moment held bytes, category by category, adding up to its peak_bytes; no category in their legends
-holds nothing (a series hidden under the stack draws, but shows nothing); and every picture and link of
-report.html and report.md that points into the run is there.
+holds nothing (a series hidden under the stack draws, but shows nothing); every picture and link of
+report.html and report.md that points into the run is there; and the captions' comparisons hold against the
+data their pictures draw.
 
 Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
 import json
@@ -165,6 +166,36 @@ def check_report_links(run, failures):
                 failures.append(f"{page}: '{target}' is not there")
 
 
+def check_captions(run, failures):
+    """A caption's comparisons hold against the data its picture draws: the zeropp caption's rung that sends most
+    at each N is data/zeropp.tsv's largest plain rung there, and its FSDP bytes with and without ZeRO++ are the
+    table's; the scaling caption claims no bend."""
+    report = open(os.path.join(run, "report.md")).read()
+    sections = dict(re.findall(r"^## (.+?)\n\n(.+?)\n\n", report, re.M | re.S))
+    tsv = os.path.join(run, "data", "zeropp.tsv")
+    said = next((text for title, text in sections.items() if "ZeRO++" in title or "zeropp" in text), None)
+    if os.path.exists(tsv):
+        rows = [line.rstrip("\n").split("\t") for line in open(tsv) if not line.startswith("#")]
+        plain = [r for r in rows if not r[0].startswith("+")]
+        most = [max(plain, key=lambda r: float(r[col]))[0] for col in (1, 2)]
+        fsdp, last = next(float(r[2]) for r in rows if r[0] == "FSDP"), float(rows[-1][2])
+        claims = re.search(r"Up the ladder, (.+?) sends most at N = 64(?:, (.+?) at N = 384| and at N = 384); "
+                           r"ZeRO\+\+'s changes take FSDP's ([\d.]+) MB at N = 384 to ([\d.]+) MB", said or "")
+        if not claims:
+            failures.append(f"zeropp caption: no comparison computed from {tsv}: {(said or '')[:200]!r}")
+        else:
+            at64, at384 = claims.group(1), claims.group(2) or claims.group(1)
+            if [at64, at384] != most:
+                failures.append(f"zeropp caption says {at64} (N = 64) and {at384} (N = 384) send most; the data's "
+                                f"largest are {most[0]} and {most[1]}")
+            if abs(float(claims.group(3)) - fsdp) > 0.051 or abs(float(claims.group(4)) - last) > 0.051:
+                failures.append(f"zeropp caption: FSDP {claims.group(3)} -> {claims.group(4)} MB; the data "
+                                f"{fsdp:.2f} -> {last:.2f}")
+    for title, text in sections.items():
+        if re.search(r"\bbend", text):
+            failures.append(f"'{title}': a caption tells of lines that bend, which no data of it computes")
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -177,6 +208,7 @@ def main():
     check_memory_by_category(run, failures)
     check_stacked_legends(run, failures)
     check_report_links(run, failures)
+    check_captions(run, failures)
     for f in failures:
         print("FAIL:", f)
     print(f"check_plots: {len(names)} plots, {len(failures)} failures")
