@@ -1017,8 +1017,25 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          + ", ".join(f"{NAMES[s]} {100 * exposed[s]:.0f}%" for s in strategies)
                          + " (the slowest rank's: the Speed table's comm waited ms over its step's split; "
                            "ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
+    def spread(s):  # the middle half of a run's steps' tokens/s (the first warms up): its own noise
+        rates = sorted(x["tokens_per_s"] for x in speed_source[s][0][1:] if x.get("tokens_per_s")) or \
+            [speed_source[s][1]["tokens_per_s"]]
+        return rates[len(rates) // 4], rates[(3 * len(rates) - 1) // 4]
     if speed_source and len(strategies) > 1:
         fastest = max(strategies, key=lambda s: speed_source[s][1]["tokens_per_s"])
+        low = spread(fastest)[0]
+        rivals = [s for s in strategies if s != fastest and spread(s)[1] >= low]
+        if rivals:  # the steps' rates overlap: no strategy is the fastest beyond this machine's noise
+            sentences.append(f"At {speed_source[fastest][1]['world_size']} ranks the strategies' step rates overlap, "
+                             "within this machine's noise (the middle half of each run's steps, tokens/s): "
+                             + ", ".join(f"{NAMES[s]} {spread(s)[0]:.0f}-{spread(s)[1]:.0f}" for s in strategies)
+                             + ": no one of them is the fastest here.")
+            strategies_speed = []
+        else:
+            strategies_speed = strategies
+    else:
+        strategies_speed = []
+    if strategies_speed:
         f_summary = speed_source[fastest][1]
         t, n = slowest_time(f_summary), max(len(speed_source[fastest][0]), 1)
         def per_step(s, part):
@@ -1028,7 +1045,9 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         why = ("it waits least for communication" if min(waits, key=waits.get) == fastest else
                "its compute and optimizer take least" if min(rest, key=rest.get) == fastest else
                "neither its waiting nor its compute is the least alone, their sum is")
-        sentences.append(f"Fastest at {f_summary['world_size']} ranks on {f_summary.get('cores_on_node', '?')} cores: "
+        sentences.append(f"Fastest at {f_summary['world_size']} ranks on {f_summary.get('cores_on_node', '?')} cores, "
+                         f"beyond the noise (its steps' middle half {spread(fastest)[0]:.0f}-{spread(fastest)[1]:.0f} "
+                         f"tokens/s, above every other's): "
                          f"{NAMES[fastest]}, {f_summary['tokens_per_s']:.0f} tokens/s, a step of "
                          f"{1e3 * t.get('step_s', 0) / n:.1f} ms ({1e3 * t['compute_s'] / n:.1f} ms computing, "
                          f"{1e3 * t['comm_wait_s'] / n:.1f} ms waiting): {why} (the Speed table).")
