@@ -103,8 +103,9 @@ int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
 }
 
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
+    if (!h->on || direction >= 0) return sharding;  // (h->model is NULL when hpZ is off)
     const GPT2Layout *layout = &h->model->layout;
-    for (int i = 0; h->on && direction < 0 && i < layout->unit_num_tensors[unit]; i++)
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
         if (h->states[layout->unit_tensors[unit][i]] == TENSOR_SHARDED_POST_FORWARD) return h->node;
     return sharding;
 }
