@@ -501,7 +501,8 @@ def plot_sharding(build, cfg, world, logs, data, plots):
                         for _, b, _ in tensors)
     ytics = ", ".join(f"'{s} r{rank}' {row[(s, rank)]}" for s in strategies for rank in range(world))
     total = max(e for _, _, e in tensors) / scale
-    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices (grey: padding)"
+    padding = " (grey: padding)" if pads else " (no padding: every tensor's rows divide by N)"
+    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices{padding}"
 set xlabel "parameter index in llm.c's order (millions; thin lines: tensor borders)"
 set ylabel "strategy, rank"
 set xrange [0:{total}]
@@ -783,7 +784,7 @@ plot {lines}, {points}""", plots, "model_state_vs_ranks")
                   "collective": "#7f7f7f"}
         heights = {"forward": 0.35, "backward": 0.35, "comm": 0.15, "optim": 0.35, "collective": 0.08}
         offsets = {"forward": 0.0, "backward": 0.0, "comm": -0.3, "optim": 0.0, "collective": 0.3}
-        titles = {"comm": "comm hooks (below)", "collective": "collectives (above)"}
+        titles = {"comm": "waiting for collectives (below)", "collective": "collectives in flight (above)"}
         series = ", ".join(
             f"'{data}/timeline_{s}_{k}.tsv' using (($2+$3)/2):($1+{offsets[k]}):(($3-$2)/2):({heights[k]}) "
             f"with boxxyerror fs solid 0.85 lc rgb '{colors[k]}' title '{titles.get(k, k)}'"
