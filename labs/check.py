@@ -387,8 +387,8 @@ def main():
                ("every step's loss is train_single's, bit for bit" if exact else
                 f"every step's loss within {loss_tol:g} of train_single's (worst relative difference "
                 f"{max(diffs, default=0):.1e})") if first_bad is None else
-               f"step {steps[first_bad]['step']}'s loss is {steps[first_bad]['loss']:.6f}, train_single's "
-               f"{ref_steps[first_bad]['loss']:.6f}: " + ("the forward already differs (are the gathered parameters "
+               f"step {steps[first_bad]['step']}'s loss is {steps[first_bad]['loss']:.17g}, train_single's "
+               f"{ref_steps[first_bad]['loss']:.17g}: " + ("the forward already differs (are the gathered parameters "
                                                          "whole and in place before each unit runs?)" if first_bad == 0
                                                          else "step 1 agreed, so the gradients or the update differ"))
     # The norm adds each rank's squares in double, in an order that follows who keeps what: any order of n

@@ -131,6 +131,9 @@ check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint
 hybrid = f"{tmp}/hybrid"
 ok = train("fsdp", 4, "--steps", "10", "--shard-group", "2", "--ckpt-dir", hybrid).returncode == 0
 check(ok and resume_matches(hybrid, "zero3", 3), "FSDP@4 in groups of 2 -> ZeRO-3@3: losses match")
+written = sorted(os.path.basename(p) for p in glob.glob(f"{hybrid}/step_*/rank_*.bin"))
+check(written == ["rank_00000.bin", "rank_00001.bin"] * (len(written) // 2) and written,
+      f"FSDP@4 in groups of 2: the first group's ranks write the shards, the second's none: {sorted(set(written))}")
 hybrid_full = f"{tmp}/hybrid_full"  # gathered by a sum: a second group writing too would double every value
 ok = train("fsdp", 4, "--steps", "10", "--shard-group", "2", "--ckpt-dir", hybrid_full, "--save-full").returncode == 0
 check(ok and resume_matches(hybrid_full, "zero2", 2), "FSDP@4 in groups of 2, --save-full -> ZeRO-2@2: losses match")

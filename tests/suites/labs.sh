@@ -57,6 +57,13 @@ for case in "ddp sync-each" "zero2 no-sync" "fsdp sync-each"; do
 done
 if [ $accum_ok = 1 ]; then ok "check.py: --grad-accum 2 with an --accum-mode passes every check (ddp, zero2, fsdp)"
 else bad "check.py: --grad-accum 2 with an --accum-mode passes every check (ddp, zero2, fsdp)"; fi
+# the EMA of the small tensors kept whole swaps with the rest: --out-model-ema bit for bit its reference's
+ema_run=(--config d2 --vocab 256 --data "$tmp/check_fsdp/data" --batch 8 --seq 16 --steps 3 --quiet --ema 0.9)
+if $MPIRUN -np 2 "$BUILD/train_fsdp" "${ema_run[@]}" --shard-min-numel 1000 --out-model-ema "$tmp/ema_fsdp.bin" >"$tmp/out" 2>&1 &&
+   $MPIRUN -np 1 "$BUILD/train_single" "${ema_run[@]}" --as-ranks 2 --as-whole-below 1000 \
+       --out-model-ema "$tmp/ema_single.bin" >>"$tmp/out" 2>&1 && cmp -s "$tmp/ema_fsdp.bin" "$tmp/ema_single.bin"
+then ok "fsdp --shard-min-numel with --ema: --out-model-ema is its reference's, bit for bit"
+else bad "fsdp --shard-min-numel with --ema: --out-model-ema is its reference's, bit for bit"; tail -5 "$tmp/out"; fi
 # hpZ changes where the backward gathers from, not the run: zero3 and fsdp with nodes of 2 at N = 4 pass every check
 if MPIRUN="$MPIRUN" python3 labs/check.py --strategy zero3 --ranks 4 --build "$BUILD" --work "$tmp/check_hpz3" \
        --args "--secondary-shard-group 2" >"$tmp/out" 2>&1 && grep -q "check: 7 of 7 checks pass" "$tmp/out" &&
