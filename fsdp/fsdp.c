@@ -24,7 +24,7 @@ typedef struct {
     MemAccount *mem;
     int reshard_after_forward;
     Resident resident;               // this rank's slice of every tensor (row_slice_numel), padding included
-    TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here), REPLICATED
+    TensorState *tensor_state;       // (num_tensors) each tensor's state: SHARDED, GATHERING, GATHERED, ... (kit/strategy.h)
     int prefetch;                    // units ahead whose gathers start before they run
     InFlight *gathers, *reduces;     // (num_units) each unit's all-gather, reduce-scatter in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last

@@ -26,7 +26,7 @@ typedef struct {
     MemAccount *mem;
     int *owner;                      // (num_tensors) the rank that holds tensor t
     Resident resident;               // the tensors this rank owns, whole
-    TensorState *tensor_state;       // (num_tensors) SHARDED, GATHERING (in flight), GATHERED (whole here)
+    TensorState *tensor_state;       // (num_tensors) each tensor's state: SHARDED, GATHERING, GATHERED, ... (kit/strategy.h)
     int prefetch;                    // units ahead whose gathers start before they run
     CommHandle *gathers, *reduces;   // (num_tensors) tensor t's broadcast, gradient reduce in flight
     AccumMode accum_mode;            // with micro-batches: reduce each one, or keep full gradients until the last
