@@ -334,7 +334,7 @@ def plot_scaling(run, build, cfg, world, logs, strategies, data, plots, speed_so
 set xlabel "ranks N"
 set ylabel "tokens / s (all ranks)"
 set logscale xy 2
-set xrange [1:64]
+set xrange [0.8:80]
 set grid
 set key outside right top box
 plot {lines}, {points}""", plots, "scaling")

@@ -348,6 +348,26 @@ def sample(*args):
     return r.returncode, r.stdout, r.stderr.decode(errors="replace")
 
 
+def shown(data):
+    """Sampled bytes as build/sample writes them: whole UTF-8 characters as they are, a byte that begins none
+    (and a control character but a newline or tab) as \\xNN."""
+    out, i = bytearray(), 0
+    while i < len(data):
+        lead = data[i]
+        want = 1 if lead < 0x80 else 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else \
+            4 if 0xF0 <= lead <= 0xF4 else 0
+        if want > 1:
+            try:
+                out += data[i:i + want].decode("utf-8").encode()
+                i += want
+                continue
+            except UnicodeDecodeError:
+                pass
+        out += bytes([lead]) if lead in (9, 10) or 0x20 <= lead < 0x7F else f"\\x{lead:02X}".encode()
+        i += 1
+    return bytes(out)
+
+
 def check_sample(tmp):
     byte_model, gpt2_model = os.path.join(tmp, "v256.bin"), os.path.join(tmp, "v50257.bin")
     run([f"{TOOLS}/init_model", "--layers", "2", "--heads", "2", "--channels", "32", "--vocab", "256", "--max-seq", "8",
@@ -367,8 +387,8 @@ def check_sample(tmp):
     check(outs["greedy s1"] == outs["greedy s2"] and outs["greedy s1"] != outs["s1"],
           "sample --temperature 0: greedy, the same for every seed")
     ids = [int(x) for x in outs["ids"].split()]
-    check(len(ids) == 20 and all(0 <= i < 256 for i in ids) and outs["s1"] == b"abc" + bytes(ids) + b"\n",
-          "sample --ids: 20 ids below V, and the text is the prompt and their bytes")
+    check(len(ids) == 20 and all(0 <= i < 256 for i in ids) and outs["s1"] == shown(b"abc" + bytes(ids)) + b"\n",
+          "sample --ids: 20 ids below V, and the text is the prompt and their bytes (as UTF-8 shows them)")
     rc, out, err = sample("--model", gpt2_model, "--tokenizer", "gpt2", "--vocab", "models/gpt2_vocab",
                           "--prompt", "Hello world", "--tokens", "12", "--seed", "5", "--ids")
     ids = [int(x) for x in out.split()] if rc == 0 else []
