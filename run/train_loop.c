@@ -232,6 +232,11 @@ static int resumes_from_dir(const char *resume, const char *dir) {
     return strcmp(real_checkpoint, real_dir) == 0;
 }
 
+// The --ckpt-dir this run made, removed at exit while it is still empty: a run refused or stopped before its
+// first save leaves no trace. (atexit's callbacks take no argument: hence a variable of this file's own.)
+static char made_ckpt_dir[4200];
+static void remove_made_ckpt_dir(void) { rmdir(made_ckpt_dir); }
+
 // Rank 0 makes the checkpoint directory and locks it, first of all: a second run on the directory is told it
 // is in use before its ranks read the checkpoints there, which the first run may be saving (its ranks could
 // find different ones).
@@ -240,7 +245,12 @@ static void take_checkpoint_dir(Run *run) {
     struct stat st;
     if (!dir || run->comm.rank != 0) return;
     check_checkpoint_path_length(dir, run->opts.steps, run->comm.world);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) == 0) {
+        xsnprintf(made_ckpt_dir, sizeof made_ckpt_dir, "%s", dir);
+        atexit(remove_made_ckpt_dir);
+    } else if (errno != EEXIST) {
+        fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
+    }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
     run->ckpt_lock = lock_checkpoint_dir(dir);
 }
