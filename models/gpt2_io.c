@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,10 @@ void gpt2_checkpoint_read_rows(const char *path, const GPT2Layout *layout, int t
     if (fseek(f, offset, SEEK_SET) != 0) fatal("%s: cannot seek to %s", path, tensor->name);
     xfread(out, sizeof(float), (size_t)row_count * tensor->cols, f, path);
     fclose(f);
+    for (size_t i = 0; i < (size_t)row_count * tensor->cols; i++)  // a NaN trains into a NaN loss, far from here
+        if (!isfinite(out[i]))
+            fatal("%s: %s[%zu] is %s: the model holds weights that are not finite", path, tensor->name,
+                  (size_t)row_begin * tensor->cols + i, isnan(out[i]) ? "nan" : "inf");
 }
 
 static void fill_checkpoint_header(int32_t header[LLMC_HEADER_INTS], const GPT2Config *c) {

@@ -386,6 +386,14 @@ static void check_outputs_are_their_own(const TrainOptions *o) {
         if (!realpath(resumed, resumed_dir)) resumed_dir[0] = '\0';
         xsnprintf(resumed_from, sizeof resumed_from, "the checkpoint --resume %s reads (%s)", o->resume, resumed);
     }
+    if (o->ckpt_dir && resumed_dir[0]) {  // the new checkpoints would land inside the one the run reads
+        char ckpt_real[PATH_MAX];
+        size_t in = strlen(resumed_dir);
+        if (realpath(o->ckpt_dir, ckpt_real) && strncmp(ckpt_real, resumed_dir, in) == 0 &&
+            (ckpt_real[in] == '/' || ckpt_real[in] == '\0'))
+            fatal("--ckpt-dir %s: it is %s: give the checkpoints a directory of their own (or the one that holds "
+                  "the resumed checkpoint, to continue its run there)", o->ckpt_dir, resumed_from);
+    }
     for (int i = 0; i < outputs; i++) {
         canonical_path(files[i].path, mine, sizeof mine);
         size_t in = strlen(resumed_dir);

@@ -357,7 +357,9 @@ for flags, says, what in (
         (["--resume", sharded, "--ckpt-dir", sharded, "--trace", f"{links}/tr"], "rank_00000.bin, a file of",
          "--trace through a link to a shard of --ckpt-dir"),
         (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest.jsonl"], "latest, a file of",
-         "--log through a link to --ckpt-dir's latest")):
+         "--log through a link to --ckpt-dir's latest"),
+        (["--resume", sharded, "--ckpt-dir", sharded_step], "it is the checkpoint --resume",
+         "a --ckpt-dir that is the checkpoint resumed from")):
     before = {p: open(p, "rb").read() for p in glob.glob(f"{full}/*/*") + glob.glob(f"{sharded}/*/*") +
               [f"{sharded}/latest"]}
     fails_with(train("fsdp", 3 if "--ckpt-dir" in flags or sharded in flags else 2, "--steps", "12", *flags), says, what)
