@@ -142,6 +142,15 @@ static const char *shared_problem(const TrainOptions *o) {
     return problem;
 }
 
+// A flag given that the other flags leave nothing to do (its default is no sign: it is the command line's).
+static const char *idle_flag_problem(const TrainOptions *o, const CliSpec *spec) {
+    if (cli_given(spec, "--keep") && !o->ckpt_dir)
+        return "--keep K keeps the newest checkpoints of --ckpt-dir, which is not given: it would do nothing";
+    if (cli_given(spec, "--eval-batches") && o->eval_every == 0)
+        return "--eval-batches K sizes each validation, and --eval-every is 0 (none): it would do nothing";
+    return NULL;
+}
+
 OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
                             const StrategyPlugin *plugin, int argc, char **argv, int speak, int *given) {
     char about[64];
@@ -156,6 +165,7 @@ OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int n
     const char *problem = plugin->check_options ? plugin->check_options(plugin->options) : NULL;
     if (!problem && plugin->units) problem = unit_policy_problem(plugin->units);
     if (!problem) problem = shared_problem(o);
+    if (!problem) problem = idle_flag_problem(o, &spec);
     if (problem) {
         cli_error(argv[0], speak, "%s", problem);
         return OPTIONS_ERROR;

@@ -465,7 +465,6 @@ static void setup(Run *run) {
     if (!o->model_path && gpt2_config_preset(o->config_name, o->vocab_size, &config) != 0)
         fatal("--config: unknown preset '%s' (use d2, d4, d6 or d12)", o->config_name);
     if (o->seq > config.max_seq_len) fatal("--seq %d exceeds the model's maximum %d", o->seq, config.max_seq_len);
-    take_checkpoint_dir(run);
     int world = run->comm.world, ranks = world * run->as_ranks;  // --as-ranks N: the rows of N ranks
     if (o->batch % ranks != 0)
         fatal("--batch %d is not divisible by the number of ranks (%d%s)", o->batch, ranks,
@@ -473,6 +472,7 @@ static void setup(Run *run) {
     if (o->batch / ranks % o->grad_accum != 0)
         fatal("--grad-accum %d: each rank's %d rows (--batch %d over %d ranks) do not split into %d micro-batches",
               o->grad_accum, o->batch / ranks, o->batch, ranks, o->grad_accum);
+    take_checkpoint_dir(run);  // after the checks every rank makes alike, before any rank reads a checkpoint
 
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", o->data_dir);

@@ -171,6 +171,10 @@ fails "trainer: --ckpt-dir is a file" "--ckpt-dir $tmp/small.txt: not a director
 fails "trainer: --ckpt-dir in a missing directory" "--ckpt-dir /nonexistent/ck: cannot create the directory" \
     "${train[@]}" --ckpt-dir /nonexistent/ck
 fails "trainer: --log on a full disk" "--log /dev/full: cannot write: No space left on device" "${train[@]}" --log /dev/full
+fails "trainer: --keep without --ckpt-dir" "--keep K keeps the newest checkpoints of --ckpt-dir, which is not given" \
+    "${train[@]}" --keep 3
+fails "trainer: --eval-batches without --eval-every" "--eval-batches K sizes each validation, and --eval-every is 0" \
+    "${train[@]}" --eval-batches 2
 fails "trainer: a test hook's seconds that are not seconds" "SHARDLAB_TEST_OPTIM_DELAY_S is 'abc': give a number of seconds" \
     env SHARDLAB_TEST_OPTIM_DELAY_S=abc "${train[@]}"
 fails "trainer: --log in a missing directory" "--log /nonexistent/log.jsonl: cannot open for writing" \
