@@ -153,7 +153,8 @@ if (( RANKS > cores && cores > 1 )); then
     if (( speed_ranks > 1 )); then
         mkdir -p "$RUN/speed"
         # fewer steps, without validation, so without ARGS's --eval-ema either
-        without --eval-ema "${common[@]}" && without --eval-every "${kept[@]}" && without --steps "${kept[@]}"
+        without --eval-ema "${common[@]}" && without --eval-every "${kept[@]}" && without --eval-batches "${kept[@]}" &&
+            without --steps "${kept[@]}"
         speed_common=("${kept[@]}")
         for strategy in "${strategies[@]}"; do
             echo "== $strategy on $speed_ranks ranks, one per core (speed)"
