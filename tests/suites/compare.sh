@@ -166,7 +166,7 @@ awk -F'\t' '!/^#/ && (s == "" || $2 > s) {s = $2; a = $5; b = $6} END {printf "1
     "$tmp/runs/lane/ddp.trace.tsv" >> "$tmp/runs/lane/ddp.trace.tsv"
 if python3 examples/report.py "$tmp/runs/lane" --build "$BUILD" >"$tmp/out" 2>&1 &&
    grep -qP '^1\t[0-9.e-]+\t[0-9.e-]+\tall_reduce_1024$' "$tmp/runs/lane/data/timeline_ddp_collective.tsv" &&
-   [ -s "$tmp/runs/lane/plots/timeline_ddp.svg" ] && grep -q "collectives (above)" "$tmp/runs/lane/plots/timeline_ddp.svg"; then
+   [ -s "$tmp/runs/lane/plots/timeline_ddp.svg" ] && grep -q "collectives in flight (above)" "$tmp/runs/lane/plots/timeline_ddp.svg"; then
     ok "report: collectives in a trace get their own lane on the timeline"
 else bad "report: collectives in a trace get their own lane on the timeline"; cat "$tmp/out"; fi
 cp -r "$tmp/runs/tiny" "$tmp/runs/cut"
