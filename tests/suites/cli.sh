@@ -426,7 +426,7 @@ data = bytearray(open(sys.argv[1], "rb").read())
 struct.pack_into("<f", data, 1024 + 4 * 7, float(sys.argv[3]))  # wte[7]
 open(sys.argv[2], "wb").write(data)
 PY
-    fails "sample: a model with a $bad_value weight" "--model $tmp/$bad_value.bin: wte\[7\] is $bad_value: the model holds weights that are not finite" \
+    fails "sample: a model with a $bad_value weight" "$tmp/$bad_value.bin: wte\[7\] is $bad_value: the model holds weights that are not finite" \
         "$BUILD/sample" --model "$tmp/$bad_value.bin" --tokens 3 --prompt 1
     fails "trainer: a model with a $bad_value weight" "$bad_value.bin: wte\[7\] is $bad_value: the model holds weights that are not finite" \
         "$BUILD/train_single" --model "$tmp/$bad_value.bin" --data "$tmp/byte" --batch 2 --seq 8 --steps 1 --quiet

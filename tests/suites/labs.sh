@@ -77,7 +77,7 @@ fails "check.py: a node of all of a --shard-group" "--secondary-shard-group 2: g
     python3 labs/check.py --strategy fsdp --ranks 4 --args "--shard-group 2 --secondary-shard-group 2"
 fails "check.py: hpZ for a strategy without it" "--args: --secondary-shard-group: ddp does not take it" \
     python3 labs/check.py --strategy ddp --ranks 2 --args "--secondary-shard-group 1"
-fails "check.py: a dropout rate outside [0, 1)" "--args: --dropout 1.5: give a number in \[0, 1\)" \
+fails "check.py: a dropout rate outside [0, 0.99]" "--args: --dropout 1.5: give a number in \[0, 0.99\]" \
     python3 labs/check.py --strategy fsdp --ranks 2 --args "--dropout 1.5"
 mkdir -p "$tmp/labtree" && cp -r labs ddp zero3 fsdp "$tmp/labtree/" && rm -rf "$tmp/labtree/labs/work"
 if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "make lab-grade LAB=fsdp" "$tmp/out" &&
