@@ -269,65 +269,58 @@ START_TEST(test_softmax_is_shift_invariant) {
 }
 END_TEST
 
-// A row whose logits all lie within 87 of its largest skips the exp's lane
-// checks; one logit far below turns them on. Its e^x is exactly 0 and adds
-// nothing, so the other logits keep the same probabilities and loss, bit for
-// bit. V + 1 fills whole groups of 8 and of 16 lanes (the low logit is in one);
-// padded columns hold 3, which a group read past V would add.
-START_TEST(test_softmax_same_bits_with_lane_checks) {
-    enum { V = 1007, Vp = 1040 };
-    float *logits = malloc(Vp * sizeof(float)), *probs = malloc(Vp * sizeof(float));
-    float *with_low = malloc(Vp * sizeof(float)), *probs_low = malloc(Vp * sizeof(float));
-    uint32_t state = 7;
-    for (int i = 0; i < Vp; i++) {
-        state = state * 1664525u + 1013904223u;
-        logits[i] = i < V ? (float)(state >> 8) / (1 << 24) * 10 - 5 : 3;
-        with_low[i] = logits[i];
+enum { ROW_V = 1007, ROW_VP = 1040 };  // V + 1 fills whole groups of 8 and of 16 lanes
+
+// A row of V logits in [-5, 5) drawn from `seed`; its padded columns hold 3, which a group read past V would add.
+static void random_row(float *logits, uint32_t seed) {
+    for (int i = 0; i < ROW_VP; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        logits[i] = i < ROW_V ? (float)(seed >> 8) / (1 << 24) * 10 - 5 : 3;
     }
-    with_low[V] = -200;
-    int target = 611;
-    float loss, loss_low;
-    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
-    softmax_crossentropy_forward(&loss_low, probs_low, with_low, &target, 1, 1, V + 1, Vp);
-    ck_assert_msg(probs_low[V] == 0, "e^-200 is not 0: %g", probs_low[V]);
+}
+
+// The row's probabilities and loss are the same bits as the row's with one logit more, -200, which turns the
+// exp's lane checks on: its e^x is exactly 0 and adds nothing.
+static void check_same_bits_with_low(const float *logits, int target) {
+    float *probs = malloc(ROW_VP * sizeof(float)), *with_low = malloc(ROW_VP * sizeof(float));
+    float *probs_low = malloc(ROW_VP * sizeof(float)), loss, loss_low;
+    memcpy(with_low, logits, ROW_VP * sizeof(float));
+    with_low[ROW_V] = -200;
+    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, ROW_V, ROW_VP);
+    softmax_crossentropy_forward(&loss_low, probs_low, with_low, &target, 1, 1, ROW_V + 1, ROW_VP);
+    ck_assert_msg(probs_low[ROW_V] == 0, "e^-200 is not 0: %g", probs_low[ROW_V]);
     ck_assert_msg(memcmp(&loss, &loss_low, sizeof loss) == 0, "loss %.9g, with lane checks %.9g", loss, loss_low);
-    for (int i = 0; i < V; i++)
+    for (int i = 0; i < ROW_V; i++)
         ck_assert_msg(memcmp(&probs[i], &probs_low[i], sizeof(float)) == 0, "p[%d] %.9g, with lane checks %.9g", i,
                       probs[i], probs_low[i]);
+    free(probs), free(with_low), free(probs_low);
+}
+
+// A row whose logits all lie within 87 of its largest skips the exp's lane checks; one logit far below turns
+// them on, the same bits.
+START_TEST(test_softmax_same_bits_with_lane_checks) {
+    float *logits = malloc(ROW_VP * sizeof(float)), *probs = malloc(ROW_VP * sizeof(float)), loss;
+    random_row(logits, 7);
+    check_same_bits_with_low(logits, 611);
     // a NaN first logit, which the maximum's reduction may pass over, still makes the row NaN
     logits[0] = NAN;
-    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
-    ck_assert_msg(isnan(loss) && isnan(probs[1]) && isnan(probs[V - 1]), "NaN logit: loss %g, p %g ... %g", loss,
-                  probs[1], probs[V - 1]);
-    free(logits), free(probs), free(with_low), free(probs_low);
+    int target = 611;
+    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, ROW_V, ROW_VP);
+    ck_assert_msg(isnan(loss) && isnan(probs[1]) && isnan(probs[ROW_V - 1]), "NaN logit: loss %g, p %g ... %g", loss,
+                  probs[1], probs[ROW_V - 1]);
+    free(logits), free(probs);
 }
 END_TEST
 
 // A row whose logits span [-87.5, 0] below its largest: one exp's argument is below -87, where the
-// unchecked vector exp is out of its range (2^-127 is subnormal), so the row must take the checked path:
-// the same bits as the row with a logit far below (-200), which turns the checks on whatever the bound.
+// unchecked vector exp is out of its range (2^-127 is subnormal), so the row must take the checked path.
 START_TEST(test_softmax_lane_check_bound) {
-    enum { V = 1007, Vp = 1040 };
-    float *logits = malloc(Vp * sizeof(float)), *probs = malloc(Vp * sizeof(float));
-    float *with_low = malloc(Vp * sizeof(float)), *probs_low = malloc(Vp * sizeof(float));
-    uint32_t state = 11;
-    for (int i = 0; i < Vp; i++) {
-        state = state * 1664525u + 1013904223u;
-        logits[i] = i < V ? (float)(state >> 8) / (1 << 24) * 10 - 5 : 3;
-    }
+    float *logits = malloc(ROW_VP * sizeof(float));
+    random_row(logits, 11);
     logits[0] = 5;      // the row's largest
     logits[8] = -82.5f; // 87.5 below it: e^-87.5 = 1.0e-38, below FLT_MIN (the checked exp's 0)
-    memcpy(with_low, logits, Vp * sizeof(float));
-    with_low[V] = -200;
-    int target = 8;
-    float loss, loss_low;
-    softmax_crossentropy_forward(&loss, probs, logits, &target, 1, 1, V, Vp);
-    softmax_crossentropy_forward(&loss_low, probs_low, with_low, &target, 1, 1, V + 1, Vp);
-    ck_assert_msg(memcmp(&loss, &loss_low, sizeof loss) == 0, "loss %.9g, with lane checks %.9g", loss, loss_low);
-    for (int i = 0; i < V; i++)
-        ck_assert_msg(memcmp(&probs[i], &probs_low[i], sizeof(float)) == 0, "p[%d] %.9g, with lane checks %.9g", i,
-                      probs[i], probs_low[i]);
-    free(logits), free(probs), free(with_low), free(probs_low);
+    check_same_bits_with_low(logits, 8);
+    free(logits);
 }
 END_TEST
 
