@@ -61,7 +61,7 @@ static void alloc_arrays(Resident *r, const StrategyContext *ctx, size_t params,
         if (r->param_dtype == DTYPE_BF16) r->host_working = device_alloc_as(mem, MEM_HOST_STAGING, state, DTYPE_BF16);
         r->device_grads = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
         r->device_params = xcalloc((size_t)model->layout.num_tensors, sizeof(void *));
-        r->phase = xcalloc((size_t)model->layout.num_tensors, sizeof(SpanPhase));  // all SPAN_ON_DEVICE
+        r->down_from = model->layout.num_units;  // every span on the device
         r->reduced_unit = -1;
     }
     r->ema_decay = r->run->ema_decay;
@@ -240,7 +240,6 @@ static void start_down(Resident *r, int t) {
     AdamWSpan *span = &r->spans[t];
     void *grads = span->grads_bf16 ? (void *)span->grads_bf16 : span->grads;
     device_copy_start(grads, r->device_grads[t], span->count, r->grad_dtype);
-    r->phase[t] = SPAN_GOING_DOWN;
     if (r->run->clock) sim_offload_down(r->run->clock, (double)(span->count * dtype_size(r->grad_dtype)));
 }
 
@@ -251,7 +250,6 @@ static void update_on_host(Resident *r, int t, AdamWConfig config) {
     device_host_adamw(span, config);
     void *params = span->working ? (void *)span->working : span->params;
     device_copy_start(r->device_params[t], params, span->count, r->param_dtype);
-    r->phase[t] = SPAN_UPDATED;
     // AdamW reads and writes the master, m and v, reads the gradients, writes the rounded params
     double adam_bytes = 24 + dtype_size(r->grad_dtype) + (span->working ? 2 : 0);
     if (r->run->clock) sim_offload_update(r->run->clock, r->reduced_down_at, span->count * adam_bytes,
@@ -264,7 +262,7 @@ static void update_reduced_unit(Resident *r, AdamWConfig config) {
     device_copies_wait(r->reduced_mark);
     const GPT2Layout *layout = &r->model->layout;
     for (int t = 0; t < layout->num_tensors; t++)
-        if (layout->tensors[t].home_unit == r->reduced_unit && r->phase[t] == SPAN_GOING_DOWN) update_on_host(r, t, config);
+        if (layout->tensors[t].home_unit == r->reduced_unit && r->spans[t].count > 0) update_on_host(r, t, config);
     r->reduced_unit = -1;
 }
 
@@ -275,7 +273,7 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
     const GPT2Layout *layout = &r->model->layout;
     int started = 0;
     for (int t = 0; t < layout->num_tensors; t++) {
-        if (layout->tensors[t].home_unit != unit || r->spans[t].count == 0 || r->phase[t] != SPAN_ON_DEVICE) continue;
+        if (layout->tensors[t].home_unit != unit || r->spans[t].count == 0) continue;
         start_down(r, t);
         started = 1;
     }
@@ -288,11 +286,17 @@ static void offload_unit(Resident *r, int unit, AdamWConfig config) {
     r->reduced_down_at = down_at;
 }
 
+// Every unit from the last one down to `unit` has its gradient share final (the backward's order): those
+// not gone down yet go, one after another.
+static void offload_down_to(Resident *r, int unit, AdamWConfig config) {
+    while (r->down_from > unit) offload_unit(r, --r->down_from, config);
+}
+
 void resident_unit_final(Resident *r, int unit) {
     OffloadEarly *early = r->run->offload_early;
     if (!r->offload || !early) return;
     double begin = timer_now();
-    offload_unit(r, unit, early->config);
+    offload_down_to(r, unit, early->config);
     early->host_s += timer_now() - begin;
 }
 
@@ -303,12 +307,11 @@ void resident_unit_final(Resident *r, int unit) {
 static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
     CHECK(!r->run->offload_early || memcmp(&r->run->offload_early->config, &config, sizeof config) == 0,
           "resident_step: the step's AdamW settings are not those its offloaded updates began with");
-    for (int u = r->model->layout.num_units - 1; u >= 0; u--) offload_unit(r, u, config);
+    offload_down_to(r, 0, config);
     update_reduced_unit(r, config);
-    for (int t = 0; t < num_tensors; t++) {
+    for (int t = 0; t < num_tensors; t++)
         if (r->spans[t].count == 0) r->spans[t].step++;
-        r->phase[t] = SPAN_ON_DEVICE;
-    }
+    r->down_from = r->model->layout.num_units;
     device_copies_wait(device_copies_mark());
     if (r->run->clock) sim_offload_wait(r->run->clock);
 }
@@ -388,6 +391,5 @@ void resident_free(Resident *r, MemAccount *mem) {
     free(r->spans);
     free(r->device_grads);
     free(r->device_params);
-    free(r->phase);
     memset(r, 0, sizeof *r);
 }

@@ -48,13 +48,6 @@
 #include "kit/partition.h"
 #include "kit/strategy.h"
 
-// Where an offloaded span's update is, within a step.
-typedef enum {
-    SPAN_ON_DEVICE = 0,  // its gradients are still being made (or reduced) on the device
-    SPAN_GOING_DOWN,     // they are on their way to the host
-    SPAN_UPDATED,        // AdamW has run on the host; its parameters are on their way up
-} SpanPhase;
-
 typedef struct Resident {
     FlatLayout flat;
     DType param_dtype, grad_dtype;
@@ -70,8 +63,10 @@ typedef struct Resident {
     bf16 *host_working;  // offload in a bf16 run: (state_numel) the updated params, rounded, on their way up
     void **device_grads, **device_params;  // offload: (num_tensors) where span t's gradients and params are
     int rows_tensor;   // offload: the tensor whose rows resident_rows gave a checkpoint, or -1
-    SpanPhase *phase;  // offload: (num_tensors) where span t's update is this step
-    int reduced_unit;  // offload: the unit whose gradients went down last, not yet updated (-1: none)
+    // offload: where a span's update is this step follows from its home unit, as units go down in the
+    // backward's order: units >= down_from have started down (num_units: none yet); of those, reduced_unit's
+    // gradients are on their way (or down, not yet updated; -1: none), the others updated, coming back up
+    int down_from, reduced_unit;
     long reduced_mark; // the copies' mark behind them
     double reduced_down_at;  // build/plan --time: when the last of them is down
     const GPT2 *model; // its layout's home units
@@ -129,7 +124,9 @@ void *resident_unit_grads(const Resident *r, int unit, size_t *count);
 size_t resident_unit_numel(const Resident *r, const GPT2Layout *layout, int unit, const TensorState *only);
 // The gradient share of every tensor homed in `unit` (its last backward) is
 // final: offloaded, with the step's settings known, its update begins (above).
-// Otherwise nothing; a second call for a unit does nothing more.
+// Otherwise nothing; a second call for a unit does nothing more. Units are final
+// in the backward's order: with `unit`, every unit after it (those with nothing
+// to reduce may have made no call).
 void resident_unit_final(Resident *r, int unit);
 // AdamW on every part this rank keeps (and the EMA's move toward the result),
 // then zeroes the gradients for the next step. Every tensor's step count
