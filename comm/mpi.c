@@ -298,6 +298,22 @@ static void engine_wait(Comm *comm, EngineOp *o) {
 
 // ---- the backend ----
 
+// Open MPI's shared-memory transport maps one file per rank, in /dev/shm by default, which it removes
+// at MPI_Finalize: a rank that exits on a fatal error (fatal_once.c: without MPI_Abort, so that the
+// error prints once) or is killed leaves its file there, holding memory until the machine restarts.
+// In the job's session directory instead (under TMPDIR; mpirun makes it before the ranks start and
+// removes it with everything in it when the job ends, however it ends), nothing outlives the job.
+// A directory the user chose (--mca btl_vader_backing_directory) stays theirs.
+static void shared_memory_in_session_dir(void) {
+    const char *session = getenv("OMPI_MCA_orte_jobfam_session_dir");  // Open MPI 4's mpirun
+    if (!session || !*session) session = getenv("PMIX_SERVER_TMPDIR");  // Open MPI 5's prterun
+    if (!session || !*session) return;                                  // a singleton: no job to outlive
+    const char *transport[] = {"OMPI_MCA_btl_vader_backing_directory", "OMPI_MCA_btl_sm_backing_directory"};
+    for (int i = 0; i < 2; i++)
+        if (!getenv(transport[i]) && setenv(transport[i], session, 0) != 0)
+            fatal("comm: cannot set %s: %s", transport[i], strerror(errno));
+}
+
 void comm_init(Comm *comm, int *argc, char ***argv) {
     memset(comm, 0, sizeof *comm);
     const char *mode = getenv("SHARDLAB_COMM_ENGINE");
@@ -308,6 +324,7 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     int initialized, provided;
     MPI_CHECK(MPI_Initialized(&initialized));
     if (!initialized) {
+        shared_memory_in_session_dir();
         if (threaded) MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
         else MPI_CHECK(MPI_Init(argc, argv));
         comm->started_mpi = 1;

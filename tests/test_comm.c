@@ -5,6 +5,7 @@
 // bitwise those of MPI's own non-blocking calls); the records and the trace's
 // collective lane. SHARDLAB_COMM_ENGINE picks the engine's mode, as in training.
 #include <check.h>
+#include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +308,25 @@ START_TEST(test_counters_follow_the_ring_formulas) {
     ck_assert_uint_eq(c[COMM_BARRIER].bytes_sent, 0);
     free(a);
     free(b);
+}
+END_TEST
+
+// Open MPI's shared-memory segments live in the job's session directory, which mpirun removes however the
+// job ends, not in /dev/shm, where a rank that exits without MPI_Finalize would leave its own (comm/mpi.c).
+START_TEST(test_shared_memory_segments_in_the_session_dir) {
+    const char *session = getenv("OMPI_MCA_orte_jobfam_session_dir");
+    if (!session) session = getenv("PMIX_SERVER_TMPDIR");
+    const char *btl = getenv("OMPI_MCA_btl");  // the transports mpirun was asked for (default: all)
+    if (!session || comm.local_size < 2 || (btl && !strstr(btl, "vader"))) return;  // none shares memory
+    const char *backing = getenv("OMPI_MCA_btl_vader_backing_directory");
+    ck_assert_ptr_nonnull(backing);
+    ck_assert_str_eq(backing, session);
+    DIR *dir = opendir(session);
+    ck_assert_ptr_nonnull(dir);
+    int segments = 0;
+    for (struct dirent *e; (e = readdir(dir));) segments += strncmp(e->d_name, "vader_segment.", 14) == 0;
+    closedir(dir);
+    ck_assert_int_eq(segments, comm.local_size);
 }
 END_TEST
 
@@ -690,6 +710,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_split_groups);
     tcase_add_test(tc, test_non_blocking_overlaps_work);
     tcase_add_test(tc, test_counters_follow_the_ring_formulas);
+    tcase_add_test(tc, test_shared_memory_segments_in_the_session_dir);
     tcase_add_test(tc, test_engine_mode_follows_the_environment);
     tcase_add_test(tc, test_engine_completes_in_the_background);
     tcase_add_test(tc, test_many_in_flight_complete_in_order);
