@@ -213,17 +213,73 @@ static void print_model_states(uint64_t P, int world, DType param_dtype, DType g
     }
 }
 
-// `ranks` is "r", or "first-last" for a run of ranks with the same numbers.
-static void print_row(const char *strategy, const char *ranks, const MemAccount *acct, int tsv) {
+// The table's rows, held until all are known: its columns are the categories some row holds.
+typedef struct {
+    const char *strategy;
+    char ranks[32];  // "r", or "first-last" for a run of ranks with the same numbers
+    size_t peak[MEM_NUM_CATEGORIES], total_peak, reserved;
+} PlanRow;
+typedef struct {
+    PlanRow *rows;
+    int count;
+} PlanTable;
+
+// --tsv prints the row at once, every category; else it joins the table.
+static void print_row(const char *strategy, const char *ranks, const MemAccount *acct, int tsv, PlanTable *table) {
     if (tsv) {
         printf("%s\t%s", strategy, ranks);
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", acct->peak[k]);
         printf("\t%zu\t%zu\n", acct->total_peak, mem_reserved_peak_bytes(acct));
         return;
     }
-    printf("%-6s %5s", strategy, ranks);
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15.3f", acct->peak[k] / 1e6);
-    printf(" %12.3f %12.3f\n", acct->total_peak / 1e6, mem_reserved_peak_bytes(acct) / 1e6);
+    table->rows = xrealloc(table->rows, (size_t)(table->count + 1) * sizeof *table->rows);
+    PlanRow *row = &table->rows[table->count++];
+    row->strategy = strategy;
+    snprintf(row->ranks, sizeof row->ranks, "%s", ranks);
+    memcpy(row->peak, acct->peak, sizeof row->peak);
+    row->total_peak = acct->total_peak;
+    row->reserved = mem_reserved_peak_bytes(acct);
+}
+
+// A column's header on two lines, split at its first '_' (or space): "params" over "gathered".
+static void print_header_words(const char *const *names, int count, int line) {
+    for (int k = 0; k < count; k++) {
+        const char *cut = strpbrk(names[k], "_ "), *word = line == 0 ? names[k] : cut ? cut + 1 : "";
+        int length = line == 0 && cut ? (int)(cut - names[k]) : (int)strlen(word);
+        printf(" %10.*s", length, word);
+    }
+}
+
+// The table in MB, without the categories no row holds (named below it).
+static void print_table(const PlanTable *table) {
+    const char *names[MEM_NUM_CATEGORIES + 2];
+    int columns[MEM_NUM_CATEGORIES], count = 0;
+    char idle[256] = "";
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
+        int held = 0;
+        for (int i = 0; i < table->count; i++) held |= table->rows[i].peak[k] > 0;
+        if (held) {
+            names[count] = mem_category_names[k];
+            columns[count++] = k;
+        } else {
+            size_t n = strlen(idle);
+            snprintf(idle + n, sizeof idle - n, "%s%s", n ? ", " : "", mem_category_names[k]);
+        }
+    }
+    names[count] = "device peak";
+    names[count + 1] = "reserved";
+    for (int line = 0; line < 2; line++) {
+        printf("%-6s %5s", "", line ? "rank" : "");
+        print_header_words(names, count + 2, line);
+        printf("\n");
+    }
+    for (int i = 0; i < table->count; i++) {
+        const PlanRow *row = &table->rows[i];
+        printf("%-6s %5s", row->strategy, row->ranks);
+        for (int c = 0; c < count; c++) printf(" %10.3f", row->peak[columns[c]] / 1e6);
+        printf(" %10.3f %10.3f\n", row->total_peak / 1e6, row->reserved / 1e6);
+    }
+    if (*idle) printf("(%s: 0 for every strategy)\n", idle);
 }
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
@@ -241,7 +297,7 @@ static int same_row(const MemAccount *a, const MemAccount *b) {
 // numbers share a row. The partition is computed once, so the work grows with the tensors and the places,
 // not with N.
 static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, const RegisteredStrategy *strategy,
-                             int tsv) {
+                             int tsv, PlanTable *table) {
     int world = shape->setup.world;
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     whole_tensor_owners(layout, world, owner);
@@ -251,7 +307,7 @@ static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, c
     for (int r = 0; r < owning && (tsv || r == 0 || world <= 8); r++) {
         DryResult result = run_rank(shape, strategy, r, NULL);
         snprintf(ranks, sizeof ranks, "%d", r);
-        print_row(strategy->name, ranks, &result.mem, tsv);
+        print_row(strategy->name, ranks, &result.mem, tsv, table);
         mem_timeline_free(&result.timeline);
     }
     if (owning < world && (tsv || world <= 8)) {
@@ -280,7 +336,7 @@ static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, c
             if (r + 1 < world && same_row(&place[p], &place[q])) continue;  // the next rank joins this row
             if (first == r) snprintf(ranks, sizeof ranks, "%d", r);
             else snprintf(ranks, sizeof ranks, "%d-%d", first, r);
-            print_row(strategy->name, ranks, &place[p], tsv);
+            print_row(strategy->name, ranks, &place[p], tsv, table);
             first = r + 1;
         }
         free(place);
@@ -901,7 +957,7 @@ int main(int argc, char **argv) {
     if (!tsv) {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
-               "rows per rank, %s)%s%s%s%s; the strategies that gather by unit: %d unit(s) of blocks, prefetching %d\n",
+               "rows per rank, %s)%s%s%s%s\nthe strategies that gather by unit: %d unit(s) of blocks, prefetching %d\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, shape.setup.rows, accum_mode,
                recompute ? ", activations recomputed in backward" : "",
@@ -911,24 +967,26 @@ int main(int argc, char **argv) {
                prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);
-        printf("peak MB per rank (%s parameters, %s gradients); reserved: what the allocator's cache "
-               "holds at its peak, in use + kept for reuse\n%-6s %5s", dtype_name(param_dtype), dtype_name(grad_dtype),
-               "", "rank");
-        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf(" %15s", mem_category_names[k]);
-        printf(" %12s %12s\n", "device peak", "reserved");
+        printf("peak MB per rank (%s parameters, %s gradients)\nreserved: what the allocator's cache "
+               "holds at its peak, in use + kept for reuse\n", dtype_name(param_dtype), dtype_name(grad_dtype));
     }
+    PlanTable rows = {0};
     // each strategy's own code, run dry for rank 0 (whole tensors on owners: each rank that owns something)
     for (int k = 0; k < num_registered_strategies; k++) {
         const RegisteredStrategy *strategy = &registered_strategies[k];
         if (strategy->placement == PLACED_WHOLE_TENSORS) {
-            print_owner_rows(&layout, &shape, strategy, tsv);
+            print_owner_rows(&layout, &shape, strategy, tsv, &rows);
             continue;
         }
         DryResult result = run_rank(&shape, strategy, 0, NULL);
-        print_row(strategy->name, "0", &result.mem, tsv);
+        print_row(strategy->name, "0", &result.mem, tsv, &rows);
         mem_timeline_free(&result.timeline);
     }
-    if (!tsv) print_rows_note(&shape);
+    if (!tsv) {
+        print_table(&rows);
+        print_rows_note(&shape);
+    }
+    free(rows.rows);
     if (fclose(stdout) != 0) fatal("plan: cannot hold the table in memory");
     stdout = terminal;
     fwrite(table, 1, table_bytes, stdout);

@@ -408,6 +408,11 @@ fails "plan: --params with --config" "without --config, --dims or --model" "$BUI
 fails "plan: --precision fp16" "--precision: give fp32 or bf16" "$BUILD/plan" --params 10 --ranks 2 --precision fp16
 if "$BUILD/plan" --config d12 --ranks 8 >"$tmp/out" 2>&1 && grep -q "batch 32 x 64 (1 micro-batch(es) of 4 rows per rank" "$tmp/out"; then
     ok "plan: the default batch (4 per rank) works for any N"; else bad "plan: the default batch works for any N"; cat "$tmp/out"; fi
+# The table fits a terminal: its columns are the categories some strategy holds, the others named below it.
+widest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$tmp/out")
+if [ "$widest" -le 132 ] && grep -q "^(ema, host_optim, host_staging: 0 for every strategy)$" "$tmp/out" &&
+   ! grep -qE "^ {13}.* ema( |$)" "$tmp/out"; then ok "plan: d12's table is at most 132 columns, the idle categories named below it"
+else bad "plan: d12's table is at most 132 columns ($widest), the idle categories named below it"; cat "$tmp/out"; fi
 mkdir -p "$tmp/tinyvocab"
 printf '{"a": 0, "b": 1}' > "$tmp/tinyvocab/encoder.json"
 printf '#version: 0.2\na b\n' > "$tmp/tinyvocab/vocab.bpe"
