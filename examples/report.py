@@ -246,7 +246,7 @@ def memory_step_plot(panels, top, out_dir, name):
     """The panels of memory_step_panel stacked on one y axis up to `top` MB."""
     gnuplot(f"""set multiplot layout {len(panels)},1 title "Memory over one step: bytes in use by category, allocation by allocation (F b2: block 2's forward, B head: the head's backward)"
 set ylabel "MB in use"
-set xlabel "the step's allocations and frees, in order (not time)" font ',9'
+set xlabel "the step's allocations and frees, in order (not time); a unit's mark too close to the one before it is left out" font ',9'
 set yrange [0:{top * 1.1}]
 set grid xtics ytics
 set rmargin 22
@@ -378,7 +378,7 @@ set style fill solid 0.9 border -1
 set boxwidth 0.9
 set yrange [0:*]
 set grid ytics
-set key top right box opaque
+set key outside right top
 plot '{data}/zeropp.tsv' using 2:xtic(1) lc rgb '#1f77b4' title 'N = 64', '' using 3 lc rgb '#ff7f0e' title 'N = 384'""",
             plots, "zeropp", 1000, 520)
 
@@ -460,7 +460,7 @@ set xlabel "blocks per unit J"
 set ylabel "ms per step"
 set xtics 1
 set grid
-set key top right font ',8' box opaque
+set key below font ',8'
 """ + "\n".join(panels) + "\nunset multiplot", plots, "units_time", 450 * len(sharded) + 100, 480)
 
 
@@ -611,7 +611,8 @@ def main():
 set xlabel "step"
 set ylabel "loss (nats per token)"
 set grid
-set key top right box opaque
+set offsets 0, graph 0.03, 0, 0
+set key outside right top
 set label 1 "the {len(runs)} curves coincide: largest relative difference {worst:.1e}" at graph 0.02, graph 0.06
 plot {lines}""", plots, "loss")
 
@@ -656,7 +657,7 @@ set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.9 border -1
 set yrange [0:*]
-set key top right
+set key outside right top
 set grid ytics
 set xtics rotate by -45 font ',8'
 set xlabel "run and rank"
@@ -676,7 +677,7 @@ set xlabel "run"
 set style fill solid 0.9 border -1
 set boxwidth 0.6
 set grid ytics
-set key top left box opaque
+set key outside right top
 set yrange [0:{1.25 * max(tput.values())}]
 set xrange [-0.6:{len(runs) - 0.4}]
 plot '{data}/throughput.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable notitle, \\
@@ -739,7 +740,7 @@ set ylabel "MB per rank (million bytes)"
 set logscale x 2
 set xrange [1:1024]
 set grid
-set key top right box opaque
+set key outside right top
 plot {lines}, {points}""", plots, "memory_vs_ranks")
 
     # ---- resident model state per rank vs number of ranks: the ZeRO ladder ----
@@ -757,7 +758,7 @@ set ylabel "MB per rank (million bytes)"
 set logscale xy 2
 set xrange [1:1024]
 set grid
-set key bottom left box opaque
+set key outside right top
 plot {lines}, {points}""", plots, "model_state_vs_ranks")
 
     # ---- predicted throughput vs ranks (build/plan --time), with the measured points ----
@@ -846,14 +847,13 @@ def exposed_share(time):
 CAPTIONS = {
     "loss": "Every strategy trains the same model: the curves lie on the single rank's (the label gives the largest "
             "relative gap).",
-    "memory_by_category": "Each bar is one rank at its peak moment, split by what held the bytes then: going up "
-                          "the ladder, optim, then grads, then params shrink, while the step's temporaries "
-                          "(gathered copies, collective buffers) grow.",
+    "memory_by_category": "Each bar is one rank at its peak moment, split by what held the bytes then.",
     "host_memory": "With the optimizer offloaded, the master weights and AdamW moments live here, in host memory, "
                    "not on the device.",
     "memory_step": "Each panel follows one step of one strategy allocation by allocation (left to right in order, "
                    "not time): the resident state at the bottom stays, what sits on top comes and goes with the "
-                   "units; the dot is the peak.",
+                   "units; the dot is the peak. Where two units' parts follow closely, the second's mark on the "
+                   "axis is left out so that the labels stay readable.",
     "peak_memory": "The bytes the strategies asked for (accounted peak), what the allocator kept to reuse "
                    "(reserved) and what the operating system saw (RSS): the gaps are the cache and the process.",
     "throughput": "Tokens per second of the whole batch; when the runs put more ranks on the cores than there are "
@@ -863,13 +863,9 @@ CAPTIONS = {
     "step_time": "Where each rank's step went: computing, waiting for communication, or in the optimizer (the "
                  "three add up to the step).",
     "memory_vs_ranks": "The planner's peak per rank as N grows, with the rows per rank fixed: sharding divides "
-                       "the model state by N, the activations stay; the dots are these runs. At N = 1 the sharded "
-                       "strategies sit above DDP: their machinery (gathered copies, collective buffers) runs with "
-                       "nothing to shard; far out FSDP climbs again, as every tensor is padded to a multiple of N "
-                       "rows and its gathered copies and buffers grow with N.",
-    "model_state_vs_ranks": "The ZeRO ladder alone (parameters, gradients, AdamW state per rank): each rung "
-                            "divides one more of them by N; ZeRO-3's owners keep whole tensors, so its line stops "
-                            "falling at the largest tensor a rank owns (wte) once N outgrows the tensors.",
+                       "the model state by N, the activations stay; the dots are these runs.",
+    "model_state_vs_ranks": "The ZeRO ladder alone (parameters, gradients, AdamW state per rank), as the planner "
+                            "runs each strategy.",
     "sharding": "Which rank keeps which elements of the model between steps: the whole replica (DDP), a flat "
                 "range of the optimizer state (ZeRO-1/2), whole tensors by owner (ZeRO-3), a slice of every tensor "
                 "(FSDP).",
@@ -877,11 +873,9 @@ CAPTIONS = {
                "table below gives each measurement beside its prediction.",
     "zeropp": "What each rank sends to other machines in one step, as the planner runs each strategy's own code "
               "(docs/zeropp.md).",
-    "units": "Grouping more blocks into a unit means fewer collectives per step (dashed, right axis) for a "
-             "strategy that moves a unit at a time (FSDP), more gathered at once (solid, left axis); ZeRO-3 moves "
-             "tensor by tensor, so its count of collectives stays.",
-    "units_time": "A strategy that moves a unit per collective pays each collective's latency once per unit, so "
-                  "fewer, larger units shorten its link time where N is large.",
+    "units": "Grouping more blocks into a unit (--unit-blocks J): collectives per step (dashed, right axis) "
+             "against the peak per rank (solid, left axis).",
+    "units_time": "The link's busy time per step and what of it compute waits for, as the blocks per unit grow.",
 }
 
 
@@ -893,6 +887,94 @@ def zeropp_claims(tsv):
     most = {col: max(plain, key=lambda r: float(r[col]))[0] for col in (1, 2)}
     fsdp = next(r for r in rows if r[0] == "FSDP")
     return most, float(fsdp[2]), float(rows[-1][2])
+
+
+def read_columns(path):
+    """A TSV of report.py's: its header's names (the first column's too) and its rows of numbers."""
+    lines = [line.rstrip("\n").split("\t") for line in open(path)]
+    return lines[0][0].lstrip("# ").split("\t") + lines[0][1:], [[float(x) for x in f] for f in lines[1:] if f[0]]
+
+
+def listed(words):
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def memory_claims(path):
+    """memory_by_category's comparison, from data/memory.tsv (each strategy's rank 0 against DDP's): which of
+    optim, grads and params each keeps less of, and its temporaries (gathered copies and collective buffers)."""
+    rows = [line.rstrip("\n").split("\t") for line in open(path)]
+    names = rows[0][0].lstrip("# ").split("\t") + rows[0][1:]
+    rank0 = {f[0][:-3]: dict(zip(names[1:], map(float, f[1:]))) for f in rows[1:] if f[0].endswith("-r0")}
+    if "ddp" not in rank0:
+        return ""
+    temporary = [c for c in ("params_gathered", "grads_gathered", "comm_buffers") if c in names]
+    parts = []
+    for s, held in rank0.items():
+        if s in ("single", "ddp"):
+            continue
+        less = [c for c in ("optim", "grads", "params") if c in held and held[c] < rank0["ddp"][c]]
+        temp = sum(held[c] for c in temporary)
+        parts.append(f"{NAMES.get(s, s)} keeps less {listed(less) if less else 'of nothing'} and holds "
+                     f"{temp:.3f} MB of temporaries")
+    return ("Against DDP's rank 0, " + "; ".join(parts) + " (gathered copies and collective buffers; rank 0 "
+            "each).") if parts else ""
+
+
+def ranks_claims(path, state=False):
+    """memory_vs_ranks' (state: model_state_vs_ranks') comparisons, from data/plan.tsv (plan_model_state.tsv):
+    who sits above DDP at N = 1, where ZeRO-3 levels off, where FSDP is lowest and how far it climbs."""
+    names, rows = read_columns(path)
+    col = {s: k for k, s in enumerate(names)}
+    out = []
+    if not state and "ddp" in col:
+        above = [NAMES.get(s, s) for s in names[1:] if s != "ddp" and rows[0][col[s]] > rows[0][col["ddp"]]]
+        if above:
+            one = len(above) == 1
+            out.append(f"At N = 1, {listed(above)} sit{'s' if one else ''} above DDP: {'its' if one else 'their'} "
+                       "machinery (gathered copies, collective buffers) runs with nothing to shard.")
+    if "zero3" in col:
+        values = [r[col["zero3"]] for r in rows]
+        k = len(values) - 1
+        while k > 0 and values[k - 1] == values[-1]:
+            k -= 1
+        if k < len(values) - 1:
+            out.append(f"ZeRO-3 levels off from N = {rows[k][0]:.0f} at {values[-1]:.3f} MB: an owner keeps whole "
+                       "tensors, and no rank holds less than the largest it owns.")
+    if "fsdp" in col:
+        values = [r[col["fsdp"]] for r in rows]
+        low = min(range(len(values)), key=values.__getitem__)
+        if values[-1] > values[low]:
+            out.append(f"FSDP is lowest at N = {rows[low][0]:.0f} ({values[low]:.3f} MB) and climbs to "
+                       f"{values[-1]:.3f} MB at N = {rows[-1][0]:.0f}: every tensor is padded to a multiple of N "
+                       "rows" + ("." if state else ", and its gathered copies and buffers grow with N."))
+        else:
+            out.append(f"FSDP falls all the way, to {values[-1]:.3f} MB at N = {rows[-1][0]:.0f}.")
+    return " ".join(out)
+
+
+def units_claims(path, time_path):
+    """units' and units_time's comparisons, from data/units.tsv and units_time.tsv: each strategy's collectives,
+    peak, link time and waits at J = 1 and at the most blocks per unit."""
+    names, rows = read_columns(path)
+    first, last = rows[0], rows[-1]
+    J = f"{first[0]:.0f} to {last[0]:.0f} blocks per unit"
+    units, times = [], []
+    for k, name in enumerate(names):
+        if not name.endswith("_calls"):
+            continue
+        s = name[:-6]
+        peak = names.index(f"{s}_peak_mb")
+        units.append(f"{NAMES.get(s, s)}'s collectives per step go {first[k]:.0f} → {last[k]:.0f} and its peak "
+                     f"{first[peak]:.3f} → {last[peak]:.3f} MB")
+    tnames, trows = read_columns(time_path)
+    for k, name in enumerate(tnames):
+        if name.endswith("_link_ms_n1024"):
+            s = name[:-len("_link_ms_n1024")]
+            wait = tnames.index(f"{s}_waited_ms_n1024")
+            times.append(f"{NAMES.get(s, s)}'s link time {trows[0][k]:.1f} → {trows[-1][k]:.1f} ms and compute's "
+                         f"wait {trows[0][wait]:.1f} → {trows[-1][wait]:.1f} ms")
+    return (f"From {J}, " + "; ".join(units) + ".",
+            f"At N = 1024, from {J}, " + "; ".join(times) + ".")
 
 
 def caption(name, run=None):
@@ -908,7 +990,17 @@ def caption(name, run=None):
         return (f"{CAPTIONS[name]} Up the ladder, {at}; ZeRO++'s changes take FSDP's {fsdp:.1f} MB at N = 384 to "
                 f"{zeropp:.1f} MB (int8 gathers, the backward's gathers kept inside the machine, int4 gradient "
                 "pieces in two hops).")
-    return CAPTIONS[name]
+    data = os.path.join(run, "data") if run else None
+    computed = ""
+    if data and name == "memory_by_category" and os.path.exists(f"{data}/memory.tsv"):
+        computed = memory_claims(f"{data}/memory.tsv")
+    elif data and name == "memory_vs_ranks" and os.path.exists(f"{data}/plan.tsv"):
+        computed = ranks_claims(f"{data}/plan.tsv")
+    elif data and name == "model_state_vs_ranks" and os.path.exists(f"{data}/plan_model_state.tsv"):
+        computed = ranks_claims(f"{data}/plan_model_state.tsv", state=True)
+    elif data and name in ("units", "units_time") and os.path.exists(f"{data}/units.tsv"):
+        computed = units_claims(f"{data}/units.tsv", f"{data}/units_time.tsv")[name == "units_time"]
+    return f"{CAPTIONS[name]} {computed}".strip()
 
 
 ZEROPP_RUNS = ["qwz", "hpz", "qgz", "all"]  # compare.sh ZEROPP=1: FSDP with ZeRO++'s changes (docs/zeropp.md)

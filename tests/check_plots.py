@@ -11,8 +11,10 @@ them. For every plot and every panel of it:
 and for the stacked memory plots, from their data: memory_by_category's stack of each rank is the summary's
 peak_moment held bytes, category by category, adding up to its peak_bytes; no category in their legends
 holds nothing (a series hidden under the stack draws, but shows nothing); every picture and link of
-report.html and report.md that points into the run is there; and the captions' comparisons hold against the
-data their pictures draw.
+report.html and report.md that points into the run is there; the captions' comparisons hold against the
+data their pictures draw (each recomputed here: the ZeRO++ rungs, who sits above DDP at N = 1, where ZeRO-3
+levels off and FSDP climbs, what each rung keeps less of, the units' collectives, peaks, link times and waits);
+and no legend of examples/report.py is placed over the data.
 
 Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
 import json
@@ -196,6 +198,92 @@ def check_captions(run, failures):
             failures.append(f"'{title}': a caption tells of lines that bend, which no data of it computes")
 
 
+def table(path):
+    """A report TSV's column names and its rows (the first column as text)."""
+    lines = [line.rstrip("\n").split("\t") for line in open(path)]
+    return lines[0][0].lstrip("# ").split("\t") + lines[0][1:], [f for f in lines[1:] if f[0]]
+
+
+def claim(failures, name, said, pattern, expected):
+    """The numbers `pattern`'s groups catch in `said`, in order, must be `expected`, to the decimals printed; a
+    sentence the data calls for must be there, and none it does not."""
+    found = [x for m in re.finditer(pattern, said) for x in m.groups()]
+    if len(found) != len(expected) or any(abs(float(a) - b) > 0.5 * 10 ** -len((a + ".").split(".")[1]) + 1e-9
+                                          for a, b in zip(found, expected)):
+        failures.append(f"{name} caption: {pattern!r} says {found}, the data {expected}")
+
+
+def check_computed_captions(run, failures):
+    """The comparisons computed into the captions of memory_by_category, memory_vs_ranks, model_state_vs_ranks,
+    units and units_time, each recomputed here from the data its picture draws."""
+    report = open(os.path.join(run, "report.md")).read()
+    said = {name: text for text, name in re.findall(r"^## .+?\n\n(.+?)\n\n!\[.*?\]\(plots/(\w+)\.png\)", report,
+                                                    re.M | re.S)}
+    data = os.path.join(run, "data")
+    if "memory_by_category" in said:
+        names, rows = table(os.path.join(data, "memory.tsv"))
+        rank0 = {f[0][:-3]: dict(zip(names[1:], map(float, f[1:]))) for f in rows if f[0].endswith("-r0")}
+        expected, kinds = [], []
+        for s, held in rank0.items():
+            if s not in ("single", "ddp") and "ddp" in rank0:
+                kinds.append([c for c in ("optim", "grads", "params") if held[c] < rank0["ddp"][c]])
+                expected.append(sum(held.get(c, 0) for c in ("params_gathered", "grads_gathered", "comm_buffers")))
+        claim(failures, "memory_by_category", said["memory_by_category"], r"and holds ([\d.]+) MB", expected)
+        less = re.findall(r"keeps less (.+?) and holds", said["memory_by_category"])
+        if [re.findall(r"optim|grads|params", x) for x in less] != kinds:
+            failures.append(f"memory_by_category caption: keeps less {less}, the data {kinds}")
+    for name, tsv in (("memory_vs_ranks", "plan.tsv"), ("model_state_vs_ranks", "plan_model_state.tsv")):
+        if name not in said:
+            continue
+        names, rows = table(os.path.join(data, tsv))
+        col = {s: k for k, s in enumerate(names)}
+        values = {s: [float(r[k]) for r in rows] for s, k in col.items()}
+        if name == "memory_vs_ranks" and "ddp" in col:
+            above = [s for s in names[1:] if s != "ddp" and values[s][0] > values["ddp"][0]]
+            m = re.search(r"At N = 1, (.+?) sits? above DDP", said[name])
+            listed = [w.lower().replace("-", "") for w in re.split(r", | and ", m.group(1))] if m else []
+            if listed != above:  # the registry's titles (ZeRO-2, FSDP) are the names, less case and hyphen
+                failures.append(f"{name} caption: {listed or 'no strategy'} above DDP at N = 1; the data {above}")
+        if "zero3" in col:
+            v = values["zero3"]
+            k = len(v) - 1
+            while k > 0 and v[k - 1] == v[-1]:
+                k -= 1
+            claim(failures, name, said[name], r"ZeRO-3 levels off from N = (\d+) at ([\d.]+) MB",
+                  [values["ranks"][k], v[-1]] if k < len(v) - 1 else [])
+        if "fsdp" in col:
+            v = values["fsdp"]
+            low = min(range(len(v)), key=v.__getitem__)
+            claim(failures, name, said[name], r"FSDP is lowest at N = (\d+) \(([\d.]+) MB\) and climbs to ([\d.]+) MB at "
+                  r"N = (\d+)", [values["ranks"][low], v[low], v[-1], values["ranks"][-1]] if v[-1] > v[low] else [])
+    if "units" in said or "units_time" in said:
+        names, rows = table(os.path.join(data, "units.tsv"))
+        first, last = [float(x) for x in rows[0]], [float(x) for x in rows[-1]]
+        expected = []
+        for k, c in enumerate(names):
+            if c.endswith("_calls"):
+                peak = names.index(c[:-6] + "_peak_mb")
+                expected += [first[k], last[k], first[peak], last[peak]]
+        claim(failures, "units", said.get("units", ""), r"go (\d+) → (\d+) and its peak ([\d.]+) → ([\d.]+) MB", expected)
+        names, rows = table(os.path.join(data, "units_time.tsv"))
+        first, last = [float(x) for x in rows[0]], [float(x) for x in rows[-1]]
+        expected = []
+        for k, c in enumerate(names):
+            if c.endswith("_link_ms_n1024"):
+                wait = names.index(c.replace("_link_", "_waited_"))
+                expected += [first[k], last[k], first[wait], last[wait]]
+        claim(failures, "units_time", said.get("units_time", ""),
+              r"link time ([\d.]+) → ([\d.]+) ms and compute's wait ([\d.]+) → ([\d.]+) ms", expected)
+
+
+def check_legends_outside(failures):
+    """No legend over the data: every gnuplot key of the report is placed outside the plotted area (or below it)."""
+    source = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "report.py")).read()
+    for line in re.findall(r"^set key .*$", source, re.M):
+        if not re.match(r"set key (outside|below)", line):
+            failures.append(f"examples/report.py: '{line}' places a legend where it can cover data")
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -209,6 +297,8 @@ def main():
     check_stacked_legends(run, failures)
     check_report_links(run, failures)
     check_captions(run, failures)
+    check_computed_captions(run, failures)
+    check_legends_outside(failures)
     for f in failures:
         print("FAIL:", f)
     print(f"check_plots: {len(names)} plots, {len(failures)} failures")
