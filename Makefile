@@ -21,7 +21,13 @@ OPENBLAS_LIBDIR = $(shell $(PKG_CONFIG) --variable=libdir openblas 2>/dev/null)
 CODEGEN   = -fno-math-errno -fvect-cost-model=dynamic -fopenmp
 CFLAGS   += -std=c11 -I. $(OPT) $(CODEGEN) -Wall -Wextra -D_GNU_SOURCE -MMD -MP \
             $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
-LDLIBS   += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(OPENBLAS_LIBDIR) -fopenmp -lm
+# The layers' matrix products (models/gpt2_ops.c) run on oneDNN, which picks its kernels from the
+# CPU's feature bits at run time; BLAS=openblas runs them on OpenBLAS instead (for comparison:
+# docs/performance.md). OpenBLAS stays linked either way: the layer tests' double build, bench_comm.
+ifeq ($(BLAS),openblas)
+CFLAGS   += -DSHARDLAB_PRODUCTS_OPENBLAS
+endif
+LDLIBS   += -ldnnl $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(OPENBLAS_LIBDIR) -fopenmp -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 # mpirun as root needs --allow-run-as-root; more ranks than cores need --oversubscribe.
 # Several machines: HOSTFILE=hosts spreads the ranks over the hosts it lists, with
@@ -32,7 +38,7 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
             $(MPI_EXTRA) -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
-               libopenblas-openmp-dev gnuplot-nox python3 clang libclang-rt-14-dev procps chromium
+               libopenblas-openmp-dev libdnnl-dev gnuplot-nox python3 clang libclang-rt-14-dev procps chromium
 
 # Sources by folder, from the bottom layer up (docs/README.md has the map): every
 # .c of these folders is in the library, and the CUDA build adds every .cu. The
@@ -80,7 +86,7 @@ CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
+.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-asan-quick test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
 all: blas-check $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 
@@ -203,7 +209,7 @@ test-quick: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash tests/run_quick.sh
 
-# The equivalence tier and the labs under other OpenBLAS kernels and thread
+# The equivalence tier and the labs under other instruction sets of oneDNN's product kernels and thread
 # counts than this machine's (tests/run_portable.sh; part of make test, and so of
 # CI's sanitized pass): the bits must not depend on the CPU.
 test-portable: deps
@@ -212,8 +218,12 @@ test-portable: deps
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, built at
 # the production optimisation level (what runs is what ships, and it is faster).
+# test-asan-quick: the fast tier so (CI's sanitized pass, beside make test).
+ASAN_OPT = $(OPT) -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 test-asan:
-	$(MAKE) BUILD=build-asan GPU=0 OPT="$(OPT) -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	$(MAKE) BUILD=build-asan GPU=0 OPT="$(ASAN_OPT)" test
+test-asan-quick:
+	$(MAKE) BUILD=build-asan GPU=0 OPT="$(ASAN_OPT)" test-quick
 
 # What a sanitized build cannot check, on the plain build: the timing table
 # (bench), the address-space limits and the CUDA build's command lines (plain).

@@ -1,12 +1,13 @@
 // bench_step: how close a whole training step on the CPU comes to the machine's
 // matrix-multiply rate, and where the step's time goes. Prints the achieved
 // GFLOP/s of forward + backward + AdamW (model FLOPs: 6 * params * tokens +
-// attention) next to cblas_sgemm's GFLOP/s measured between the steps, with the
+// attention) next to the products' engine's GFLOP/s (`product`, models/gpt2_ops.h:
+// oneDNN, or OpenBLAS with BLAS=openblas) on a 1024^3 product measured between the steps, with the
 // same threads (every core, or OMP_NUM_THREADS), then the best step's time per op
 // kind: forward and backward milliseconds and the share of the step, timed
 // through the model's op_times table (models/gpt2.h) in the same steps.
 //   build/bench_step [--config d4] [--batch 4] [--seq 64] [--steps 5]
-#include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "run/threads.h"
 #include "util/timer.h"
 #include "models/gpt2.h"
+#include "models/gpt2_ops.h"
 
 // The n^3 sgemm the step is compared with. It runs for half a second after each
 // step, so that on a shared machine both sides see the same load, and the best
@@ -40,8 +42,7 @@ static double sgemm_gflops(const Sgemm *g, double seconds) {
     int calls = 0;
     double start = timer_now(), elapsed;
     do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->n, g->n, g->n, 1, g->a, g->n, g->b, g->n, 0,
-                    g->c, g->n);
+        product('N', 'T', g->n, g->n, g->n, 1, g->a, g->n, g->b, g->n, 0, g->c, g->n);
         calls++;
         elapsed = timer_now() - start;
     } while (elapsed < seconds);
@@ -112,12 +113,13 @@ int main(int argc, char **argv) {
         if (step > 0 && sgemm_rate > sgemm_best) sgemm_best = sgemm_rate;
     }
     double step_gflops = gpt2_flops_per_step(&config, B, T) / best.step_s / 1e9;
-    BlasInfo blas = threads_blas();
+    ProductEngine engine = product_engine();
     printf("%s B=%d T=%d%s: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; sgemm 1024^3 %.2f GFLOP/s "
-           "(the best of %.1f s runs after each step; %d threads, OpenBLAS kernels for %s, its %s build: %s); "
+           "(the best of %.1f s runs after each step; %d threads, %s's kernels for %s, threads by %s); "
            "step/sgemm = %.0f%%\n",
-           config_name, B, T, fused_classifier ? " (fused classifier)" : "", P, 1e3 * best.step_s, steps, step_gflops, sgemm_best, SGEMM_SECONDS_PER_STEP,
-           blas.threads, blas.kernel, blas.parallel, blas.config, 100.0 * step_gflops / sgemm_best);
+           config_name, B, T, fused_classifier ? " (fused classifier)" : "", P, 1e3 * best.step_s, steps, step_gflops,
+           sgemm_best, SGEMM_SECONDS_PER_STEP, omp_get_max_threads(), engine.engine, engine.kernels, engine.parallel,
+           100.0 * step_gflops / sgemm_best);
     gpt2_print_op_times(&best_ops, &best);
     sgemm_free(&sgemm);
     free(tokens);

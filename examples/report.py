@@ -912,7 +912,7 @@ def memory_claims(path):
     for s, held in rank0.items():
         if s in ("single", "ddp"):
             continue
-        less = [c for c in ("optim", "grads", "params") if c in held and held[c] < rank0["ddp"][c]]
+        less = [c for c in ("optim", "grads", "params") if held.get(c, 0) < rank0["ddp"].get(c, 0)]
         temp = sum(held[c] for c in temporary)
         parts.append(f"{NAMES.get(s, s)} keeps less {listed(less) if less else 'of nothing'} and holds "
                      f"{temp:.3f} MB of temporaries")

@@ -1,22 +1,78 @@
 // gpt2_ops.c: GPT-2's layers on the CPU. Loops are written out for the cheap
-// element-wise layers; every matrix product goes through BLAS gemm.
+// element-wise layers; every matrix product goes through `product`, on the
+// build's engine: oneDNN (its sgemm, whose kernels it picks at run time from
+// the CPU's feature bits: AVX2, AVX-512, ...; ONEDNN_MAX_CPU_ISA caps them), or
+// OpenBLAS with BLAS=openblas; the layer tests' double build, OpenBLAS's dgemm.
 //
-// Threads (OpenMP, the same pool as OpenBLAS's: run/threads.c) split the
+// Threads (OpenMP, the same pool as the engine's: run/threads.c) split the
 // loops over rows or elements, whose results do not depend on which thread
 // computes them. Sums over rows (the bias and layernorm parameter gradients) are
 // split by columns instead: each column still adds its rows in order, so every
 // result is the same bit for bit whatever the number of threads.
 #include "models/gpt2_ops.h"
 
-#include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
 
+#if defined(SHARDLAB_REAL_DOUBLE) || defined(SHARDLAB_PRODUCTS_OPENBLAS)
+#include <cblas.h>
+
+void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
+             int ldb, real_t beta, real_t *C, int ldc) {
 #ifdef SHARDLAB_REAL_DOUBLE
-#define cblas_gemm cblas_dgemm
+    cblas_dgemm(
 #else
-#define cblas_gemm cblas_sgemm
+    cblas_sgemm(
+#endif
+        CblasRowMajor, transa == 'T' ? CblasTrans : CblasNoTrans, transb == 'T' ? CblasTrans : CblasNoTrans, M, N, K,
+        alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+ProductEngine product_engine(void) {
+    static const char *const modes[] = {"sequential", "pthreads", "openmp"};
+    int mode = openblas_get_parallel();
+    return (ProductEngine){.engine = openblas_get_config(), .kernels = openblas_get_corename(),
+                           .parallel = mode >= 0 && mode <= 2 ? modes[mode] : "unknown"};
+}
+
+void product_set_threads(int threads) { openblas_set_num_threads(threads); }
+#else
+#include <dnnl.h>
+
+void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
+             int ldb, real_t beta, real_t *C, int ldc) {
+    dnnl_status_t status = dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (status != dnnl_success) {  // a shape the layers never ask for; nothing to recover
+        fprintf(stderr, "shardlab: %s:%d: oneDNN's sgemm %c%c %dx%dx%d failed (status %d)\n", __FILE__, __LINE__,
+                transa, transb, M, N, K, (int)status);
+        exit(1);
+    }
+}
+
+// The instruction set oneDNN's kernels run on this CPU (ONEDNN_MAX_CPU_ISA may cap it).
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+    }
+}
+
+ProductEngine product_engine(void) {
+    return (ProductEngine){.engine = "oneDNN", .kernels = isa_name(dnnl_get_effective_cpu_isa()),
+                           .parallel = "openmp"};
+}
+
+void product_set_threads(int threads) { (void)threads; }  // oneDNN takes the OpenMP pool's count at each call
 #endif
 
 static const real_t LAYERNORM_EPS = 1e-5;
@@ -133,7 +189,7 @@ void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const 
                     int B, int T, int C, int OC) {
     int rows = B * T;
     // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
-    cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1, inp, C, weight, C, 0, out,
+    product('N', 'T', rows, OC, C, 1, inp, C, weight, C, 0, out,
                OC);
     if (!bias) return;
 #pragma omp parallel for
@@ -147,10 +203,10 @@ void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t 
                      const real_t *inp, const real_t *weight, int B, int T, int C, int OC) {
     int rows = B * T;
     // dinp (rows,C) += dout (rows,OC) @ weight (OC,C)
-    cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1, dout, OC, weight, C, 1,
+    product('N', 'N', rows, C, OC, 1, dout, OC, weight, C, 1,
                dinp, C);
     // dweight (OC,C) += dout^T (OC,rows) @ inp (rows,C)
-    cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, rows, 1, dout, OC, inp, C, 1,
+    product('T', 'N', OC, C, rows, 1, dout, OC, inp, C, 1,
                dweight, C);
     if (dbias) add_column_sums(dbias, dout, rows, OC);
 }
@@ -201,7 +257,7 @@ void attention_forward(real_t *out, real_t *att, const real_t *qkv, real_t *scra
             real_t *att_bh = att + ((size_t)b * NH + h) * T * T;
             real_t *out_bh = out + (size_t)b * T * C + h * hs;
             // att (T,T) = softmax(scale * q @ k^T), causal
-            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C,
+            product('N', 'T', T, T, hs, scale, q, 3 * C, k, 3 * C,
                        0, att_bh, T);
             causal_softmax_rows(att_bh, T);
             const real_t *used = att_bh;  // what multiplies v: the probabilities, or them dropped
@@ -211,7 +267,7 @@ void attention_forward(real_t *out, real_t *att, const real_t *qkv, real_t *scra
                 used = dropped;
             }
             // out (T,hs) = att (T,T) @ v (T,hs)
-            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1, used, T, v, 3 * C,
+            product('N', 'N', T, hs, T, 1, used, T, v, 3 * C,
                        0, out_bh, C);
         }
     }
@@ -246,10 +302,10 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
             real_t *datt = scratch + ((size_t)b * NH + h) * T * T;  // (T,T)
             // dv (T,hs) += att^T @ dout, of the probabilities that multiplied v (dropped, in datt for now)
             if (drop) drop_probabilities(datt, att_bh, drop, b, h, T);
-            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1, drop ? datt : att_bh, T, dout_bh, C,
+            product('T', 'N', T, hs, T, 1, drop ? datt : att_bh, T, dout_bh, C,
                        1, dv, 3 * C);
             // datt (T,T) = dout (T,hs) @ v^T, through the same mask back to the probabilities
-            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1, dout_bh, C, v, 3 * C,
+            product('N', 'T', T, T, hs, 1, dout_bh, C, v, 3 * C,
                        0, datt, T);
             if (drop) drop_probabilities(datt, datt, drop, b, h, T);
             // softmax backward, row by row and in place: dpre = att * (datt - sum(att * datt))
@@ -263,9 +319,9 @@ void attention_backward(real_t *dqkv, const real_t *dout, const real_t *qkv, con
             }
             const real_t *dpreatt = datt;
             // dq += scale * dpre @ k ;  dk += scale * dpre^T @ q
-            cblas_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dpreatt, T, k,
+            product('N', 'N', T, hs, T, scale, dpreatt, T, k,
                        3 * C, 1, dq, 3 * C);
-            cblas_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dpreatt, T, q,
+            product('T', 'N', T, hs, T, scale, dpreatt, T, q,
                        3 * C, 1, dk, 3 * C);
         }
     }

@@ -24,6 +24,20 @@ typedef double real_t;
 typedef float real_t;
 #endif
 
+// C (M,N) = alpha op(A) op(B) + beta C, row-major, op(X) being X ('N') or X^T ('T'): every matrix product of the
+// layers, on the build's engine (gpt2_ops.c). A (M,K) after op, lda its row stride; B (K,N), ldb; C, ldc.
+void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
+             int ldb, real_t beta, real_t *C, int ldc);
+// The engine `product` runs on: its name (OpenBLAS: its build line), the kernels it chose for this CPU (oneDNN:
+// the instruction set, which ONEDNN_MAX_CPU_ISA may cap; OpenBLAS: OPENBLAS_CORETYPE's kernel), and how its
+// threads run ("openmp": the layers' own pool).
+typedef struct {
+    const char *engine, *kernels, *parallel;
+} ProductEngine;
+ProductEngine product_engine(void);
+// The engine's threads, where it keeps its own count (OpenBLAS); oneDNN follows the OpenMP pool's.
+void product_set_threads(int threads);
+
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
                      int C);  // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C)

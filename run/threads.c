@@ -1,10 +1,11 @@
 #include "run/threads.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "models/gpt2_ops.h"
 
 // The cores this process may run on (taskset and cgroup cpusets included).
 static int available_cores(void) {
@@ -25,14 +26,6 @@ int threads_configure(int ranks_on_node, int *cores) {
     int threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : available / (ranks_on_node > 0 ? ranks_on_node : 1);
     if (threads < 1) threads = 1;
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    product_set_threads(threads);
     return threads;
-}
-
-BlasInfo threads_blas(void) {
-    static const char *const modes[] = {"sequential", "pthreads", "openmp"};
-    int mode = openblas_get_parallel();
-    return (BlasInfo){.config = openblas_get_config(), .kernel = openblas_get_corename(),
-                      .parallel = mode >= 0 && mode <= 2 ? modes[mode] : "unknown",
-                      .threads = openblas_get_num_threads()};
 }

@@ -1,6 +1,6 @@
-// threads.h: how many threads a rank computes with. OpenBLAS (its OpenMP build)
-// and the layers' loops (models/gpt2_ops.c) share one OpenMP pool, so one number
-// sets both. With R ranks on a node of C cores, each rank takes max(1, C / R)
+// threads.h: how many threads a rank computes with. The products' engine (oneDNN,
+// or OpenBLAS's OpenMP build) and the layers' loops (models/gpt2_ops.c) share one
+// OpenMP pool, so one number sets both. With R ranks on a node of C cores, each rank takes max(1, C / R)
 // threads, so that ranks sharing a machine do not oversubscribe its cores;
 // OMP_NUM_THREADS, when set, decides instead.
 #ifndef SHARDLAB_THREADS_H
@@ -12,14 +12,5 @@ int threads_configure(int ranks_on_node, int *cores);
 // The machine's online cores, whatever this process is bound to (mpirun binds
 // each rank to one core when there are no more ranks than cores).
 int threads_cores_on_node(void);
-
-// The BLAS this process runs: OpenBLAS's build line, the kernel it chose for
-// this CPU (OPENBLAS_CORETYPE may choose another), how it runs its threads
-// ("openmp": the layers' pool; "pthreads" or "sequential" otherwise), and how many.
-typedef struct {
-    const char *config, *kernel, *parallel;
-    int threads;
-} BlasInfo;
-BlasInfo threads_blas(void);
 
 #endif

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "models/gpt2_io.h"
+#include "models/gpt2_ops.h"
 #include "run/agree.h"
 #include "run/checkpoint.h"
 #include "run/data.h"
@@ -730,12 +732,13 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "}, \"blocks_of_unit\": [");  // 0 for the embeddings' unit and the head
     for (int u = 0; u < run->model.layout.num_units; u++)
         fprintf(f, "%s%d", u ? ", " : "", run->model.layout.unit_num_layers[u]);
-    BlasInfo blas = threads_blas();  // rank 0's, which writes the summary
-    fprintf(f, "], \"blas\": {\"config\": ");
-    write_json_text(f, blas.config);
-    fprintf(f, ", \"kernel\": ");
-    write_json_text(f, blas.kernel);
-    fprintf(f, ", \"parallel\": \"%s\", \"threads\": %d}", blas.parallel, blas.threads);
+    ProductEngine products = product_engine();  // rank 0's, which writes the summary; a GPU's are cuBLAS's
+    if (strcmp(device_name(), "cpu") != 0) products = (ProductEngine){"cuBLAS", device_name(), "cuda streams"};
+    fprintf(f, "], \"products\": {\"engine\": ");
+    write_json_text(f, products.engine);
+    fprintf(f, ", \"kernels\": ");
+    write_json_text(f, products.kernels);
+    fprintf(f, ", \"parallel\": \"%s\", \"threads\": %d}", products.parallel, omp_get_max_threads());
     fprintf(f, ", \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",
             run->last_step, run->stopped_by_signal ? "true" : "false", tokens_per_s, threads_cores_on_node(),

@@ -48,6 +48,7 @@ import shlex
 import struct
 import subprocess
 import sys
+import time
 
 from testlib import Checks, read_log, run, with_flags, write_learnable_shard
 
@@ -1224,7 +1225,9 @@ def main():
                             ("check_fused_classifier", lambda: check_fused_classifier(tmp, common)),
                             ("check_offload", lambda: check_offload(tmp, common))):
         if not only or name in only:
+            started = time.time()
             run_check()
+            print(f"strategies: {name} took {time.time() - started:.0f} s", flush=True)
     known = {"check_strategy_runs", "check_accumulation", "check_trace_overlap", "check_trace_memory", "check_precision",
              "check_hybrid", "check_units", "check_ema", "check_dropout", "check_replicas", "check_fused_classifier",
              "check_offload"}

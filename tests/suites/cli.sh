@@ -41,16 +41,20 @@ else bad "--keep prunes only checkpoints: a link's target and other directories 
 mkfifo "$tmp/fifo_out"
 fails "trainer: --out-model is a FIFO (no hang)" "--out-model $tmp/fifo_out: not a regular file \(a FIFO\)" \
     "${train[@]}" --out-model "$tmp/fifo_out"
-# the BLAS: OpenBLAS's OpenMP build or a refusal naming the package; the summary says which build ran, its kernel
+# OpenBLAS's OpenMP build or a refusal naming the package; the summary names the products' engine (oneDNN) and
+# the instruction set it chose, which ONEDNN_MAX_CPU_ISA caps
 fails "make: another OpenBLAS than the OpenMP build is refused" "OpenMP build is not installed.*libopenblas-openmp-dev" \
     make --no-print-directory blas-check OPENBLAS_LIBDIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
-if "${train[@]}" --log "$tmp/blas.jsonl" >/dev/null 2>&1 && python3 - "$tmp/blas.jsonl" <<'PY'
+if "${train[@]}" --log "$tmp/blas.jsonl" >/dev/null 2>&1 &&
+   env ONEDNN_MAX_CPU_ISA=AVX2 "${train[@]}" --log "$tmp/avx2.jsonl" >/dev/null 2>&1 &&
+   python3 - "$tmp/blas.jsonl" "$tmp/avx2.jsonl" <<'PY'
 import json, sys
-blas = json.loads(open(sys.argv[1]).read().splitlines()[-1])["blas"]
-assert blas["parallel"] == "openmp" and blas["kernel"] and blas["config"].startswith("OpenBLAS") and blas["threads"] >= 1, blas
+own, avx2 = (json.loads(open(path).read().splitlines()[-1])["products"] for path in sys.argv[1:])
+assert own["engine"] == "oneDNN" and own["parallel"] == "openmp" and own["threads"] >= 1 and own["kernels"], own
+assert avx2["kernels"] == "avx2" or own["kernels"] in ("sse41", "avx"), (own, avx2)
 PY
-then ok "trainer: the summary names the BLAS (OpenBLAS's OpenMP build), its kernel and threads"
-else bad "trainer: the summary names the BLAS (OpenBLAS's OpenMP build), its kernel and threads"; fi
+then ok "trainer: the summary names the products' engine (oneDNN), the instruction set it chose, and the threads"
+else bad "trainer: the summary names the products' engine (oneDNN), the instruction set it chose, and the threads"; fi
 fails "trainer: --log is a FIFO (no hang)" "--log $tmp/fifo_out: not a regular file \(a FIFO\)" "${train[@]}" --log "$tmp/fifo_out"
 fails "init_model: --out is a FIFO (no hang)" "fifo_out: not a regular file \(a FIFO\)" "$BUILD/init_model" --layers 1 \
     --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/fifo_out"
