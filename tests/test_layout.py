@@ -41,7 +41,7 @@ def strategy_dirs():
 def sources():
     for folder, _dirs, names in os.walk(ROOT):
         rel = os.path.relpath(folder, ROOT)
-        if rel.split(os.sep)[0] in ("build", "build-asan", "build-tsan", ".git", "labs", "runs"):
+        if rel.split(os.sep)[0].startswith("build") or rel.split(os.sep)[0] in (".git", "labs", "runs"):
             continue
         for name in names:
             if name.endswith((".c", ".h", ".cu")):

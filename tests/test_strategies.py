@@ -481,8 +481,10 @@ def check_accumulation(tmp, model, data):
     runs = []  # (strategy, N, K, mode, prefetch, reshard)
     for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
         modes = ("sync-each", "no-sync") if strategy in ("zero2", "zero3", "fsdp") else ("sync-each",)
+        # N = 2 and 4 with K = 2, N = 3 with K = 4 (and N = 1, K = 4, once): each K where N divides nothing too
+        shapes = ((2, 2), (3, 4), (4, 2)) + (((1, 4),) if strategy == "zero2" else ())
         runs += [(strategy, n, accum, mode, 1 if accum == 4 and strategy in ("zero3", "fsdp") else 0, 1)
-                 for n in (1, 2, 3, 4) for accum in (2, 4) for mode in modes]
+                 for n, accum in shapes for mode in modes]
     # FSDP's unsharded forward-to-backward, and wider prefetch windows
     runs += [("fsdp", 3, 2, "no-sync", 2, 0), ("fsdp", 2, 4, "sync-each", 1, 0), ("zero3", 4, 4, "sync-each", 2, 1)]
     for strategy, n, accum, mode, prefetch, reshard in runs:
@@ -519,8 +521,8 @@ def check_accumulation(tmp, model, data):
 
 
 def check_precision(tmp, common):
-    """--precision bf16 at N = 1..4 for every strategy, against train_single --precision bf16 with the same
-    --reduce-dtype. With --reduce-dtype fp32 the gradients stay fp32 from the backward through the reduce, so a
+    """--precision bf16 for every strategy (each dtype combination at N = 2 and 3, one of them at N = 1 and at 4),
+    against train_single --precision bf16 with the same --reduce-dtype. With --reduce-dtype fp32 the gradients stay fp32 from the backward through the reduce, so a
     strategy differs from the single rank only in the order of fp32 sums, as an fp32 run does; but a master
     weight one fp32 step away can round to the next bf16 value (2^-8 to 2^-7 away), which the following steps carry:
     losses within 1e-4. With bf16 gradients each rank rounds its partial gradients and the reduce rounds each
@@ -536,9 +538,10 @@ def check_precision(tmp, common):
         check(run([f"{BUILD}/train_single", *common, *flags, "--log", log]) == 0, f"train_single {' '.join(flags)} runs")
         references[(precision, reduce)] = read_log(log)[0]
     drift = {}
-    for strategy in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
-        for n in (1, 2, 3, 4):
-            for precision, reduce in combos:
+    for k, strategy in enumerate(("ddp", "zero1", "zero2", "zero3", "fsdp")):
+        # every combination at N = 2 and 3; one at N = 4 and one at N = 1, a strategy's after another's
+        for n, precision, reduce in [(n, *c) for n in (2, 3) for c in combos] + [(4, *combos[k % 3]),
+                                                                                  (1, *combos[(k + 1) % 3])]:
                 flags = ["--precision", precision, "--reduce-dtype", reduce]
                 if strategy in ("zero3", "fsdp"):
                     flags += ["--prefetch", "0"]
@@ -654,7 +657,7 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
 def check_units(tmp, common, ref_steps, ref_params):
     """ZeRO-3 and FSDP with the blocks grouped into units (--unit-blocks J, --wrap-min-params PARAMS; docs/fsdp.md):
     J = 2 = L here, and the size policy at one block's parameters + 1 (both blocks in one unit) and at 1 (a unit
-    per block), at N = 1..4 with --prefetch 0 and 1: train_single's losses and final model (1e-5), and the memory
+    per block), at N = 2 and 3 with --prefetch 0 and 1, N = 1 and 4 with 1: train_single's losses and final model (1e-5), and the memory
     and traffic formulas of the grouped units (one gather and one reduce per unit). On a model of L = 3 blocks,
     J = 2 (units of 2 + 1 blocks), J = L and a size policy that makes 2 + 1: train_single's losses and model.
     Both flags at once are refused, and so is --unit-blocks for a strategy without units to group."""
@@ -666,8 +669,7 @@ def check_units(tmp, common, ref_steps, ref_params):
         for flags, sizes in policies:
             UNITS = block_units(sizes)
             for strategy in ("zero3", "fsdp"):
-                for n in (1, 2, 3, 4):
-                    for prefetch in (0, 1):
+                for n, prefetch in ((1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (4, 1)):
                         tag = f"{strategy} N={n} --prefetch {prefetch} {' '.join(flags)}"
                         result = run_logged(tag, strategy_command(strategy, n, [*flags, "--prefetch", str(prefetch),
                                                                                 *common]),
