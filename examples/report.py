@@ -281,7 +281,9 @@ def plan_model_args(cfg):
 def plan_memory_args(cfg):
     """build/plan's flags for what changes the run's memory, as its trainers were given them."""
     args = ["--precision", cfg.get("precision", "fp32"), "--reduce-dtype", cfg.get("reduce_dtype", "fp32"),
-            "--grad-accum", str(cfg.get("grad_accum", 1)), "--accum-mode", cfg.get("accum_mode", "sync-each")]
+            "--grad-accum", str(cfg.get("grad_accum", 1))]
+    if cfg.get("grad_accum", 1) > 1:  # how its micro-batches are reduced: a flag of nothing with one
+        args += ["--accum-mode", cfg.get("accum_mode", "sync-each")]
     flags = (("recompute", "--recompute"), ("fused_attention", "--fused-attention"),
              ("fused_classifier", "--fused-classifier"), ("offload_optimizer", "--offload-optimizer"))
     args += [flag for key, flag in flags if cfg.get(key)]

@@ -197,9 +197,12 @@ def reference_flags(strategy, n, flags, build=None):
     """train_single's flags that make it the reference of `strategy` at `n` ranks with the trainer flags `flags`,
     bit for bit: the ranks' rows as micro-batches of their own, averaged where and when the strategy averages them
     (single/single.c). The registry says how the strategy averages (its `reference`: --accum-mode no-sync for
-    whole gradients reduced once); an --accum-mode
+    whole gradients reduced once; nothing with one micro-batch); an --accum-mode
     it does not fix is the run's; hybrid groups and whole small tensors have their twins (REFERENCE_TWINS)."""
     out = ["--as-ranks", str(n), *registry(build or default_build())[strategy]["reference"]]
+    if int(flag_value(flags, "--grad-accum", "1")) <= 1 and "--accum-mode" in out:  # one micro-batch: no mode
+        at = out.index("--accum-mode")
+        del out[at:at + 2]
     if "--accum-mode" not in out and "--accum-mode" in flags:
         out += ["--accum-mode", flag_value(flags, "--accum-mode", "sync-each")]
     group = int(flag_value(flags, "--shard-group", "0"))

@@ -148,6 +148,9 @@ static const char *idle_flag_problem(const TrainOptions *o, const CliSpec *spec)
         return "--keep K keeps the newest checkpoints of --ckpt-dir, which is not given: it would do nothing";
     if (cli_given(spec, "--eval-batches") && o->eval_every == 0)
         return "--eval-batches K sizes each validation, and --eval-every is 0 (none): it would do nothing";
+    if (cli_given(spec, "--accum-mode") && o->grad_accum <= 1)
+        return "--accum-mode says when the micro-batches' gradients are reduced, and --grad-accum is 1 (one "
+               "micro-batch a step): it would do nothing";
     return NULL;
 }
 

@@ -87,7 +87,7 @@ CASES = {
     "--fused-classifier": ({}, {"--fused-classifier": True}),
     "--data-order": ({}, {"--data-order": "llmc"}),
     "--grad-accum": ({}, {"--grad-accum": "2"}),
-    "--accum-mode": ({}, {"--accum-mode": "no-sync"}),
+    "--accum-mode": ({"--grad-accum": "2"}, {"--grad-accum": "2", "--accum-mode": "no-sync"}),
     "--precision": ({"--reduce-dtype": "fp32"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
     "--reduce-dtype": ({"--precision": "bf16"}, {"--precision": "bf16", "--reduce-dtype": "fp32"}),
     "--dropout": ({}, {"--dropout": "0.1"}),

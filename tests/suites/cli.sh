@@ -179,6 +179,8 @@ fails "trainer: --keep without --ckpt-dir" "--keep K keeps the newest checkpoint
     "${train[@]}" --keep 3
 fails "trainer: --eval-batches without --eval-every" "--eval-batches K sizes each validation, and --eval-every is 0" \
     "${train[@]}" --eval-batches 2
+fails "trainer: --accum-mode with one micro-batch" "--accum-mode says when the micro-batches' gradients are reduced, and --grad-accum is 1" \
+    "${train[@]}" --accum-mode no-sync
 fails "trainer: a test hook's seconds that are not seconds" "SHARDLAB_TEST_OPTIM_DELAY_S is 'abc': give a number of seconds" \
     env SHARDLAB_TEST_OPTIM_DELAY_S=abc "${train[@]}"
 fails "trainer: --log in a missing directory" "--log /nonexistent/log.jsonl: cannot open for writing" \
