@@ -1044,6 +1044,9 @@ def zeropp_table(run, logs):
     return note, header, rows
 
 
+SPREAD_STEPS = 4  # steps after the first that a speed run must time before its middle half says anything
+
+
 def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements):
     runs = ["single"] + strategies
     table = []
@@ -1113,12 +1116,23 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          + ", ".join(f"{NAMES[s]} {100 * exposed[s]:.0f}%" for s in strategies)
                          + " (the slowest rank's: the Speed table's comm waited ms over its step's split; "
                            "ZeRO-3 and FSDP prefetch, docs/fsdp.md).")
-    def spread(s):  # the middle half of a run's steps' tokens/s (the first warms up): its own noise
-        rates = sorted(x["tokens_per_s"] for x in speed_source[s][0][1:] if x.get("tokens_per_s")) or \
-            [speed_source[s][1]["tokens_per_s"]]
+    def step_rates(s):  # a run's steps' tokens/s, the first (which warms up) left out, in order of size
+        return sorted(x["tokens_per_s"] for x in speed_source[s][0][1:] if x.get("tokens_per_s"))
+
+    def spread(s):  # the middle half of a run's steps' tokens/s: its own noise
+        rates = step_rates(s)
         return rates[len(rates) // 4], rates[(3 * len(rates) - 1) // 4]
-    if speed_source and len(strategies) > 1:
-        fastest = max(strategies, key=lambda s: speed_source[s][1]["tokens_per_s"])
+
+    def median(s):
+        return statistics.median(step_rates(s))
+    fewest = min((len(step_rates(s)) for s in strategies), default=0) if speed_source else 0
+    if speed_source and len(strategies) > 1 and fewest < SPREAD_STEPS:
+        sentences.append(f"Each speed run timed {fewest} step(s) after its first: too few to tell the strategies' "
+                         f"speeds apart from this machine's noise (a spread needs {SPREAD_STEPS}), so none is "
+                         "called the fastest.")
+        strategies_speed = []
+    elif speed_source and len(strategies) > 1:
+        fastest = max(strategies, key=median)
         low = spread(fastest)[0]
         rivals = [s for s in strategies if s != fastest and spread(s)[1] >= low]
         if rivals:  # the steps' rates overlap: no strategy is the fastest beyond this machine's noise
@@ -1144,7 +1158,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         sentences.append(f"Fastest at {f_summary['world_size']} ranks on {f_summary.get('cores_on_node', '?')} cores, "
                          f"beyond the noise (its steps' middle half {spread(fastest)[0]:.0f}-{spread(fastest)[1]:.0f} "
                          f"tokens/s, above every other's): "
-                         f"{NAMES[fastest]}, {f_summary['tokens_per_s']:.0f} tokens/s, a step of "
+                         f"{NAMES[fastest]}, {median(fastest):.0f} tokens/s (its median step), a step of "
                          f"{1e3 * t.get('step_s', 0) / n:.1f} ms ({1e3 * t['compute_s'] / n:.1f} ms computing, "
                          f"{1e3 * t['comm_wait_s'] / n:.1f} ms waiting): {why} (the Speed table).")
     for s in (s for s in strategies if placements[s] == "whole_tensors"):

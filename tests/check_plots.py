@@ -14,13 +14,16 @@ holds nothing (a series hidden under the stack draws, but shows nothing); every 
 report.html and report.md that points into the run is there; the captions' comparisons hold against the
 data their pictures draw (each recomputed here: the ZeRO++ rungs, who sits above DDP at N = 1, where ZeRO-3
 levels off and FSDP climbs, what each rung keeps less of, the units' collectives, peaks, link times and waits);
-and no legend of examples/report.py is placed over the data.
+the report's one sentence on the fastest strategy holds against the steps it timed ("fastest" only where its
+steps' middle half lies above every other's, "too few" below four timed steps); and no legend of
+examples/report.py is placed over the data.
 
 Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
 import json
 import math
 import os
 import re
+import statistics
 import sys
 
 TEXT = re.compile(r'<g transform="translate\(([-\d.]+),([-\d.]+)\)(?: rotate\(([-\d.]+)\))?"[^>]*?'
@@ -276,6 +279,55 @@ def check_computed_captions(run, failures):
               r"link time ([\d.]+) → ([\d.]+) ms and compute's wait ([\d.]+) → ([\d.]+) ms", expected)
 
 
+def check_speed_claim(run, failures):
+    """The report's one claim about speed holds against the runs it timed (run/speed/*.jsonl at one rank per core,
+    or the runs themselves): 'Fastest ... beyond the noise' only where that strategy's lower quartile of step rates
+    (the first step left out) lies above every other's upper quartile, with the quartiles and median it prints;
+    'no one of them is the fastest' only where they overlap; 'too few' only below four timed steps."""
+    report = open(os.path.join(run, "report.md")).read()
+    strategies = table(os.path.join(run, "data", "plan.tsv"))[0][1:]
+    sources = {}
+    for where in (os.path.join(run, "speed"), run):
+        if all(os.path.exists(os.path.join(where, f"{s}.jsonl")) for s in strategies):
+            logs = {s: [json.loads(x) for x in open(os.path.join(where, f"{s}.jsonl"))] for s in strategies}
+            world = logs[strategies[0]][-1].get("world_size")
+            rates = {}
+            for s in strategies:  # the first step warms up: left out, as the report does
+                steps = [x["tokens_per_s"] for x in logs[s] if "step" in x and not x.get("summary")
+                         and x.get("tokens_per_s")]
+                rates[s] = sorted(steps[1:])
+            sources.setdefault(world, rates)
+    fastest = re.search(r"Fastest at (\d+) ranks.*?middle half (\d+)-(\d+) tokens/s.*?\): (.+?), (\d+) tokens/s "
+                        r"\(its median step\)", report)
+    overlap = re.search(r"At (\d+) ranks the strategies' step rates overlap", report)
+    few = re.search(r"Each speed run timed (\d+) step\(s\) after its first: too few", report)
+    if len(strategies) < 2 or not sources:
+        return
+    if sum(bool(x) for x in (fastest, overlap, few)) != 1:
+        failures.append("report: not exactly one sentence on which strategy is the fastest")
+        return
+    if few:
+        if not any(min(len(r) for r in rates.values()) == int(few.group(1)) < 4 for rates in sources.values()):
+            failures.append(f"report: says {few.group(1)} timed steps are too few; the runs timed "
+                            f"{[min(len(r) for r in rates.values()) for rates in sources.values()]}")
+        return
+    world = int((fastest or overlap).group(1))
+    rates = sources.get(world)
+    if rates is None or min(len(r) for r in rates.values()) < 4:
+        failures.append(f"report: a speed claim at {world} ranks without four timed steps a run behind it")
+        return
+    quart = {s: (r[len(r) // 4], r[(3 * len(r) - 1) // 4]) for s, r in rates.items()}
+    best = max(strategies, key=lambda s: statistics.median(rates[s]))
+    apart = all(quart[s][1] < quart[best][0] for s in strategies if s != best)
+    if fastest:
+        low, high, median = int(fastest.group(2)), int(fastest.group(3)), int(fastest.group(5))
+        if not apart or (low, high) != tuple(round(x) for x in quart[best]) or \
+                abs(median - statistics.median(rates[best])) > 0.5:
+            failures.append(f"report: '{fastest.group(0)[:120]}' against the steps' quartiles {quart}")
+    elif apart:
+        failures.append(f"report: says the rates overlap; {best}'s steps lie above every other's {quart}")
+
+
 def check_legends_outside(failures):
     """No legend over the data: every gnuplot key of the report is placed outside the plotted area (or below it)."""
     source = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "report.py")).read()
@@ -298,6 +350,7 @@ def main():
     check_report_links(run, failures)
     check_captions(run, failures)
     check_computed_captions(run, failures)
+    check_speed_claim(run, failures)
     check_legends_outside(failures)
     for f in failures:
         print("FAIL:", f)
