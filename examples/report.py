@@ -837,6 +837,23 @@ def speed_rows(source, predicted):
     return rows
 
 
+def prediction_words(cells):
+    """What the Speed table's measured / predicted column says, in a sentence: within 2x either way, or which runs
+    are not, and why a busy machine does that."""
+    ratios = {c[0]: float(c[-1]) for c in cells if c[-1] != "-"}
+    off = {s: r for s, r in ratios.items() if not 0.5 <= r <= 2}
+    if not ratios:
+        return ""
+    if not off:
+        return (f" Every prediction is within 2x of its measurement (measured / predicted "
+                f"{min(ratios.values()):.2f} to {max(ratios.values()):.2f}).")
+    return (" Not within 2x of its prediction: " + ", ".join(f"{NAMES.get(s, s)} ({r:.2f})" for s, r in off.items())
+            + ". The model takes one rank's compute rate from train_single's fastest step and holds it fixed, "
+            "while a measured tokens/s is the run's mean: its first step (allocations, warm caches) counts in it, "
+            "the more so the fewer steps it ran, and other work on the machine, or ranks sharing cores unevenly, "
+            "slows it further; read the predictions for how the strategies compare, not for this machine's level.")
+
+
 def exposed_share(time):
     """The share of a rank's step spent waiting for communication: comm_wait_s over compute + waiting +
     optimizer, the step split so that each second counts once (docs/logs.md), as the Speed table's columns give
@@ -1209,7 +1226,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                   f"same N on machines of {world} ranks (docs/scale.md; the scaling plot), not a measurement: its "
                   "compute runs at train_single's fastest step, one rank on the cores the ranks share, so a "
                   "ratio far from 1 says how far this machine's load or the model's simplifications moved the "
-                  "runs."
+                  "runs." + prediction_words(speed_cells)
                   ) if speed_cells else ""
     # compare.sh samples the reference model's continuation of a prompt (build/sample)
     sample_path, sampled = os.path.join(run, "sample.txt"), None
