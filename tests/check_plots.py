@@ -16,7 +16,7 @@ data their pictures draw (each recomputed here: the ZeRO++ rungs, who sits above
 levels off and FSDP climbs, what each rung keeps less of, the units' collectives, peaks, link times and waits);
 the report's one sentence on the fastest strategy holds against the steps it timed ("fastest" only where its
 steps' middle half lies above every other's, "too few" below four timed steps); and no legend of
-examples/report.py is placed over the data.
+examples/report.py is placed over the data; the Speed section names every measured / predicted ratio beyond 2x.
 
 Usage: check_plots.py RUN_DIR [PLOT ...]   (exit status 1 on a failure, naming the plot, panel and check)"""
 import json
@@ -328,6 +328,24 @@ def check_speed_claim(run, failures):
         failures.append(f"report: says the rates overlap; {best}'s steps lie above every other's {quart}")
 
 
+def check_prediction_words(run, failures):
+    """The Speed section says which measured / predicted ratios of its table lie beyond 2x either way (or that
+    none does), and names exactly those."""
+    report = open(os.path.join(run, "report.md")).read()
+    if "## Speed" not in report:
+        return
+    section = report.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("|") and "---" not in line]
+    ratios = [float(r[-1]) for r in rows[1:] if r[-1].strip() not in ("-", "")]
+    off = [r for r in ratios if not 0.5 <= r <= 2]
+    said = re.search(r"Not within 2x of its prediction: (.+?)\. ", section)
+    named = [float(x) for x in re.findall(r"\((\d+\.\d+)\)", said.group(1))] if said else []
+    if off and sorted(named) != sorted(off):
+        failures.append(f"Speed: ratios beyond 2x {off}, the text names {named}")
+    if not off and ratios and "Every prediction is within 2x" not in section:
+        failures.append(f"Speed: every ratio within 2x {ratios}, which the text does not say")
+
+
 def check_legends_outside(failures):
     """No legend over the data: every gnuplot key of the report is placed outside the plotted area (or below it)."""
     source = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "report.py")).read()
@@ -351,6 +369,7 @@ def main():
     check_captions(run, failures)
     check_computed_captions(run, failures)
     check_speed_claim(run, failures)
+    check_prediction_words(run, failures)
     check_legends_outside(failures)
     for f in failures:
         print("FAIL:", f)
