@@ -32,20 +32,27 @@ void flat_layout_free(FlatLayout *flat) {
     memset(flat, 0, sizeof *flat);
 }
 
-static int larger_first(const void *a, const void *b, void *layout_arg) {
-    const GPT2Layout *layout = layout_arg;
-    int ta = *(const int *)a, tb = *(const int *)b;
-    size_t na = layout->tensors[ta].numel, nb = layout->tensors[tb].numel;
-    if (na != nb) return na > nb ? -1 : 1;
-    return (ta > tb) - (ta < tb);
+typedef struct {
+    size_t numel;
+    int t;
+} SizedTensor;
+
+// Larger tensors first; of equal size, the earlier tensor first (a total order: the same on every rank).
+static int larger_first(const void *a, const void *b) {
+    const SizedTensor *x = a, *y = b;
+    if (x->numel != y->numel) return x->numel > y->numel ? -1 : 1;
+    return (x->t > y->t) - (x->t < y->t);
 }
 
 void whole_tensor_owners(const GPT2Layout *layout, int world, int *owner) {
     int n = layout->num_tensors;
-    int *order = xmalloc((size_t)n * sizeof(int));
-    for (int t = 0; t < n; t++) order[t] = t;
     // sort by size, largest first; ties keep tensor order
-    qsort_r(order, (size_t)n, sizeof(int), larger_first, (void *)layout);
+    SizedTensor *sized = xmalloc((size_t)n * sizeof *sized);
+    for (int t = 0; t < n; t++) sized[t] = (SizedTensor){layout->tensors[t].numel, t};
+    qsort(sized, (size_t)n, sizeof *sized, larger_first);
+    int *order = xmalloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) order[i] = sized[i].t;
+    free(sized);
     // Only the first min(world, n) ranks can receive a tensor: while some rank
     // holds nothing, the least-loaded rank is the lowest empty one. A min-heap
     // on (load, rank) picks each tensor's rank in O(log) time, so any world size

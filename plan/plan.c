@@ -224,14 +224,7 @@ typedef struct {
     int count;
 } PlanTable;
 
-// --tsv prints the row at once, every category; else it joins the table.
-static void print_row(const char *strategy, const char *ranks, const MemAccount *acct, int tsv, PlanTable *table) {
-    if (tsv) {
-        printf("%s\t%s", strategy, ranks);
-        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", acct->peak[k]);
-        printf("\t%zu\t%zu\n", acct->total_peak, mem_reserved_peak_bytes(acct));
-        return;
-    }
+static void add_row(PlanTable *table, const char *strategy, const char *ranks, const MemAccount *acct) {
     table->rows = xrealloc(table->rows, (size_t)(table->count + 1) * sizeof *table->rows);
     PlanRow *row = &table->rows[table->count++];
     row->strategy = strategy;
@@ -239,6 +232,16 @@ static void print_row(const char *strategy, const char *ranks, const MemAccount 
     memcpy(row->peak, acct->peak, sizeof row->peak);
     row->total_peak = acct->total_peak;
     row->reserved = mem_reserved_peak_bytes(acct);
+}
+
+// --tsv: every row with every category, in bytes.
+static void print_tsv(const PlanTable *table) {
+    for (int i = 0; i < table->count; i++) {
+        const PlanRow *row = &table->rows[i];
+        printf("%s\t%s", row->strategy, row->ranks);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", row->peak[k]);
+        printf("\t%zu\t%zu\n", row->total_peak, row->reserved);
+    }
 }
 
 // A column's header on two lines, split at its first '_' (or space): "params" over "gathered".
@@ -296,8 +299,8 @@ static int same_row(const MemAccount *a, const MemAccount *b) {
 // node, the node's sums it gathers), so one rank of each place is run, and consecutive ranks with the same
 // numbers share a row. The partition is computed once, so the work grows with the tensors and the places,
 // not with N.
-static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, const RegisteredStrategy *strategy,
-                             int tsv, PlanTable *table) {
+static void add_owner_rows(const GPT2Layout *layout, const PlanShape *shape, const RegisteredStrategy *strategy,
+                           int tsv, PlanTable *table) {
     int world = shape->setup.world;
     int *owner = xcalloc((size_t)layout->num_tensors, sizeof(int));
     whole_tensor_owners(layout, world, owner);
@@ -307,7 +310,7 @@ static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, c
     for (int r = 0; r < owning && (tsv || r == 0 || world <= 8); r++) {
         DryResult result = run_rank(shape, strategy, r, NULL);
         snprintf(ranks, sizeof ranks, "%d", r);
-        print_row(strategy->name, ranks, &result.mem, tsv, table);
+        add_row(table, strategy->name, ranks, &result.mem);
         mem_timeline_free(&result.timeline);
     }
     if (owning < world && (tsv || world <= 8)) {
@@ -336,7 +339,7 @@ static void print_owner_rows(const GPT2Layout *layout, const PlanShape *shape, c
             if (r + 1 < world && same_row(&place[p], &place[q])) continue;  // the next rank joins this row
             if (first == r) snprintf(ranks, sizeof ranks, "%d", r);
             else snprintf(ranks, sizeof ranks, "%d-%d", first, r);
-            print_row(strategy->name, ranks, &place[p], tsv, table);
+            add_row(table, strategy->name, ranks, &place[p]);
             first = r + 1;
         }
         free(place);
@@ -947,14 +950,23 @@ int main(int argc, char **argv) {
         strategy_flags_free(&strategy_flags);
         return 0;
     }
-    // the table is printed once every strategy has run: a strategy that refuses a flag (a node of hpZ's
-    // that does not divide its ranks) stops the plan with its message alone, nothing printed before it
-    FILE *terminal = stdout;
-    char *table = NULL;
-    size_t table_bytes = 0;
-    stdout = open_memstream(&table, &table_bytes);
-    if (!stdout) fatal("plan: cannot hold the table in memory: %s", strerror(errno));
-    if (!tsv) {
+    // each strategy's own code, run dry for rank 0 (whole tensors on owners: each rank that owns something);
+    // the table is printed once every strategy has run: a strategy that refuses a flag (a node of hpZ's that
+    // does not divide its ranks) stops the plan with its message alone, nothing printed before it
+    PlanTable rows = {0};
+    for (int k = 0; k < num_registered_strategies; k++) {
+        const RegisteredStrategy *strategy = &registered_strategies[k];
+        if (strategy->placement == PLACED_WHOLE_TENSORS) {
+            add_owner_rows(&layout, &shape, strategy, tsv, &rows);
+            continue;
+        }
+        DryResult result = run_rank(&shape, strategy, 0, NULL);
+        add_row(&rows, strategy->name, "0", &result.mem);
+        mem_timeline_free(&result.timeline);
+    }
+    if (tsv) {
+        print_tsv(&rows);
+    } else {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
                "rows per rank, %s)%s%s%s%s\nthe strategies that gather by unit: %d unit(s) of blocks, prefetching %d\n",
@@ -969,28 +981,10 @@ int main(int argc, char **argv) {
                16 * psi / 1e6, 16 * psi / world / 1e6);
         printf("peak MB per rank (%s parameters, %s gradients)\nreserved: what the allocator's cache "
                "holds at its peak, in use + kept for reuse\n", dtype_name(param_dtype), dtype_name(grad_dtype));
-    }
-    PlanTable rows = {0};
-    // each strategy's own code, run dry for rank 0 (whole tensors on owners: each rank that owns something)
-    for (int k = 0; k < num_registered_strategies; k++) {
-        const RegisteredStrategy *strategy = &registered_strategies[k];
-        if (strategy->placement == PLACED_WHOLE_TENSORS) {
-            print_owner_rows(&layout, &shape, strategy, tsv, &rows);
-            continue;
-        }
-        DryResult result = run_rank(&shape, strategy, 0, NULL);
-        print_row(strategy->name, "0", &result.mem, tsv, &rows);
-        mem_timeline_free(&result.timeline);
-    }
-    if (!tsv) {
         print_table(&rows);
         print_rows_note(&shape);
     }
     free(rows.rows);
-    if (fclose(stdout) != 0) fatal("plan: cannot hold the table in memory");
-    stdout = terminal;
-    fwrite(table, 1, table_bytes, stdout);
-    free(table);
     gpt2_layout_free(&layout);
     strategy_flags_free(&strategy_flags);
     return 0;
