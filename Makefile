@@ -211,7 +211,7 @@ test-quick: deps
 
 # The equivalence tier and the labs under other instruction sets of oneDNN's product kernels and thread
 # counts than this machine's (tests/run_portable.sh; part of make test, and so of
-# CI's sanitized pass): the bits must not depend on the CPU.
+# CI's): the bits must not depend on the CPU.
 test-portable: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE=portable bash tests/run_tests.sh

@@ -309,9 +309,9 @@ static void shared_memory_in_session_dir(void) {
     if (!session || !*session) session = getenv("PMIX_SERVER_TMPDIR");  // Open MPI 5's prterun
     if (!session || !*session) return;                                  // a singleton: no job to outlive
     const char *transport[] = {"OMPI_MCA_btl_vader_backing_directory", "OMPI_MCA_btl_sm_backing_directory"};
+    if (getenv(transport[0]) || getenv(transport[1])) return;  // the user's choice, under either name
     for (int i = 0; i < 2; i++)
-        if (!getenv(transport[i]) && setenv(transport[i], session, 0) != 0)
-            fatal("comm: cannot set %s: %s", transport[i], strerror(errno));
+        if (setenv(transport[i], session, 0) != 0) fatal("comm: cannot set %s: %s", transport[i], strerror(errno));
 }
 
 void comm_init(Comm *comm, int *argc, char ***argv) {

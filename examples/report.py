@@ -847,11 +847,16 @@ def prediction_words(cells):
     if not off:
         return (f" Every prediction is within 2x of its measurement (measured / predicted "
                 f"{min(ratios.values()):.2f} to {max(ratios.values()):.2f}).")
-    return (" Not within 2x of its prediction: " + ", ".join(f"{NAMES.get(s, s)} ({r:.2f})" for s, r in off.items())
-            + ". The model takes one rank's compute rate from train_single's fastest step and holds it fixed, "
-            "while a measured tokens/s is the run's mean: its first step (allocations, warm caches) counts in it, "
-            "the more so the fewer steps it ran, and other work on the machine, or ranks sharing cores unevenly, "
-            "slows it further; read the predictions for how the strategies compare, not for this machine's level.")
+    words = " Not within 2x of its prediction: " + ", ".join(f"{NAMES.get(s, s)} ({r:.2f})" for s, r in off.items()) + "."
+    if any(r < 0.5 for r in off.values()):
+        words += (" Below: the model takes one rank's compute rate from train_single's fastest step and holds it "
+                  "fixed, while a measured tokens/s is the run's mean, whose first step (allocations, cold caches) "
+                  "counts the more the fewer steps it ran, and other work on the machine, or ranks sharing cores "
+                  "unevenly, slows it further.")
+    if any(r > 2 for r in off.values()):
+        words += (" Above: the run went faster than one rank's measured rate allows, so train_single's own steps, "
+                  "the calibration, ran slower than usual (the machine was busier then).")
+    return words + " Read the predictions for how the strategies compare, not for this machine's level."
 
 
 def exposed_share(time):
@@ -1144,7 +1149,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         return statistics.median(step_rates(s))
     fewest = min((len(step_rates(s)) for s in strategies), default=0) if speed_source else 0
     if speed_source and len(strategies) > 1 and fewest < SPREAD_STEPS:
-        sentences.append(f"Each speed run timed {fewest} step(s) after its first: too few to tell the strategies' "
+        sentences.append(f"The shortest speed run timed {fewest} step(s) after its first: too few to tell the strategies' "
                          f"speeds apart from this machine's noise (a spread needs {SPREAD_STEPS}), so none is "
                          "called the fastest.")
         strategies_speed = []

@@ -190,6 +190,9 @@ def split_args(text, strategy, n, build=None):
         if flag not in own:
             single += pair
         i += len(pair)
+    if "--accum-mode" in mine and int(flag_value(mine, "--grad-accum", "1")) <= 1:
+        fail("--args: --accum-mode says when the micro-batches' gradients are reduced; give --grad-accum K above 1 "
+             "with it (one micro-batch: the trainers refuse it)")
     return mine, single
 
 

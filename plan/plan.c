@@ -245,19 +245,24 @@ static void print_tsv(const PlanTable *table) {
 }
 
 // A column's header on two lines, split at its first '_' (or space): "params" over "gathered".
-static void print_header_words(const char *const *names, int count, int line) {
-    for (int k = 0; k < count; k++) {
-        const char *cut = strpbrk(names[k], "_ "), *word = line == 0 ? names[k] : cut ? cut + 1 : "";
-        int length = line == 0 && cut ? (int)(cut - names[k]) : (int)strlen(word);
-        printf(" %10.*s", length, word);
-    }
+static void header_word(const char *name, int line, const char **word, int *length) {
+    const char *cut = strpbrk(name, "_ ");
+    *word = line == 0 ? name : cut ? cut + 1 : "";
+    *length = line == 0 && cut ? (int)(cut - name) : (int)strlen(*word);
 }
 
-// The table in MB, without the categories no row holds (named below it).
+// Row i's value in column c, in MB: the categories shown, then the device peak and the reserved peak.
+static double column_mb(const PlanRow *row, const int *columns, int count, int c) {
+    size_t bytes = c < count ? row->peak[columns[c]] : c == count ? row->total_peak : row->reserved;
+    return bytes / 1e6;
+}
+
+// The table in MB, without the categories no row holds (named below it); each column as wide as its widest
+// header word or number.
 static void print_table(const PlanTable *table) {
     const char *names[MEM_NUM_CATEGORIES + 2];
-    int columns[MEM_NUM_CATEGORIES], count = 0;
-    char idle[256] = "";
+    int columns[MEM_NUM_CATEGORIES], count = 0, width[MEM_NUM_CATEGORIES + 2], ranks_width = 4;
+    char idle[256] = "", text[64];
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
         int held = 0;
         for (int i = 0; i < table->count; i++) held |= table->rows[i].peak[k] > 0;
@@ -271,16 +276,37 @@ static void print_table(const PlanTable *table) {
     }
     names[count] = "device peak";
     names[count + 1] = "reserved";
+    for (int c = 0; c < count + 2; c++) {
+        width[c] = 10;
+        for (int line = 0; line < 2; line++) {
+            const char *word;
+            int length;
+            header_word(names[c], line, &word, &length);
+            if (length > width[c]) width[c] = length;
+        }
+        for (int i = 0; i < table->count; i++) {
+            int length = snprintf(text, sizeof text, "%.3f", column_mb(&table->rows[i], columns, count, c));
+            if (length > width[c]) width[c] = length;
+        }
+    }
+    for (int i = 0; i < table->count; i++) {
+        int length = (int)strlen(table->rows[i].ranks);
+        if (length > ranks_width) ranks_width = length;
+    }
     for (int line = 0; line < 2; line++) {
-        printf("%-6s %5s", "", line ? "rank" : "");
-        print_header_words(names, count + 2, line);
+        printf("%-6s %*s", "", ranks_width, line ? "rank" : "");
+        for (int c = 0; c < count + 2; c++) {
+            const char *word;
+            int length;
+            header_word(names[c], line, &word, &length);
+            printf(" %*.*s", width[c], length, word);
+        }
         printf("\n");
     }
     for (int i = 0; i < table->count; i++) {
-        const PlanRow *row = &table->rows[i];
-        printf("%-6s %5s", row->strategy, row->ranks);
-        for (int c = 0; c < count; c++) printf(" %10.3f", row->peak[columns[c]] / 1e6);
-        printf(" %10.3f %10.3f\n", row->total_peak / 1e6, row->reserved / 1e6);
+        printf("%-6s %*s", table->rows[i].strategy, ranks_width, table->rows[i].ranks);
+        for (int c = 0; c < count + 2; c++) printf(" %*.3f", width[c], column_mb(&table->rows[i], columns, count, c));
+        printf("\n");
     }
     if (*idle) printf("(%s: 0 for every strategy)\n", idle);
 }

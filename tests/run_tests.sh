@@ -31,13 +31,13 @@ run_parts
 # Longest first, so that the two streams end together.
 part strategies "strategies: equivalence, memory and traffic formulas" \
     python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
-part labs "labs: the planted bugs under every BLAS kernel, make check at N = 1..4" \
+part labs "labs: the planted bugs under oneDNN's instruction sets, make check at N = 1..4" \
     python3 tests/test_labs.py "$BUILD" "$MPIRUN"
 part checkpoints "checkpoints: exact resume, resharding, faults" \
     python3 tests/test_checkpoints.py "$BUILD" "$tmp/byte" "$MPIRUN"
 part plan "planner against measured accounting" python3 tests/test_plan.py "$BUILD" "$tmp/byte" "$MPIRUN"
 part compare "make compare on tiny runs: plots and report" bash tests/suites/compare.sh
-part portable "other CPUs: every strategy bit for bit its reference under other BLAS kernels and thread counts" \
+part portable "other CPUs: every strategy bit for bit its reference under other instruction sets and thread counts" \
     bash tests/run_portable.sh
 part zeropp "ZeRO++: quantized weight gathers to the byte, exact where they must be, the loss held" \
     python3 tests/test_zeropp.py "$BUILD" "$MPIRUN"

@@ -316,15 +316,18 @@ END_TEST
 START_TEST(test_shared_memory_segments_in_the_session_dir) {
     const char *session = getenv("OMPI_MCA_orte_jobfam_session_dir");
     if (!session) session = getenv("PMIX_SERVER_TMPDIR");
-    const char *btl = getenv("OMPI_MCA_btl");  // the transports mpirun was asked for (default: all)
-    if (!session || comm.local_size < 2 || (btl && !strstr(btl, "vader"))) return;  // none shares memory
+    // the transports mpirun was asked for (default: all); shared memory is Open MPI 4's vader, 5's sm
+    const char *btl = getenv("OMPI_MCA_btl");
+    int shared = !btl || ((strstr(btl, "vader") || strstr(btl, "sm")) && btl[0] != '^');
+    if (!session || comm.local_size < 2 || !shared) return;  // no job, or no rank to share memory with
     const char *backing = getenv("OMPI_MCA_btl_vader_backing_directory");
     ck_assert_ptr_nonnull(backing);
     ck_assert_str_eq(backing, session);
     DIR *dir = opendir(session);
     ck_assert_ptr_nonnull(dir);
     int segments = 0;
-    for (struct dirent *e; (e = readdir(dir));) segments += strncmp(e->d_name, "vader_segment.", 14) == 0;
+    for (struct dirent *e; (e = readdir(dir));)
+        segments += strncmp(e->d_name, "vader_segment.", 14) == 0 || strncmp(e->d_name, "sm_segment.", 11) == 0;
     closedir(dir);
     ck_assert_int_eq(segments, comm.local_size);
 }

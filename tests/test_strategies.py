@@ -596,8 +596,8 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
     configs += [(2, 1, 0, 2, "sync-each", "fp32"), (2, 1, 0, 2, "no-sync", "fp32"), (4, 2, 0, 1, "sync-each", "bf16")]
     runs = {}
     for n, S, prefetch, accum, mode, precision in configs:
-        flags = ["--shard-group", str(S), "--prefetch", str(prefetch), "--grad-accum", str(accum), "--accum-mode", mode,
-                 "--precision", precision, "--reduce-dtype", "fp32"]
+        flags = ["--shard-group", str(S), "--prefetch", str(prefetch), "--grad-accum", str(accum),
+                 *(["--accum-mode", mode] if accum > 1 else []), "--precision", precision, "--reduce-dtype", "fp32"]
         tag = f"fsdp N={n} {' '.join(flags)}"
         result = run_logged(tag, strategy_command("fsdp", n, [*flags, *common]), os.path.join(tmp, "hybrid.jsonl"),
                             os.path.join(tmp, "hybrid.bin"))

@@ -23,6 +23,8 @@ fails "check.py: a trainer flag the strategy does not take" "--args: --prefetch:
     python3 labs/check.py --strategy ddp --ranks 2 --args "--prefetch 2"
 fails "check.py: a flag the check does not pass on" "--args: --steps is not a flag the check passes on" \
     python3 labs/check.py --strategy ddp --ranks 2 --args "--steps 5"
+fails "check.py: --accum-mode with one micro-batch" "--args: --accum-mode says when the micro-batches' gradients are reduced" \
+    python3 labs/check.py --strategy ddp --ranks 2 --args "--accum-mode no-sync"
 fails "lab.py: an unknown lab" "grade: give one of the labs: ddp, zero12, zero3, fsdp, prefetch" python3 labs/lab.py grade lab9
 fails "lab.py: an unknown command" "unknown command 'begin'" python3 labs/lab.py begin fsdp
 fails "make check without STRATEGY" "give STRATEGY=name" make --no-print-directory check BUILD="$BUILD" GPU=0
