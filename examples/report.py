@@ -328,6 +328,10 @@ def plot_scaling(run, build, cfg, world, logs, strategies, data, plots, speed_so
     measured += [[n, "NaN"] + [at[s]["tokens_per_s"] if s in at and at[s]["world_size"] == n else "NaN"
                                for s in strategies] for n in sorted({a["world_size"] for a in at.values()})]
     write_tsv(f"{data}/scaling_measured.tsv", ["ranks", "single"] + strategies, measured)
+    # every line and point well inside the frame (autoscale can put the extreme one on its border)
+    values = [v for n in predicted for v in predicted[n].values()] + \
+             [v for row in measured for v in row[1:] if v != "NaN"]
+    low, high = min(v for v in values if v > 0), max(values)
     lines = ", ".join(f"'{data}/scaling.tsv' using 1:{k + 2} with lines lw 2 lc rgb '{COLORS[s]}' "
                       f"title '{s} (model)'" for k, s in enumerate(strategies))
     points = ", ".join(f"'{data}/scaling_measured.tsv' using 1:{k + 2} with points pt 7 ps 1.5 lc rgb '{COLORS[s]}' "
@@ -337,6 +341,7 @@ set xlabel "ranks N"
 set ylabel "tokens / s (all ranks)"
 set logscale xy 2
 set xrange [0.8:80]
+set yrange [{low / 1.5}:{high * 1.5}]
 set grid
 set key outside right top box
 plot {lines}, {points}""", plots, "scaling")
