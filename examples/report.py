@@ -1203,6 +1203,11 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
     except OSError:
         pass
     machine += f", {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    engine = logs["single"][1].get("products")  # the products' engine and the threads each run's ranks computed on
+    if engine:
+        threads = ", ".join(f"{NAMES.get(s, s)} {logs[s][1]['products']['threads']}" for s in runs
+                            if logs[s][1].get("products"))
+        machine += f"; products on {engine['engine']} ({engine['kernels']}); threads a rank: {threads}"
     settings = (f"L={cfg['num_layers']} C={cfg['channels']} NH={cfg['num_heads']} V={cfg['vocab_size']} "
                 f"({cfg['num_params']:,} parameters), global batch {cfg['batch']} x {cfg['seq']} tokens, "
                 f"{cfg['steps']} AdamW steps at lr {cfg['lr']}, seed {cfg['seed']}, {world} ranks")

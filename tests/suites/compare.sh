@@ -34,6 +34,9 @@ else bad "report: the ZeRO++ plot's rungs each send less across machines than th
 # labels apart; memory_by_category's stacks are the ranks' peak moments
 run "report: every plot's axes labelled, its legend's entries with data, its tick labels apart; the memory stacks happened" \
     python3 tests/check_plots.py "$tmp/runs/tiny"
+if grep -qE "^Machine: .*; products on oneDNN \([a-z0-9_]+\); threads a rank: single [0-9]+, " "$tmp/runs/tiny/report.md"; then
+    ok "report: the machine line names the products' engine and each run's threads a rank"
+else bad "report: the machine line names the products' engine and each run's threads a rank"; grep "^Machine" "$tmp/runs/tiny/report.md"; fi
 run "report.html rendered by headless Chromium, as a person sees it" bash tests/render_report.sh "$tmp/runs/tiny" \
     "$tmp/runs/tiny/rendered.png"
 # the units plot: FSDP's 3U - 1 collectives per step for J = 1 .. L (d2: U = 4, 3: U gathers in the forward, U - 1 in
