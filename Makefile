@@ -93,11 +93,14 @@ all: blas-check $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
 # OpenBLAS's OpenMP build, or a refusal: the pthread build's threads would fight
 # the layers' OpenMP threads for the cores (a step about 1.6x slower on 2 cores,
 # docs/performance.md). BLAS=any builds with whatever OpenBLAS pkg-config finds.
+# And oneDNN's header, or a refusal naming the package, before any compiler error.
 blas-check:
 	@case "$(BLAS):$(OPENBLAS_LIBDIR)" in any:*|*openblas-openmp*) ;; \
 	  *) echo "make: OpenBLAS's OpenMP build is not installed (Debian's libopenblas-openmp-dev: make deps installs" \
 	          "it). With another build ($(or $(OPENBLAS_LIBDIR),none found)) its threads fight the layers' OpenMP" \
 	          "threads for the cores: steps about 1.6x slower. BLAS=any builds with it anyway." >&2; exit 1 ;; esac
+	@echo '#include <dnnl.h>' | $(CC) -E -x c - >/dev/null 2>&1 || { echo "make: oneDNN, the products' engine," \
+	    "is not installed (Debian's libdnnl-dev: make deps installs it)" >&2; exit 1; }
 gpu: $(CUDA_BINS)
 
 $(CUDA_BUILD)/obj/%.o: %.cu

@@ -45,6 +45,8 @@ fails "trainer: --out-model is a FIFO (no hang)" "--out-model $tmp/fifo_out: not
 # the instruction set it chose, which ONEDNN_MAX_CPU_ISA caps
 fails "make: another OpenBLAS than the OpenMP build is refused" "OpenMP build is not installed.*libopenblas-openmp-dev" \
     make --no-print-directory blas-check OPENBLAS_LIBDIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
+fails "make: without oneDNN's header, the build stops naming the package" "oneDNN, the products' engine, is not installed.*libdnnl-dev" \
+    make --no-print-directory blas-check CC="gcc -nostdinc"
 if "${train[@]}" --log "$tmp/blas.jsonl" >/dev/null 2>&1 &&
    env ONEDNN_MAX_CPU_ISA=AVX2 "${train[@]}" --log "$tmp/avx2.jsonl" >/dev/null 2>&1 &&
    python3 - "$tmp/blas.jsonl" "$tmp/avx2.jsonl" <<'PY'
