@@ -12,8 +12,6 @@
 #include "models/gpt2_ops.h"
 
 #include <omp.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
 
@@ -42,14 +40,13 @@ void product_set_threads(int threads) { openblas_set_num_threads(threads); }
 #else
 #include <dnnl.h>
 
+#include "util/errors.h"
+
 void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
              int ldb, real_t beta, real_t *C, int ldc) {
     dnnl_status_t status = dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (status != dnnl_success) {  // a shape the layers never ask for; nothing to recover
-        fprintf(stderr, "shardlab: %s:%d: oneDNN's sgemm %c%c %dx%dx%d failed (status %d)\n", __FILE__, __LINE__,
-                transa, transb, M, N, K, (int)status);
-        exit(1);
-    }
+    CHECK(status == dnnl_success, "oneDNN's sgemm %c%c %dx%dx%d failed (status %d)", transa, transb, M, N, K,
+          (int)status);  // a shape the layers never ask for; nothing to recover
 }
 
 // The instruction set oneDNN's kernels run on this CPU (ONEDNN_MAX_CPU_ISA may cap it).
