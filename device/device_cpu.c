@@ -134,14 +134,17 @@ void device_from_host_rounded(void *dst, const float *host, size_t count, DType 
 }
 
 void device_widen(float *dst, const bf16 *src, size_t count) {
+#pragma omp parallel for if (count >= 65536)  // each element alone: the same bits on any threads
     for (size_t i = 0; i < count; i++) dst[i] = bf16_to_float(src[i]);
 }
 
 void device_round(bf16 *dst, const float *src, size_t count) {
+#pragma omp parallel for if (count >= 65536)  // each element alone: the same bits on any threads
     for (size_t i = 0; i < count; i++) dst[i] = bf16_from_float(src[i]);
 }
 
 void device_add_rounded(bf16 *dst, const float *src, size_t count) {
+#pragma omp parallel for if (count >= 65536)  // each element alone: the same bits on any threads
     for (size_t i = 0; i < count; i++) dst[i] = bf16_from_float(bf16_to_float(dst[i]) + src[i]);
 }
 void device_quantize(void *wire, const void *x, size_t count, DType dtype, QuantFormat format) {

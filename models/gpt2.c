@@ -438,7 +438,8 @@ static void open_unit(GPT2 *model, int unit, int backward) {
     const GPT2Layout *layout = &model->layout;
     int widen_params = model->param_dtype == DTYPE_BF16, widen_grads = backward && model->grad_dtype == DTYPE_BF16;
     model->widened_count = unit_numel(model, unit);
-    if (widen_params) model->widened_params = device_alloc(model->mem, MEM_PARAMS_GATHERED, model->widened_count);
+    if (widen_params)  // written whole by the widening below before anything reads it
+        model->widened_params = device_alloc_overwritten_as(model->mem, MEM_PARAMS_GATHERED, model->widened_count, DTYPE_FP32);
     if (widen_grads) model->widened_grads = device_alloc(model->mem, MEM_GRADS_GATHERED, model->widened_count);
     size_t at = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {

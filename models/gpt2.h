@@ -199,8 +199,6 @@ typedef struct {
                                // 1/grad_accum of its batch's mean-loss gradient, so K of them sum to the mean
     DType param_dtype;         // of the values in params[t] (--precision; fp32 unless set after gpt2_init)
     DType grad_dtype;          // of the gradients in grads[t] (--reduce-dtype)
-    int gpu_operands;          // build/plan --gpu: the dry run holds what the CUDA build's bf16 products
-                               // hold while a unit runs, their bf16 operands (gpt2_unit_operands)
     float dropout;             // --dropout P (dropout.h): 0, none
     uint64_t dropout_seed;     // --seed: with the step and the rows, the masks' key
     int dropout_step;          // the training step the batch is for; 0: evaluation, nothing dropped
@@ -289,9 +287,10 @@ int gpt2_device_fuses_attention(void);
 // those up around them.
 void gpt2_device_forward(GPT2 *model, int unit);
 void gpt2_device_backward(GPT2 *model, int unit);
-// A bf16 run on a GPU multiplies on bf16 tensor cores: each product first rounds
-// its operands into a buffer of their own, each part GPT2_OPERAND_ALIGN elements
-// aligned (128 bytes, so that cuBLAS may take its fastest kernels). Elements of a
+// A bf16 run multiplies bf16 operands (a GPU's tensor cores, oneDNN's bf16 kernels
+// on a CPU): each product first rounds its operands into a buffer of their own,
+// each part GPT2_OPERAND_ALIGN elements aligned (128 bytes, so that cuBLAS may take
+// its fastest kernels). Elements of a
 // product of (rows, C) by (OC, C) (backward: its dout (rows, OC) too), and of the
 // largest product of a unit's pass (with recompute the forward runs in the
 // backward too); 0 in an fp32 run. Counted as activations while the unit runs.

@@ -4,6 +4,7 @@
 
 #include "util/errors.h"
 #include "util/timer.h"
+#include "device/device.h"
 #include "models/gpt2.h"
 #include "models/gpt2_ops.h"
 
@@ -22,7 +23,7 @@
         model->op_times->pass[op] += timer_now() - start_;                      \
     } while (0)
 
-static void block_forward(GPT2 *model, int l) {
+static void block_forward(GPT2 *model, int l, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -36,21 +37,21 @@ static void block_forward(GPT2 *model, int l) {
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual,
                                                           P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_QKV,
-          matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C));
+          matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, operands));
     // scratch: the attention backward's, free during the forward
     TIMED(forward_s, GPT2_OP_ATTENTION,
           attention_forward(x.atty, x.att, x.qkv, a->att_scratch, att_drop, B, T, C, NH));
     TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ,
-          matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C));
+          matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C, operands));
     if (attproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.attproj, x.attproj, attproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual2, x.residual, x.attproj, (int)BTC));
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2,
                                                           P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_FC,
-          matmul_forward(x.fch, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C));
+          matmul_forward(x.fch, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C, operands));
     TIMED(forward_s, GPT2_OP_GELU, gelu_forward(x.fch_gelu, x.fch, (int)(4 * BTC)));
     TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C));
+          matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C, operands));
     if (fcproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.fcproj, x.fcproj, fcproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual3, x.residual2, x.fcproj, (int)BTC));
 }
@@ -59,7 +60,7 @@ static void block_forward(GPT2 *model, int l) {
 // residual additions pass the gradient through, the layernorms add to it. With
 // --dropout a residual branch gets it through the branch's mask, made in dln
 // while dln is free.
-static void block_backward(GPT2 *model, int l) {
+static void block_backward(GPT2 *model, int l, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -79,12 +80,12 @@ static void block_backward(GPT2 *model, int l) {
     }
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
           matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                          P(GPT2_FCPROJW, l), B, T, 4 * C, C));
+                          P(GPT2_FCPROJW, l), B, T, 4 * C, C, operands));
     TIMED(backward_s, GPT2_OP_GELU, gelu_backward(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC)));
     memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_FC,
           matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C,
-                          4 * C));
+                          4 * C, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2,
                              P(GPT2_LN2W, l), x.ln2_mean, x.ln2_rstd, B, T, C));
@@ -98,19 +99,19 @@ static void block_backward(GPT2 *model, int l) {
     }
     TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
           matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
-                          P(GPT2_ATTPROJW, l), B, T, C, C));
+                          P(GPT2_ATTPROJW, l), B, T, C, C, operands));
     TIMED(backward_s, GPT2_OP_ATTENTION,
           attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, att_drop, B, T, C, NH));
     memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_QKV,
           matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
-                          3 * C));
+                          3 * C, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual,
                              P(GPT2_LN1W, l), x.ln1_mean, x.ln1_rstd, B, T, C));
 }
 
-static void head_forward(GPT2 *model) {
+static void head_forward(GPT2 *model, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -118,7 +119,7 @@ static void head_forward(GPT2 *model) {
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                                           P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD,
-          matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size));
+          matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size, operands));
     if (!model->targets) return;
     if (model->classifier == CLASSIFIER_FUSED)  // the backward's part now: logits become dlogits
         TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
@@ -133,7 +134,7 @@ static void head_forward(GPT2 *model) {
     model->mean_loss = (float)(sum / (B * T));
 }
 
-static void head_backward(GPT2 *model) {
+static void head_backward(GPT2 *model, bf16 *operands) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -151,7 +152,7 @@ static void head_backward(GPT2 *model) {
     memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD,
           matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, dlogits, a->lnf, P(GPT2_WTE, 0), B, T, C,
-                          c->padded_vocab_size));
+                          c->padded_vocab_size, operands));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,
                              P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C));
@@ -163,6 +164,8 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
+    size_t count = gpt2_unit_operands(model, unit, 0);
+    bf16 *operands = count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -172,15 +175,18 @@ void gpt2_device_forward(GPT2 *model, int unit) {
             TIMED(forward_s, GPT2_OP_ENCODER,
                   dropout_apply(model->acts.encoded, model->acts.encoded, drop, model->B, model->T, c->channels));
     } else if (blocks > 0) {
-        for (int l = first; l < first + blocks; l++) block_forward(model, l);
+        for (int l = first; l < first + blocks; l++) block_forward(model, l, operands);
     } else {
-        head_forward(model);
+        head_forward(model, operands);
     }
+    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
+    size_t count = gpt2_unit_operands(model, unit, 1);
+    bf16 *operands = count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -192,11 +198,12 @@ void gpt2_device_backward(GPT2 *model, int unit) {
                                                             model->inputs, model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {
-            if (model->recompute) block_forward(model, l);  // the same arithmetic: bitwise the same values
-            block_backward(model, l);
+            if (model->recompute) block_forward(model, l, operands);  // the same arithmetic: bitwise the same values
+            block_backward(model, l, operands);
         }
     } else {
-        head_backward(model);
+        head_backward(model, operands);
     }
+    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
 }
 

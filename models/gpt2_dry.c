@@ -20,9 +20,9 @@ static double unit_forward_flops(const GPT2 *model, int unit) {
 // The planner counts the activations of either attention (plan --fused-attention).
 int gpt2_device_fuses_attention(void) { return 1; }
 
-// build/plan --gpu: the bf16 operands the CUDA build's products hold while the unit runs.
+// A bf16 run's product operands, held while the unit runs (gpt2_cpu.c and gpt2_cuda.cu hold the same).
 static void *open_operands(GPT2 *model, int unit, int backward, size_t *count) {
-    *count = model->gpu_operands ? gpt2_unit_operands(model, unit, backward) : 0;
+    *count = gpt2_unit_operands(model, unit, backward);
     return *count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, *count, DTYPE_BF16) : NULL;
 }
 

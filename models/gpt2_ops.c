@@ -11,7 +11,10 @@
 // result is the same bit for bit whatever the number of threads.
 #include "models/gpt2_ops.h"
 
+#include "models/gpt2.h"  // GPT2_OPERAND_ALIGN
+
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 #include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
 
@@ -33,7 +36,7 @@ ProductEngine product_engine(void) {
     static const char *const modes[] = {"sequential", "pthreads", "openmp"};
     int mode = openblas_get_parallel();
     return (ProductEngine){.engine = openblas_get_config(), .kernels = openblas_get_corename(),
-                           .parallel = mode >= 0 && mode <= 2 ? modes[mode] : "unknown"};
+                           .parallel = mode >= 0 && mode <= 2 ? modes[mode] : "unknown", .bf16_kernels = "loop"};
 }
 
 void product_set_threads(int threads) { openblas_set_num_threads(threads); }
@@ -64,12 +67,155 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     }
 }
 
+static void bf16_kernels_name(char *name, size_t size);
+
 ProductEngine product_engine(void) {
-    return (ProductEngine){.engine = "oneDNN", .kernels = isa_name(dnnl_get_effective_cpu_isa()),
-                           .parallel = "openmp"};
+    ProductEngine engine = {.engine = "oneDNN", .kernels = isa_name(dnnl_get_effective_cpu_isa()),
+                            .parallel = "openmp"};
+    bf16_kernels_name(engine.bf16_kernels, sizeof engine.bf16_kernels);
+    return engine;
 }
 
 void product_set_threads(int threads) { (void)threads; }  // oneDNN takes the OpenMP pool's count at each call
+#endif
+
+#ifndef SHARDLAB_REAL_DOUBLE
+// bf16 products without a bf16 kernel (OpenBLAS has none here; oneDNN has none
+// below AVX-512): a loop that widens each operand (exact) and adds the products
+// over k in order, in fp32. Each output's sum does not depend on the threads.
+// With B transposed both operands are read along k: one dot product per output;
+// otherwise each row of C adds A(m,k) times B's row k, contiguous, for every k.
+static void product_bf16_loop(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B,
+                              int ldb, float beta, float *C, int ldc) {
+#pragma omp parallel for
+    for (int m = 0; m < M; m++) {
+        float *c = C + (size_t)m * ldc;
+        for (int n = 0; n < N; n++) c[n] = beta == 0 ? 0 : beta * c[n];
+        if (transb == 'T' && transa == 'N') {  // 8 running sums (k mod 8), added in a fixed order at the end
+            const bf16 *a = A + (size_t)m * lda;
+            for (int n = 0; n < N; n++) {
+                const bf16 *b = B + (size_t)n * ldb;
+                float sums[8] = {0}, sum = 0;
+                int k = 0;
+                for (; k + 8 <= K; k += 8)
+                    for (int j = 0; j < 8; j++) sums[j] += bf16_to_float(a[k + j]) * bf16_to_float(b[k + j]);
+                for (; k < K; k++) sum += bf16_to_float(a[k]) * bf16_to_float(b[k]);
+                c[n] += ((sums[0] + sums[4]) + (sums[2] + sums[6])) + ((sums[1] + sums[5]) + (sums[3] + sums[7])) + sum;
+            }
+            continue;
+        }
+        if (transb == 'T') {  // no layer asks for both transposed
+            for (int n = 0; n < N; n++) {
+                float sum = 0;
+                for (int k = 0; k < K; k++)
+                    sum += bf16_to_float(A[(size_t)k * lda + m]) * bf16_to_float(B[(size_t)n * ldb + k]);
+                c[n] += sum;
+            }
+            continue;
+        }
+        for (int k = 0; k < K; k++) {
+            float a = bf16_to_float(transa == 'T' ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]);
+            const bf16 *b = B + (size_t)k * ldb;
+            for (int n = 0; n < N; n++) c[n] += a * bf16_to_float(b[n]);  // vectorised
+        }
+    }
+}
+
+#ifdef SHARDLAB_PRODUCTS_OPENBLAS
+void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
+                  float beta, float *C, int ldc) {
+    product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+#else
+// The process's one CPU engine and its stream, made at the first bf16 product
+// (what a GPU build's cuBLAS handle is to its device).
+static dnnl_engine_t product_engine_cpu(dnnl_stream_t *stream) {
+    static dnnl_engine_t engine;
+    static dnnl_stream_t engine_stream;
+#pragma omp critical(product_engine_cpu)
+    if (!engine) {
+        CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success, "oneDNN: no CPU engine");
+        CHECK(dnnl_stream_create(&engine_stream, engine, dnnl_stream_default_flags) == dnnl_success,
+              "oneDNN: no CPU stream");
+    }
+    *stream = engine_stream;
+    return engine;
+}
+
+// oneDNN's matmul for C (M,N) = op(A) op(B) + beta C, beta 0 or 1 (a sum post-op):
+// bf16 operands, fp32 accumulation and output. Returns NULL where oneDNN has no
+// kernel for bf16 on this CPU (below AVX-512). oneDNN's primitive cache keeps
+// each shape's kernel, so only a shape's first call builds it.
+static dnnl_primitive_t matmul_bf16(dnnl_engine_t engine, char transa, char transb, int M, int N, int K, int lda,
+                                    int ldb, float beta, int ldc, dnnl_memory_desc_t descs[3]) {
+    dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, c_dims = {M, N};
+    dnnl_dims_t a_strides = {transa == 'T' ? 1 : lda, transa == 'T' ? lda : 1};  // op(A)'s (m, k) element
+    dnnl_dims_t b_strides = {transb == 'T' ? 1 : ldb, transb == 'T' ? ldb : 1};  // op(B)'s (k, n) element
+    dnnl_dims_t c_strides = {ldc, 1};
+    CHECK(dnnl_memory_desc_init_by_strides(&descs[0], 2, a_dims, dnnl_bf16, a_strides) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&descs[1], 2, b_dims, dnnl_bf16, b_strides) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&descs[2], 2, c_dims, dnnl_f32, c_strides) == dnnl_success,
+          "oneDNN: bf16 product %dx%dx%d: bad shape", M, N, K);
+    dnnl_matmul_desc_t desc;
+    CHECK(dnnl_matmul_desc_init(&desc, &descs[0], &descs[1], NULL, &descs[2]) == dnnl_success,
+          "oneDNN: bf16 product %dx%dx%d: no description", M, N, K);
+    dnnl_primitive_attr_t attr;
+    dnnl_post_ops_t sum = NULL;
+    CHECK(dnnl_primitive_attr_create(&attr) == dnnl_success, "oneDNN: no attributes");
+    if (beta != 0) {
+        CHECK(beta == 1, "bf16 products add into C (beta 1) or write it (beta 0), not beta %g", beta);
+        CHECK(dnnl_post_ops_create(&sum) == dnnl_success && dnnl_post_ops_append_sum(sum, 1.0f) == dnnl_success &&
+                  dnnl_primitive_attr_set_post_ops(attr, sum) == dnnl_success,
+              "oneDNN: no sum post-op");
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t primitive = NULL;
+    dnnl_status_t status = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
+    if (status == dnnl_success) CHECK(dnnl_primitive_create(&primitive, pd) == dnnl_success, "oneDNN: no matmul");
+    CHECK(status == dnnl_success || status == dnnl_unimplemented, "oneDNN: bf16 product %dx%dx%d failed (status %d)",
+          M, N, K, (int)status);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (sum) dnnl_post_ops_destroy(sum);
+    dnnl_primitive_attr_destroy(attr);
+    return primitive;
+}
+
+void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
+                  float beta, float *C, int ldc) {
+    dnnl_stream_t stream;
+    dnnl_engine_t engine = product_engine_cpu(&stream);
+    dnnl_memory_desc_t descs[3];
+    dnnl_primitive_t primitive = matmul_bf16(engine, transa, transb, M, N, K, lda, ldb, beta, ldc, descs);
+    if (!primitive) {
+        product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    dnnl_memory_t memory[3];
+    void *handles[3] = {(void *)A, (void *)B, C};
+    for (int i = 0; i < 3; i++)
+        CHECK(dnnl_memory_create(&memory[i], &descs[i], engine, handles[i]) == dnnl_success, "oneDNN: no memory");
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memory[0]}, {DNNL_ARG_WEIGHTS, memory[1]}, {DNNL_ARG_DST, memory[2]}};
+    CHECK(dnnl_primitive_execute(primitive, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success,
+          "oneDNN: bf16 product %dx%dx%d failed", M, N, K);
+    for (int i = 0; i < 3; i++) dnnl_memory_destroy(memory[i]);
+    dnnl_primitive_destroy(primitive);
+}
+
+// The kernel oneDNN picks for bf16 products on this CPU ("loop": none, the loop above runs).
+static void bf16_kernels_name(char *name, size_t size) {
+    dnnl_stream_t stream;
+    dnnl_memory_desc_t descs[3];
+    dnnl_primitive_t primitive = matmul_bf16(product_engine_cpu(&stream), 'N', 'T', 64, 64, 64, 64, 64, 0, 64, descs);
+    const_dnnl_primitive_desc_t pd;
+    const char *impl = "loop";
+    if (primitive)
+        CHECK(dnnl_primitive_get_primitive_desc(primitive, &pd) == dnnl_success &&
+                  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success,
+              "oneDNN: a matmul without a name");
+    snprintf(name, size, "%s", impl);
+    if (primitive) dnnl_primitive_destroy(primitive);
+}
+#endif
 #endif
 
 static const real_t LAYERNORM_EPS = 1e-5;
@@ -182,12 +328,34 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
     }
 }
 
+#ifndef SHARDLAB_REAL_DOUBLE
+// Rounds `count` values into bf16 at operands[*at] and moves *at past them, to the
+// next GPT2_OPERAND_ALIGN elements (the parts gpt2_product_operands counts).
+static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size_t count) {
+    bf16 *part = operands + *at;
+#pragma omp parallel for
+    for (size_t i = 0; i < count; i++) part[i] = bf16_from_float(values[i]);
+    *at += (count + GPT2_OPERAND_ALIGN - 1) / GPT2_OPERAND_ALIGN * GPT2_OPERAND_ALIGN;
+    return part;
+}
+#endif
+
 void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
-                    int B, int T, int C, int OC) {
+                    int B, int T, int C, int OC, bf16 *operands) {
     int rows = B * T;
+#ifdef SHARDLAB_REAL_DOUBLE
+    (void)operands;  // the layer tests' double build multiplies in double only
+#endif
     // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
-    product('N', 'T', rows, OC, C, 1, inp, C, weight, C, 0, out,
-               OC);
+#ifndef SHARDLAB_REAL_DOUBLE
+    if (operands) {
+        size_t at = 0;
+        const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
+        const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
+        product_bf16('N', 'T', rows, OC, C, x, C, w, C, 0, out, OC);
+    } else
+#endif
+        product('N', 'T', rows, OC, C, 1, inp, C, weight, C, 0, out, OC);
     if (!bias) return;
 #pragma omp parallel for
     for (int r = 0; r < rows; r++) {
@@ -197,15 +365,28 @@ void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const 
 }
 
 void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
-                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC) {
+                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC, bf16 *operands) {
     int rows = B * T;
-    // dinp (rows,C) += dout (rows,OC) @ weight (OC,C)
-    product('N', 'N', rows, C, OC, 1, dout, OC, weight, C, 1,
-               dinp, C);
-    // dweight (OC,C) += dout^T (OC,rows) @ inp (rows,C)
-    product('T', 'N', OC, C, rows, 1, dout, OC, inp, C, 1,
-               dweight, C);
-    if (dbias) add_column_sums(dbias, dout, rows, OC);
+#ifdef SHARDLAB_REAL_DOUBLE
+    (void)operands;
+#endif
+#ifndef SHARDLAB_REAL_DOUBLE
+    if (operands) {
+        size_t at = 0;
+        const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
+        const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
+        const bf16 *dy = rounded(operands, &at, dout, (size_t)rows * OC);
+        product_bf16('N', 'N', rows, C, OC, dy, OC, w, C, 1, dinp, C);
+        product_bf16('T', 'N', OC, C, rows, dy, OC, x, C, 1, dweight, C);
+    } else
+#endif
+    {
+        // dinp (rows,C) += dout (rows,OC) @ weight (OC,C)
+        product('N', 'N', rows, C, OC, 1, dout, OC, weight, C, 1, dinp, C);
+        // dweight (OC,C) += dout^T (OC,rows) @ inp (rows,C)
+        product('T', 'N', OC, C, rows, 1, dout, OC, inp, C, 1, dweight, C);
+    }
+    if (dbias) add_column_sums(dbias, dout, rows, OC);  // from dout in fp32, as the GPU's
 }
 
 // Softmax of row t over columns 0..t, zero above the diagonal (the causal mask).

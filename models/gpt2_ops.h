@@ -12,6 +12,7 @@
 #ifndef SHARDLAB_GPT2_OPS_H
 #define SHARDLAB_GPT2_OPS_H
 
+#include "device/dtype.h"
 #include "models/dropout.h"
 
 #ifdef __cplusplus
@@ -31,12 +32,21 @@ void product(char transa, char transb, int M, int N, int K, real_t alpha, const 
 // The engine `product` runs on: its name (OpenBLAS: its build line), the kernels it chose for this CPU (oneDNN:
 // the instruction set, which ONEDNN_MAX_CPU_ISA may cap; OpenBLAS: OPENBLAS_CORETYPE's kernel), and how its
 // threads run ("openmp": the layers' own pool).
+// bf16_kernels: oneDNN's kernel for bf16 products on this CPU, or "loop" where there is none (product_bf16).
 typedef struct {
     const char *engine, *kernels, *parallel;
+    char bf16_kernels[64];
 } ProductEngine;
 ProductEngine product_engine(void);
 // The engine's threads, where it keeps its own count (OpenBLAS); oneDNN follows the OpenMP pool's.
 void product_set_threads(int threads);
+#ifndef SHARDLAB_REAL_DOUBLE
+// C (M,N) = op(A) op(B) + beta C with bf16 operands, accumulated in fp32 and written in fp32, beta 0 or 1 (as a GPU's
+// tensor cores multiply): oneDNN's matmul where it has a bf16 kernel for this CPU (AVX-512 and up), elsewhere (and
+// with BLAS=openblas) a loop. Arguments as product's.
+void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
+                  float beta, float *C, int ldc);
+#endif
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
 void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
@@ -53,12 +63,14 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
                         const real_t *inp, const real_t *weight, const real_t *mean,
                         const real_t *rstd, int B, int T, int C);
 
-// out = inp @ weight^T + bias, through BLAS gemm.
+// out = inp @ weight^T + bias, through `product`. With operands (a bf16 run; NULL: fp32) each product's
+// matrices are first rounded to bf16 into operands (weight, inp, and in the backward dout: gpt2_product_operands
+// elements, gpt2.h) and multiplied by product_bf16, as the GPU build does; the bias's gradient sums dout in fp32.
 void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
-                    int B, int T, int C,
-                    int OC);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
+                    int B, int T, int C, int OC,
+                    bf16 *operands);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
 void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
-                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC);
+                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC, bf16 *operands);
 
 // Causal self-attention on the packed qkv projection. att keeps the softmax
 // probabilities for the backward pass; scratch holds B * NH * T * T values. With

@@ -22,7 +22,6 @@ void dry_run(const DrySetup *d, DryResult *result) {
     model.grad_accum = d->micro_batches;
     model.param_dtype = d->params;
     model.grad_dtype = d->grads;
-    model.gpu_operands = d->gpu_operands;
     RunSettings settings = {.offload_optimizer = d->offload_optimizer, .ema_decay = d->ema};
     StrategyContext ctx = {.model = &model, .comm = &comm, .mem = &mem, .source = {.dry = 1}, .options = d->options,
                            .quiet = 1, .accum_mode = d->accum_mode, .run = &settings};

@@ -29,7 +29,6 @@ typedef struct {
     DType params, grads;  // --precision, --reduce-dtype
     float ema;            // --ema DECAY (0: none): the EMA's bytes join the account
     int offload_optimizer;  // --offload-optimizer: the optimizer state's bytes are the host's
-    int gpu_operands;       // --gpu: the CUDA build's bf16 product operands join the activations
     int world, rank;
     const Machine *machine;  // NULL: memory alone; else the step's time on a virtual clock
     int steps;               // training steps after init (the last is timed and counted)

@@ -6,7 +6,7 @@
 // no memory stands behind it and nothing is computed or moved, so its numbers,
 // `reserved` included, are a real run's, and follow any change to a strategy.
 //   build/plan ((--config dN | --dims L,NH,C) [--vocab V] | --model FILE.bin) --ranks N [--batch B --seq T]
-//              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--fused-classifier] [--gpu]
+//              [--reshard-after-forward 0|1] [--recompute] [--fused-attention] [--fused-classifier]
 //              [--grad-accum K] [--accum-mode MODE]
 //              [--prefetch D] [--unit-blocks J | --wrap-min-params PARAMS] [--shard-group M]
 //              [--shard-min-numel NUMEL] [--precision P] [--reduce-dtype P] [--grad-clip C] [--ema DECAY]
@@ -744,7 +744,7 @@ static GPT2Config dims_config(const char *dims, int vocab, int T) {
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL, *dims = NULL;
     int vocab = 0, world = 0, B = 0, T = 64, tsv = 0, recompute = 0, show_layout = 0, timeline_rank = 0;
-    int fused_attention = 0, fused_classifier = 0, offload = 0, gpu = 0;
+    int fused_attention = 0, fused_classifier = 0, offload = 0;
     const char *timeline_name = NULL;
     int show_traffic = 0;
     int micro_batches = 1;
@@ -770,8 +770,6 @@ int main(int argc, char **argv) {
          "the GPU trainers' --fused-attention: a log-sum-exp per attention row, not its (T, T) probabilities"},
         {"--fused-classifier", NULL, CLI_SWITCH, &fused_classifier, 0, 0,
          "the trainers' --fused-classifier: no (B, T, Vp) probabilities kept"},
-        {"--gpu", NULL, CLI_SWITCH, &gpu, 0, 0,
-         "the CUDA trainers' memory: with --precision bf16, the bf16 operands of a unit's largest product while it runs"},
         {"--grad-clip", "C", CLI_FLOAT, &grad_clip, 0, 1e30,
          "the trainers' --grad-clip: the norm's all-reduce (8 bytes) joins each step (default 0: off)"},
         {"--grad-accum", "K", CLI_INT, &micro_batches, 1, 1 << 20, "the trainers' --grad-accum: K micro-batches per step"},
@@ -830,7 +828,7 @@ int main(int argc, char **argv) {
     CliSpec spec = {.synopsis = "((--config dN | --dims L,NH,C) [--vocab V] | --model FILE.bin | --params P) --ranks N "
                                 "[--batch B] "
                                 "[--seq T] [--precision fp32|bf16] [--reduce-dtype fp32|bf16] "
-                                "[--recompute] [--fused-attention] [--fused-classifier] [--gpu] [--grad-accum K] "
+                                "[--recompute] [--fused-attention] [--fused-classifier] [--grad-accum K] "
                                 "[--ema DECAY] [--grad-clip C] [--offload-optimizer] [--accum-mode sync-each|no-sync] "
                                 "[the strategies' flags] "
                                 "[--tsv | --layout | --traffic | --timeline STRATEGY [--rank R] | --strategies]",
@@ -851,11 +849,11 @@ int main(int argc, char **argv) {
     }
     static const char *const time_flags[] = {"--tokens-per-s", "--ranks-per-node", "--cores-per-node", "--within",
                                              "--across", "--calibrate", "--host-link", "--cpu-adam", NULL};
-    static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--recompute", "--gpu",
+    static const char *const step_flags[] = {"--vocab", "--batch", "--seq", "--recompute",
                                              "--fused-attention", "--fused-classifier", "--grad-clip", "--ema",
                                              "--grad-accum", "--accum-mode", "--time", "--layout",
                                              "--tsv", NULL};
-    static const char *const layout_flags[] = {"--batch", "--seq", "--recompute", "--gpu",
+    static const char *const layout_flags[] = {"--batch", "--seq", "--recompute",
                                                "--fused-attention", "--fused-classifier", "--grad-clip", "--ema",
                                                "--grad-accum", "--accum-mode", "--precision",
                                                "--reduce-dtype", "--offload-optimizer", "--time", "--tsv", NULL};
@@ -875,9 +873,9 @@ int main(int argc, char **argv) {
     static const char *const timeline_flags[] = {"--time", "--tsv", "--layout", "--params", "--traffic", NULL};
     static const char *const traffic_flags[] = {"--time", "--tsv", "--layout", "--params", "--ema",
                                                 "--fused-attention", "--fused-classifier", "--offload-optimizer",
-                                                "--gpu", NULL};
+                                                NULL};
     if (time_mode)
-        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", "--fused-classifier", "--gpu", NULL},
+        refuse_flags(&spec, (const char *const[]){"--ema", "--fused-attention", "--fused-classifier", NULL},
                      "it changes the memory, not --time");
     if (!offload)
         refuse_flags(&spec, (const char *const[]){"--host-link", "--cpu-adam", NULL},
@@ -897,12 +895,6 @@ int main(int argc, char **argv) {
     if (dtype_parse(precision, &param_dtype) != 0) fatal("--precision: give fp32 or bf16");
     grad_dtype = param_dtype;
     if (reduce_dtype && dtype_parse(reduce_dtype, &grad_dtype) != 0) fatal("--reduce-dtype: give fp32 or bf16");
-    if (gpu && param_dtype != DTYPE_BF16)
-        fatal("--gpu: the CUDA trainers hold more than the CPU's only with --precision bf16 (their products' bf16 "
-              "operands); an fp32 plan is the same for both");
-    if (fused_attention && param_dtype == DTYPE_BF16 && !gpu)
-        fatal("--fused-attention: only the CUDA trainers have it, and in bf16 they hold their products' bf16 operands "
-              "too: give --gpu with it");
     if (params_only) {
         if (config_name || model_path || dims)
             fatal("--params P plans the model states alone: give it without --config, --dims or --model");
@@ -937,7 +929,6 @@ int main(int argc, char **argv) {
                                  .grad_clip = grad_clip,
                                  .ema = ema,
                                  .offload_optimizer = offload,
-                                 .gpu_operands = gpu,
                                  .params = param_dtype,
                                  .grads = grad_dtype, .world = world, .steps = 2};
     GPT2Layout layout;
@@ -995,13 +986,12 @@ int main(int argc, char **argv) {
     } else {
         double psi = (double)layout.num_params;
         printf("plan: L=%d C=%d NH=%d V=%d, P = %zu parameters, %d ranks, batch %d x %d (%d micro-batch(es) of %d "
-               "rows per rank, %s)%s%s%s%s\nthe strategies that gather by unit: %d unit(s) of blocks, prefetching %d\n",
+               "rows per rank, %s)%s%s%s\nthe strategies that gather by unit: %d unit(s) of blocks, prefetching %d\n",
                config.num_layers, config.channels, config.num_heads, config.vocab_size, layout.num_params, world,
                B, T, micro_batches, shape.setup.rows, accum_mode,
                recompute ? ", activations recomputed in backward" : "",
                fused_attention ? ", the fused attention (a GPU's)" : "",
-               fused_classifier ? ", the fused classifier" : "",
-               gpu ? ", the CUDA build's buffers" : "", layout.num_units - 2,
+               fused_classifier ? ", the fused classifier" : "", layout.num_units - 2,
                prefetch_window(&layout, prefetch));
         printf("ZeRO paper, mixed precision: 16P = %.3f MB per rank without sharding, 16P/N = %.3f MB with stage 3\n",
                16 * psi / 1e6, 16 * psi / world / 1e6);

@@ -733,11 +733,14 @@ static void write_summary(Run *run, double tokens_per_s) {
     for (int u = 0; u < run->model.layout.num_units; u++)
         fprintf(f, "%s%d", u ? ", " : "", run->model.layout.unit_num_layers[u]);
     ProductEngine products = product_engine();  // rank 0's, which writes the summary; a GPU's are cuBLAS's
-    if (strcmp(device_name(), "cpu") != 0) products = (ProductEngine){"cuBLAS", device_name(), "cuda streams"};
+    if (strcmp(device_name(), "cpu") != 0)
+        products = (ProductEngine){"cuBLAS", device_name(), "cuda streams", .bf16_kernels = "cuBLAS"};
     fprintf(f, "], \"products\": {\"engine\": ");
     write_json_text(f, products.engine);
     fprintf(f, ", \"kernels\": ");
     write_json_text(f, products.kernels);
+    fprintf(f, ", \"bf16_kernels\": ");
+    write_json_text(f, products.bf16_kernels);
     fprintf(f, ", \"parallel\": \"%s\", \"threads\": %d}", products.parallel, omp_get_max_threads());
     fprintf(f, ", \"last_step\": %d, \"stopped_by_signal\": %s, \"tokens_per_s\": %.1f, \"cores_on_node\": %d, "
                "\"ranks_on_node\": %d, \"ranks\": [",

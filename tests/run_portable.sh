@@ -6,8 +6,11 @@
 # sets and thread counts than the machine's own: every strategy must stay bit for
 # bit its reference (train_single --as-ranks N) under each.
 #   - the equivalence tier (every strategy at N = 2, FSDP at N = 3, against its
-#     reference, with its memory and traffic) under each instruction set, with 1, 2
-#     or 3 threads a rank (one count per set: every count is seen).
+#     reference, with its memory and traffic; DDP, ZeRO-3 and FSDP in bf16, whose
+#     products run on that set's bf16 kernel or, below AVX-512, a loop) under each
+#     instruction set, with 1, 2 or 3 threads a rank (one count per set: every
+#     count is seen);
+#   - the bf16 products against their error bound (test_dtype) under each set.
 # (make check, the labs' grader, for every strategy at N = 2 and 3 and the labs'
 # planted bugs under each set: tests/test_labs.py, part of make test.)
 # Ends with "N passed, M failed".
@@ -22,5 +25,7 @@ for pair in $isas; do
     echo "== ONEDNN_MAX_CPU_ISA=$isa, $threads thread(s) a rank: every strategy against its reference"
     run "test_strategies, quick, $isa, $threads thread(s)" env ONEDNN_MAX_CPU_ISA=$isa OMP_NUM_THREADS=$threads \
         SHARDLAB_TEST_QUICK=1 python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
+    run "test_dtype, $isa, $threads thread(s)" env ONEDNN_MAX_CPU_ISA=$isa OMP_NUM_THREADS=$threads \
+        "$BUILD/tests/test_dtype"
 done
 finish

@@ -1,13 +1,17 @@
 // bf16: rounding to nearest even on edge values, exact widening, the device's
-// bf16 arithmetic (CPU build), and AdamW on a bf16 run's master and working copy.
+// bf16 arithmetic (CPU build), AdamW on a bf16 run's master and working copy, and
+// the products on bf16 operands (product_bf16, matmul_forward with operands).
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "device/device.h"
 #include "device/dtype.h"
 #include "device/optim.h"
+#include "models/gpt2.h"
+#include "models/gpt2_ops.h"
 #include "tests/check_main.h"
 
 static float float_of_bits(uint32_t bits) {
@@ -131,6 +135,114 @@ START_TEST(test_adamw_on_a_master_with_bf16_gradients) {
 }
 END_TEST
 
+// A fixed walk of bf16 values in [-2, 2), most with all 7 mantissa bits in use.
+static void fill_bf16(bf16 *x, size_t n, uint32_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = bf16_from_float((float)(seed >> 8) / (float)(1u << 23) - 2.0f);
+    }
+}
+
+// op(X)'s (row, col) element of a row-major matrix with row stride ld.
+static float at(const bf16 *X, char trans, int ld, int row, int col) {
+    return bf16_to_float(trans == 'T' ? X[(size_t)col * ld + row] : X[(size_t)row * ld + col]);
+}
+
+// product_bf16 against the same product in double. A product of two bf16 values
+// is exact in fp32 (8 + 8 significant bits), so the only error is the fp32 sum
+// of K products plus C: in any order at most gamma = (K+1) u / (1 - (K+1) u) of
+// the sum of the magnitudes (u = 2^-24), whatever kernel oneDNN picks or the loop.
+START_TEST(test_bf16_products_within_the_sums_rounding) {
+    const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {4, 9, 9}, {17, 3, 64}, {65, 33, 130}, {8, 70, 1}};
+    const char trans[][2] = {{'N', 'T'}, {'N', 'N'}, {'T', 'N'}, {'T', 'T'}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (int beta = 0; beta <= 1; beta++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                char ta = trans[t][0], tb = trans[t][1];
+                int lda = ta == 'T' ? M : K, ldb = tb == 'T' ? K : N;
+                bf16 *A = malloc((size_t)M * K * sizeof(bf16)), *B = malloc((size_t)K * N * sizeof(bf16));
+                float *C = malloc((size_t)M * N * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
+                fill_bf16(A, (size_t)M * K, 7u + (uint32_t)s);
+                fill_bf16(B, (size_t)K * N, 99u + (uint32_t)t);
+                for (int i = 0; i < M * N; i++) C[i] = C0[i] = 0.25f * (float)(i % 7) - 0.5f;
+                product_bf16(ta, tb, M, N, K, A, lda, B, ldb, (float)beta, C, N);
+                double u = ldexp(1, -24), gamma = (K + 1) * u / (1 - (K + 1) * u);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double exact = beta ? C0[m * N + n] : 0, magnitude = fabs(exact);
+                        for (int k = 0; k < K; k++) {
+                            double p = (double)at(A, ta, lda, m, k) * at(B, tb, ldb, k, n);
+                            exact += p, magnitude += fabs(p);
+                        }
+                        ck_assert_msg(fabs(C[m * N + n] - exact) <= gamma * magnitude,
+                                      "%c%c %dx%dx%d beta %d: C[%d,%d] = %.9g, exactly %.9g", ta, tb, M, N, K, beta,
+                                      m, n, C[m * N + n], exact);
+                    }
+                free(A), free(B), free(C), free(C0);
+            }
+}
+END_TEST
+
+// matmul_forward and _backward with operands round weight, inp and dout to bf16
+// first: the result is the product of the rounded values (within the sums'
+// rounding, as above), not of the fp32 ones; the bias's gradient sums dout
+// unrounded. A NaN in one input row stays in that row's outputs.
+START_TEST(test_matmul_rounds_its_operands) {
+    enum { B = 2, T = 3, C = 9, OC = 5, ROWS = B * T };
+    float inp[ROWS * C], w[OC * C], bias[OC], dout[ROWS * OC];
+    float rinp[ROWS * C], rw[OC * C], rdout[ROWS * OC];
+    for (int i = 0; i < ROWS * C; i++) inp[i] = 0.1f + 0.0123457f * (float)i, rinp[i] = bf16_to_float(bf16_from_float(inp[i]));
+    for (int i = 0; i < OC * C; i++) w[i] = 0.3f - 0.0098765f * (float)i, rw[i] = bf16_to_float(bf16_from_float(w[i]));
+    for (int i = 0; i < ROWS * OC; i++)
+        dout[i] = 0.05f * (float)(i % 4) - 0.071f, rdout[i] = bf16_to_float(bf16_from_float(dout[i]));
+    for (int o = 0; o < OC; o++) bias[o] = 0.01f * (float)o;
+    inp[C] = NAN;  // row 1
+    bf16 *operands = malloc(gpt2_product_operands(ROWS, C, OC, 1) * sizeof(bf16));
+    float out[ROWS * OC], dinp[ROWS * C] = {0}, dw[OC * C] = {0}, db[OC] = {0};
+    matmul_forward(out, inp, w, bias, B, T, C, OC, operands);
+    double u = ldexp(1, -24), gamma = (C + 2) * u / (1 - (C + 2) * u);
+    for (int r = 0; r < ROWS; r++)
+        for (int o = 0; o < OC; o++) {
+            if (r == 1) {
+                ck_assert_msg(isnan(out[r * OC + o]), "the NaN row's output %d is %g", o, out[r * OC + o]);
+                continue;
+            }
+            double exact = bias[o], magnitude = fabs(bias[o]), unrounded = bias[o];
+            for (int c = 0; c < C; c++) {
+                exact += (double)rinp[r * C + c] * rw[o * C + c], magnitude += fabs((double)rinp[r * C + c] * rw[o * C + c]);
+                unrounded += (double)inp[r * C + c] * w[o * C + c];
+            }
+            ck_assert_msg(fabs(out[r * OC + o] - exact) <= gamma * magnitude, "out[%d,%d] = %.9g, of the rounded %.9g",
+                          r, o, out[r * OC + o], exact);
+            ck_assert_msg(fabs(out[r * OC + o] - unrounded) > gamma * magnitude, "out[%d,%d]: nothing was rounded", r, o);
+        }
+    inp[C] = 1.0f, rinp[C] = 1.0f;
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, operands);
+    for (int o = 0; o < OC; o++) {
+        float sum = 0;
+        for (int r = 0; r < ROWS; r++) sum += dout[r * OC + o];
+        ck_assert_msg(db[o] == sum, "dbias[%d] = %.9g sums the unrounded dout, %.9g", o, db[o], sum);
+        for (int c = 0; c < C; c++) {
+            double exact = 0, magnitude = 0;
+            for (int r = 0; r < ROWS; r++)
+                exact += (double)rdout[r * OC + o] * rinp[r * C + c], magnitude += fabs((double)rdout[r * OC + o] * rinp[r * C + c]);
+            ck_assert_msg(fabs(dw[o * C + c] - exact) <= gamma * magnitude + 1e-30, "dweight[%d,%d] = %.9g, exactly %.9g",
+                          o, c, dw[o * C + c], exact);
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < C; c++) {
+            double exact = 0, magnitude = 0;
+            for (int o = 0; o < OC; o++)
+                exact += (double)rdout[r * OC + o] * rw[o * C + c], magnitude += fabs((double)rdout[r * OC + o] * rw[o * C + c]);
+            ck_assert_msg(fabs(dinp[r * C + c] - exact) <= gamma * magnitude + 1e-30, "dinp[%d,%d] = %.9g, exactly %.9g",
+                          r, c, dinp[r * C + c], exact);
+        }
+    free(operands);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("dtype");
     TCase *tc = tcase_create("bf16");
@@ -142,6 +254,8 @@ int main(void) {
     tcase_add_test(tc, test_every_bf16_widens_exactly_and_back);
     tcase_add_test(tc, test_device_conversions_and_sums);
     tcase_add_test(tc, test_adamw_on_a_master_with_bf16_gradients);
+    tcase_add_test(tc, test_bf16_products_within_the_sums_rounding);
+    tcase_add_test(tc, test_matmul_rounds_its_operands);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

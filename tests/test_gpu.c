@@ -124,10 +124,10 @@ START_TEST(test_matmul) {
     float *d_inp = to_device(inp, nin), *d_w = to_device(w, OC * C), *d_bias = to_device(bias, OC);
     float *d_out = to_device(out, nout), *d_dinp = to_device(dinp, nin), *d_dw = to_device(dw, OC * C);
     float *d_db = to_device(db, OC);
-    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    matmul_forward(out, inp, w, bias, B, T, C, OC, NULL);
     matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, NULL);
     assert_close("matmul out", d_out, out, nout);
-    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, NULL);
     float *d_dout = to_device(dout, nout);
     matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_ADD, NULL);
     assert_close("matmul dinp", d_dinp, dinp, nin);
@@ -136,7 +136,7 @@ START_TEST(test_matmul) {
     // DINP_WRITE: dinp is the gradient alone, whatever the buffer held (NaN here)
     float *fresh = calloc(nin, 4), *dw2 = calloc(OC * C, 4), *db2 = calloc(OC, 4), *poison = malloc(nin * 4);
     for (size_t i = 0; i < nin; i++) poison[i] = NAN;
-    matmul_backward(fresh, dw2, db2, dout, inp, w, B, T, C, OC);
+    matmul_backward(fresh, dw2, db2, dout, inp, w, B, T, C, OC, NULL);
     device_from_host(d_dinp, poison, nin);
     matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_WRITE, NULL);
     ck_assert_msg(relative_error(d_dinp, fresh, nin) <= 1e-3, "matmul dinp written");
@@ -161,7 +161,7 @@ static void check_bf16_gelu_epilogue(const float *inp, const float *w, const flo
     size_t nin = B * T * C, nout = B * T * OC;
     float *pre = calloc(nout, 4), *gelu = calloc(nout, 4), *poison = malloc(nout * 4);
     for (size_t i = 0; i < nout; i++) poison[i] = NAN;
-    matmul_forward(pre, inp, w, bias, B, T, C, OC);
+    matmul_forward(pre, inp, w, bias, B, T, C, OC, NULL);
     gelu_forward(gelu, pre, (int)nout);
     float *d_pre = to_device(poison, nout), *d_gelu = to_device(poison, nout);
     matmul_bias_gelu_forward_cuda(d_pre, d_gelu, to_device(inp, nin), to_device(w, OC * C), to_device(bias, OC), B, T,
@@ -182,18 +182,18 @@ START_TEST(test_matmul_bf16_operands) {
     float *d_out = to_device(out, nout), *d_dout = to_device(dout, nout), *d_dinp = to_device(dinp, nin);
     float *d_dw = to_device(dw, OC * C), *d_db = to_device(db, OC);
     bf16 *operands = device_alloc_as(&mem, MEM_ACTIVATIONS, gpt2_product_operands((size_t)B * T, C, OC, 1), DTYPE_BF16);
-    matmul_forward(exact, inp, w, bias, B, T, C, OC);
+    matmul_forward(exact, inp, w, bias, B, T, C, OC, NULL);
     round_host(inp, nin);
     round_host(w, OC * C);
     round_host(dout, nout);
-    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    matmul_forward(out, inp, w, bias, B, T, C, OC, NULL);
     matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, operands);
     assert_close("bf16 matmul out", d_out, out, nout);
     float *got = malloc(nout * sizeof(float)), worst = 0;
     device_to_host(got, d_out, nout);
     for (size_t i = 0; i < nout; i++) worst = fmaxf(worst, fabsf(got[i] - exact[i]));
     ck_assert_msg(worst > 1e-4f, "the bf16 product equals the fp32 one (%g): nothing was rounded", worst);
-    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, NULL);
     matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_ADD, operands);
     assert_close("bf16 matmul dinp", d_dinp, dinp, nin);
     assert_close("bf16 matmul dweight", d_dw, dw, OC * C);

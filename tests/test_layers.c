@@ -82,7 +82,7 @@ END_TEST
 typedef struct { int B, T, C, OC; double *inp, *w, *b, *out, *dout; } MmCtx;
 static double mm_loss(void *p) {
     MmCtx *c = p;
-    matmul_forward(c->out, c->inp, c->w, c->b, c->B, c->T, c->C, c->OC);
+    matmul_forward(c->out, c->inp, c->w, c->b, c->B, c->T, c->C, c->OC, NULL);
     return dot(c->out, c->dout, (size_t)c->B * c->T * c->OC);
 }
 START_TEST(test_matmul_backward) {
@@ -92,7 +92,7 @@ START_TEST(test_matmul_backward) {
     c.b = random_array(c.OC, 7, 1.0); c.dout = random_array(nout, 8, 1.0); c.out = zeros(nout);
     double *dinp = zeros(nin), *dw = zeros((size_t)c.OC * c.C);
     double *db = zeros(c.OC);
-    matmul_backward(dinp, dw, db, c.dout, c.inp, c.w, c.B, c.T, c.C, c.OC);
+    matmul_backward(dinp, dw, db, c.dout, c.inp, c.w, c.B, c.T, c.C, c.OC, NULL);
     check_gradient("dinp", c.inp, nin, dinp, mm_loss, &c);
     check_gradient("dweight", c.w, (size_t)c.OC * c.C, dw, mm_loss, &c);
     check_gradient("dbias", c.b, c.OC, db, mm_loss, &c);

@@ -198,9 +198,9 @@ def check_recompute(tmp, common):
 
 def check_precision(tmp, data):
     """--precision bf16 on the d2 preset: 50 steps stay within 2e-2 relative of the fp32 run's losses (and are
-    not the fp32 run's: the flag does something); --grad-clip's norm from bf16 ranks (fp32 gradients) is
-    train_single's, within 1e-6 at the first step (2e-4 on a GPU) and 3e-3 after; --recompute is bitwise the plain
-    bf16 run."""
+    not the fp32 run's: the flag does something); --grad-clip's norm from bf16 ranks (fp32 gradients) is their
+    reference's, train_single --as-ranks N, within 2 P 2^-53 (the norm's sum in another order), and the losses and
+    model the same bits; --recompute is bitwise the plain bf16 run."""
     common = ["--config", "d2", "--vocab", str(V), "--data", data, "--batch", str(BATCH), "--seq", str(SEQ),
               "--lr", "1e-3", "--quiet"]
     curves = {}
@@ -214,25 +214,28 @@ def check_precision(tmp, data):
     check(len(curves["bf16"]) == 50 and 0 < worst <= 2e-2 and curves["bf16"][-1] < curves["bf16"][0] - 1,
           f"d2 bf16: 50 steps within 2e-2 of fp32's losses (worst {worst:.2e}), and learning")
     norms, runs = {}, {}
-    for strategy, n, extra in (("single", 1, []), ("fsdp", 3, []), ("zero2", 2, []), ("single", 1, ["--recompute"])):
-        tag = f"{strategy}{n}{''.join(extra)}"
+    clip = ["--steps", "8", "--precision", "bf16", "--reduce-dtype", "fp32", "--grad-clip", "0.5"]
+    for strategy, n, extra in (("single", 1, []), ("fsdp", 3, []), ("zero2", 2, []), ("single", 1, ["--recompute"]),
+                               ("ref", 3, reference_flags("fsdp", 3, clip)), ("ref", 2, reference_flags("zero2", 2, clip))):
+        tag = f"ref{n}" if strategy == "ref" else f"{strategy}{n}{''.join(extra)}"
         log, out = os.path.join(tmp, f"bf16clip_{tag}.jsonl"), os.path.join(tmp, f"bf16clip_{tag}.bin")
-        if run([*trainer(strategy, n), *common, "--steps", "8", "--precision", "bf16", "--reduce-dtype", "fp32",
-                "--grad-clip", "0.5", *extra, "--log", log, "--out-model", out]):
+        command = [*MPIRUN, "-np", "1", f"{BUILD}/train_single"] if strategy == "ref" else trainer(strategy, n)
+        if run([*command, *common, *clip, *extra, "--log", log, "--out-model", out]):
             check(False, f"{tag} bf16 --grad-clip: runs")
             return
         steps = read_log(log)[0]
         norms[tag] = [s["grad_norm"] for s in steps]
-        runs[tag] = ([s["loss"] for s in steps], norms[tag], open(out, "rb").read())
-    for tag in ("fsdp3", "zero22"):
-        # step 1 starts from the same bf16 parameters: only the order of fp32 sums differs (1e-6 on the CPU; a GPU
-        # also rounds the products' activations to bf16, where another order can round an element the other way);
-        # later, a master weight an fp32 rounding away may round to a neighbouring bf16 value, and the norm feels
-        # that more than the loss
-        first, worst = rel(norms[tag][0], norms["single1"][0]), max(rel(a, b) for a, b in zip(norms[tag], norms["single1"]))
-        check(first <= (2e-4 if "cuda" in BUILD else 1e-6) and worst <= 3e-3,
-              f"{tag} bf16: gradient norms are train_single's (step 1 within {first:.1e}, all within {worst:.1e})")
-    check(runs["single1"] == runs["single1--recompute"], "single bf16 --recompute: bitwise the plain run")
+        runs[tag] = ([s["loss"] for s in steps], open(out, "rb").read())
+    # each against train_single --as-ranks N, whose products multiply the same rows: the operands round alike and
+    # the gradients are the same bits; only the norm's fp64 sum runs in another order
+    P = len(read_floats(os.path.join(tmp, "bf16clip_single1.bin")))
+    for tag, ref in (("fsdp3", "ref3"), ("zero22", "ref2")):
+        worst = max(rel(a, b) for a, b in zip(norms[tag], norms[ref]))
+        check(runs[tag] == runs[ref] and worst <= 2 * P * 2.0 ** -53,
+              f"{tag} bf16 --grad-clip: bitwise the losses and model of train_single --as-ranks, its norms within "
+              f"{worst:.1e} (2 P 2^-53 = {2 * P * 2.0 ** -53:.1e})")
+    check(runs["single1"] == runs["single1--recompute"] and norms["single1"] == norms["single1--recompute"],
+          "single bf16 --recompute: bitwise the plain run")
 
 
 class InitGenrand:

@@ -694,7 +694,8 @@ def check_planned_across_machines():
 def check_d4(tmp):
     """200 steps of d4 (vocab 256, B = 4, T = 64): the mean loss of the last 50 steps of each quantized run (qwZ on
     FSDP and on ZeRO-3, qgZ int8 and int4 at N = 2, qgZ int4 in two hops at N = 4) differs from train_single's by
-    less than train_single's own differs under another initialisation seed."""
+    less than train_single's own differs under another initialisation seed; so does train_single --precision bf16
+    (bf16 products, working copies and gradients against fp32: docs/precision.md)."""
     data = os.path.join(tmp, "d4data")
     os.makedirs(data)
     rng = random.Random(7)
@@ -705,6 +706,8 @@ def check_d4(tmp):
     means = {}
     for name, command in (("single", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common]),
                           ("single --seed 2", [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, "--seed", "2"]),
+                          ("single --precision bf16",
+                           [*MPIRUN, "-np", "1", f"{BUILD}/train_single", *common, "--precision", "bf16"]),
                           ("fsdp N=2 --quantize-weights int8", fsdp(2, *common, "--quantize-weights", "int8")),
                           ("fsdp N=2 --quantize-grads int8", fsdp(2, *common, "--quantize-grads", "int8")),
                           ("fsdp N=2 --quantize-grads int4", fsdp(2, *common, "--quantize-grads", "int4")),
@@ -721,7 +724,7 @@ def check_d4(tmp):
     seed = abs(means["single --seed 2"] - means["single"])
     print("d4, 200 steps, mean loss of the last 50: " + ", ".join(f"{k} {v:.5f}" for k, v in means.items()))
     for name, mean in means.items():
-        if name.startswith(("fsdp", "zero3")):
+        if name.startswith(("fsdp", "zero3", "single --precision")):
             moved = abs(mean - means["single"])
             check(moved < seed, f"d4 200 steps: {name} moves the loss by {moved:.5f}, less than another seed does "
                   f"({seed:.5f})")
