@@ -38,7 +38,8 @@ MPIRUN   ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
             $(MPI_EXTRA) -x OPENBLAS_NUM_THREADS=1
 
 DEB_PACKAGES = build-essential pkg-config openmpi-bin libopenmpi-dev check libsubunit-dev \
-               libopenblas-openmp-dev libdnnl-dev gnuplot-nox python3 clang libclang-rt-14-dev procps chromium
+               libopenblas-openmp-dev libdnnl-dev gnuplot-nox python3 clang libclang-rt-14-dev procps chromium \
+               wasi-libc libclang-rt-14-dev-wasm32 lld llvm
 
 # Sources by folder, from the bottom layer up (docs/README.md has the map): every
 # .c of these folders is in the library, and the CUDA build adds every .cu. The
@@ -52,7 +53,8 @@ TRAINERS  = $(STRATEGY_DIRS:%=train_%)
 LIB_DIRS  = util device comm models kit $(STRATEGY_DIRS) run
 CPU_ONLY  = device/device_cpu.c comm/nccl_stub.c models/gpt2_cpu.c
 DRY_ONLY  = device/device_dry.c models/gpt2_dry.c plan/dry_run.c
-CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY),$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
+WEB_ONLY  = device/host_memory_wasi.c
+CORE_SRCS = $(filter-out $(CPU_ONLY) $(DRY_ONLY) $(WEB_ONLY),$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
 CUDA_SRCS = $(wildcard $(addsuffix /*.cu,$(LIB_DIRS)))
 CORE_OBJS = $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_OBJS  = $(CORE_OBJS) $(CPU_ONLY:%.c=$(BUILD)/obj/%.o)
@@ -86,9 +88,9 @@ CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all blas-check gpu deps test test-quick test-portable test-plain test-asan test-asan-quick test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
+.PHONY: all blas-check gpu web deps test test-quick test-portable test-plain test-asan test-asan-quick test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
-all: blas-check $(PROGRAM_BINS) $(TEST_BINS) $(if $(filter 1,$(GPU)),gpu)
+all: blas-check $(PROGRAM_BINS) $(TEST_BINS) web $(if $(filter 1,$(GPU)),gpu)
 
 # OpenBLAS's OpenMP build, or a refusal: the pthread build's threads would fight
 # the layers' OpenMP threads for the cores (a step about 1.6x slower on 2 cores,
@@ -145,6 +147,42 @@ bench-gpu: gpu
 # against llm.c and PyTorch, each part under a timeout (examples/gpu_check.sh).
 gpu-check:
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" bash examples/gpu_check.sh
+
+# The planner in a browser (docs/web.md): build/plan's own sources, the dry
+# device and the simulated communication (no MPI, BLAS or OpenMP), compiled to
+# WebAssembly for WASI, and the page that runs it (web/). The module is also
+# written into a script as base64, so that the page opens from file:// too.
+WEB_CC    ?= clang
+WEB_AR    ?= llvm-ar
+WEB_BUILD  = $(BUILD)/web
+WEB_NATIVE = device/host_memory.c run/threads.c run/train_loop.c models/gpt2_ops.c
+WEB_SRCS   = $(filter-out $(MPI_ONLY) $(WEB_NATIVE),$(CORE_SRCS)) $(DRY_ONLY) $(WEB_ONLY)
+WEB_OBJS   = $(WEB_SRCS:%.c=$(WEB_BUILD)/obj/%.o)
+WEB_FLAGS  = --target=wasm32-wasi -std=c11 -I. -O2 -Wall -Wextra -D_GNU_SOURCE -MMD -MP
+WEB_PAGE   = $(patsubst web/%,$(WEB_BUILD)/%,$(wildcard web/*.html web/*.js))
+
+web: $(WEB_BUILD)/plan.wasm $(WEB_BUILD)/plan_wasm.js $(WEB_PAGE)
+
+$(WEB_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(WEB_CC) $(WEB_FLAGS) -c $< -o $@
+
+$(WEB_BUILD)/libplan.a: $(WEB_OBJS)
+	rm -f $@ && $(WEB_AR) rcs $@ $^
+
+# 1 GiB of memory at most: the dry blocks' addresses start at 2^31 (device/cache.c)
+$(WEB_BUILD)/plan.wasm: $(WEB_BUILD)/obj/plan/plan.o $(WEB_BUILD)/libplan.a
+	$(WEB_CC) --target=wasm32-wasi -O2 $^ -o $@ -lm -Wl,--max-memory=1073741824 -Wl,--strip-all
+
+$(WEB_BUILD)/plan_wasm.js: $(WEB_BUILD)/plan.wasm
+	{ printf '// build/web/plan.wasm as base64 (make web): a page opened from file:// may not fetch it\n'; \
+	  printf 'const PLAN_WASM_BASE64 = "'; base64 -w0 $<; printf '";\n'; } > $@
+
+$(WEB_BUILD)/%: web/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+-include $(WEB_OBJS:.o=.d)
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -190,11 +190,22 @@ static void check_arguments(Comm *comm, CommOp op, size_t count, DType dtype, in
         fatal("%s element types differ across ranks (%s here)", comm_op_names[op], dtype_name(dtype));
 }
 
-static CommHandle new_handle(CommOp op, CommReduceOp reduce_op, void *result, size_t result_count, size_t count,
-                             DType dtype) {
+// The log this group's collectives are kept in (its own, or the nearest parent's), or NULL.
+static CommLog *log_of(const Comm *comm) {
+    CommLog *log = comm->log;
+    for (const Comm *c = comm->parent; !log && c; c = c->parent) log = c->log;
+    return log;
+}
+
+// When a collective is issued or waited for, as its record keeps it: read from the
+// clock only while a log keeps records (a dry run's thousands of collectives keep none).
+static double record_time(const Comm *comm) { return log_of(comm) ? timer_now() : 0; }
+
+static CommHandle new_handle(const Comm *comm, CommOp op, CommReduceOp reduce_op, void *result, size_t result_count,
+                             size_t count, DType dtype) {
     CommHandle h = {.active = 1, .op = op, .reduce_op = reduce_op, .dtype = dtype, .result = result,
                     .result_count = reduce_op == COMM_AVG ? result_count : 0, .count = count,
-                    .issued = timer_now()};
+                    .issued = record_time(comm)};
     return h;
 }
 
@@ -205,7 +216,7 @@ static CommHandle start(Comm *comm, CommOp op, CommReduceOp reduce_op, const voi
                         DType dtype, int root, int buffers_ok, void *result, size_t result_count) {
     check_arguments(comm, op, count, dtype, root, buffers_ok);
     count_call(comm, op, count, dtype, root);
-    CommHandle h = new_handle(op, reduce_op, result, result_count, count, dtype);
+    CommHandle h = new_handle(comm, op, reduce_op, result, result_count, count, dtype);
     comm->backend->start(comm, &h, send, recv, count, root);
     return h;
 }
@@ -251,8 +262,7 @@ CommHandle comm_reduce_start(Comm *comm, const void *send, void *recv, size_t co
 // A group's records go to the nearest group above it that keeps them (the trace
 // attaches the world's).
 static void keep_record(Comm *comm, const CommHandle *h, double waited, double done, void *event) {
-    CommLog *log = comm->log;
-    for (Comm *c = comm->parent; !log && c; c = c->parent) log = c->log;
+    CommLog *log = log_of(comm);
     if (!log) {
         if (event) comm->backend->event_free(event);
         return;
@@ -273,14 +283,16 @@ static void keep_record(Comm *comm, const CommHandle *h, double waited, double d
         log->records = records;
         log->events = events;
     }
-    log->records[log->count] = (CommRecord){.op = h->op, .count = h->count, .issued = h->issued, .done = done,
+    // issued before the log began (no time taken then): the record starts when it was waited for
+    double issued = h->issued ? h->issued : waited;
+    log->records[log->count] = (CommRecord){.op = h->op, .count = h->count, .issued = issued, .done = done,
                                             .waited = waited};
     log->events[log->count++] = event;
 }
 
 // The backend's wait, then the record and the time waited.
 static void finish(Comm *comm, const CommBackend *backend, CommHandle *h) {
-    double waited = timer_now(), done = 0;
+    double waited = record_time(comm), done = 0;
     void *event = NULL;
     int keep = 1;
     double seconds = backend->wait(comm, h, &done, &event, &keep);
@@ -343,7 +355,7 @@ void comm_reduce(Comm *comm, const void *send, void *recv, size_t count, DType d
 void comm_barrier(Comm *comm) {
     check_arguments(comm, COMM_BARRIER, 0, DTYPE_FP32, 0, 1);
     count_call(comm, COMM_BARRIER, 0, DTYPE_FP32, 0);
-    CommHandle h = new_handle(COMM_BARRIER, COMM_SUM, NULL, 0, 0, DTYPE_FP32);
+    CommHandle h = new_handle(comm, COMM_BARRIER, COMM_SUM, NULL, 0, 0, DTYPE_FP32);
     comm->backend->host->start(comm, &h, NULL, NULL, 0, 0);
     finish(comm, comm->backend->host, &h);
 }
@@ -351,7 +363,7 @@ void comm_barrier(Comm *comm) {
 double comm_all_reduce_double(Comm *comm, double value) {
     check_arguments(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0, 1);
     count_call(comm, COMM_ALL_REDUCE, 2, DTYPE_FP32, 0);  // 8 bytes: counted as two floats
-    CommHandle h = new_handle(COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2, DTYPE_FP32);
+    CommHandle h = new_handle(comm, COMM_ALL_REDUCE, COMM_SUM, NULL, 0, 2, DTYPE_FP32);
     double sum = value;
     comm->backend->host->start_sum_double(comm, &h, &sum);
     finish(comm, comm->backend->host, &h);

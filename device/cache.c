@@ -3,6 +3,7 @@
 
 #include <stdalign.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,12 +59,22 @@ static void release_all(Cache *c) {
 
 // A dry block: an address of its own, never dereferenced, past the end of the
 // previous one, from an address space no process maps (x86-64's user space ends
-// below 2^47, so touching one is a fault at once).
+// below 2^47, so touching one is a fault at once). With 32-bit addresses (the
+// browser's planner, make web) the dry blocks start at 2^31, above the 1 GiB its
+// memory may grow to, and take one header's step each whatever their size: 2^31
+// bytes could not hold a large rank's blocks end to end, and nothing reads a dry
+// block's bytes, so an address is only its name.
+#if UINTPTR_MAX > 0xFFFFFFFFu
 #define DRY_BASE ((uintptr_t)1 << 48)
+#define DRY_STEP(bytes) (sizeof(BlockHeader) + ((bytes) + sizeof(BlockHeader) - 1) / sizeof(BlockHeader) * sizeof(BlockHeader))
+#else
+#define DRY_BASE ((uintptr_t)1 << 31)
+#define DRY_STEP(bytes) sizeof(BlockHeader)
+#endif
 
 static BlockHeader *dry_block(Cache *c, size_t bytes) {
     if (c->next_dry == 0) c->next_dry = DRY_BASE;
-    size_t step = sizeof(BlockHeader) + (bytes + sizeof(BlockHeader) - 1) / sizeof(BlockHeader) * sizeof(BlockHeader);
+    size_t step = DRY_STEP(bytes);
     if (bytes > SIZE_MAX / 2 || c->next_dry > UINTPTR_MAX - step) fatal("out of memory: a dry block of %zu bytes", bytes);
     BlockHeader *block = (BlockHeader *)c->next_dry;
     c->next_dry += step;
@@ -98,7 +109,7 @@ void *cache_alloc(Cache *c, size_t bytes) { return take(c, bytes, 1); }
 void *cache_alloc_overwritten(Cache *c, size_t bytes) { return take(c, bytes, 0); }
 
 void cache_free(Cache *c, void *ptr, size_t bytes) {
-    CHECK(c->blocks_in_use > 0 && c->in_use >= bytes, "cache_free: %zu bytes given back, %zu in use in %zu blocks",
+    CHECK(c->blocks_in_use > 0 && c->in_use >= bytes, "cache_free: %zu bytes given back, %" PRIu64 " in use in %zu blocks",
           bytes, c->in_use, c->blocks_in_use);
     uintptr_t address = (uintptr_t)ptr;
     CHECK(ptr && (address >= DRY_BASE) == (c->dry != 0), "cache_free: a %s block given to a %s cache",
@@ -117,4 +128,4 @@ void cache_free(Cache *c, void *ptr, size_t bytes) {
     if (c->blocks_in_use == 0) release_all(c);
 }
 
-size_t cache_reserved(const Cache *c) { return c->in_use + c->cached; }
+uint64_t cache_reserved(const Cache *c) { return c->in_use + c->cached; }

@@ -48,8 +48,10 @@ typedef struct {
     CacheBin *bins;          // (num_bins) by increasing size; a bin stays once made, even empty
     size_t num_bins, bins_capacity;
     size_t blocks_in_use;    // blocks handed out and not given back
-    size_t in_use, cached;   // bytes of the blocks handed out, and of the blocks in the bins
-    size_t reserved_peak;    // the peak of in_use + cached
+    // Byte totals are 64-bit everywhere: the browser's planner (make web) has a
+    // 32-bit size_t, and a rank's memory may pass 4 GiB in any plan.
+    uint64_t in_use, cached;  // bytes of the blocks handed out, and of the blocks in the bins
+    uint64_t reserved_peak;   // the peak of in_use + cached
     int dry;                 // set before first use: sizes only, no memory
     uintptr_t next_dry;      // dry: the address the next new block gets
 } Cache;
@@ -63,7 +65,7 @@ void *cache_alloc_overwritten(Cache *c, size_t bytes);
 // size it was asked with, or the process stops with an error.
 void cache_free(Cache *c, void *block, size_t bytes);
 // Bytes the cache holds now: in use plus cached.
-size_t cache_reserved(const Cache *c);
+uint64_t cache_reserved(const Cache *c);
 
 #ifdef __cplusplus
 }

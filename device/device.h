@@ -100,7 +100,7 @@ void device_synchronize(void);
 // (cache.h); the CUDA build: this process's stream-ordered pool, whatever the
 // account (its buffers all come from that one pool).
 typedef struct {
-    size_t current, peak;
+    uint64_t current, peak;  // bytes (64-bit as the accounts', memory.h)
 } DeviceReserved;
 DeviceReserved device_reserved(const MemAccount *acct);
 

@@ -264,7 +264,7 @@ extern "C" DeviceReserved device_reserved(const MemAccount *acct) {
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda_device));
     CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &current));
     CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high));
-    return DeviceReserved{(size_t)current, (size_t)high};
+    return DeviceReserved{(uint64_t)current, (uint64_t)high};
 }
 
 extern "C" void *device_host_alloc(size_t bytes) {

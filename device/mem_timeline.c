@@ -28,8 +28,8 @@ void mem_timeline_free(MemTimeline *t) {
     memset(t, 0, sizeof *t);
 }
 
-long mem_timeline_peak(const MemTimeline *t, size_t *total, size_t held[MEM_NUM_CATEGORIES]) {
-    size_t now[MEM_NUM_CATEGORIES];
+long mem_timeline_peak(const MemTimeline *t, uint64_t *total, uint64_t held[MEM_NUM_CATEGORIES]) {
+    uint64_t now[MEM_NUM_CATEGORIES];
     memcpy(now, t->start, sizeof now);
     long at = -1;
     *total = 0;
@@ -38,7 +38,7 @@ long mem_timeline_peak(const MemTimeline *t, size_t *total, size_t held[MEM_NUM_
     memcpy(held, now, sizeof now);
     for (size_t i = 0; i < t->count; i++) {
         const MemEvent *e = &t->events[i];
-        now[e->category] = (size_t)((long long)now[e->category] + e->bytes);
+        now[e->category] = (uint64_t)((long long)now[e->category] + e->bytes);
         if (e->total > *total) {
             *total = e->total;
             at = (long)i;

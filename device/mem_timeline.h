@@ -9,6 +9,7 @@
 #define SHARDLAB_MEM_TIMELINE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device/memory.h"
 
@@ -20,6 +21,6 @@ void mem_timeline_free(MemTimeline *timeline);
 
 // The first moment the device's total reached its highest: the index of that event (or
 // -1 if no event), the total, and each category's bytes then (in `held`).
-long mem_timeline_peak(const MemTimeline *timeline, size_t *total, size_t held[MEM_NUM_CATEGORIES]);
+long mem_timeline_peak(const MemTimeline *timeline, uint64_t *total, uint64_t held[MEM_NUM_CATEGORIES]);
 
 #endif

@@ -1,11 +1,10 @@
 #include "device/memory.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "util/errors.h"
 #include "util/timer.h"
@@ -51,7 +50,7 @@ void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes) {
 }
 
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes) {
-    CHECK(acct->current[category] >= bytes, "freeing %zu bytes of %s, only %zu accounted", bytes,
+    CHECK(acct->current[category] >= bytes, "freeing %zu bytes of %s, only %" PRIu64 " accounted", bytes,
           mem_category_names[category], acct->current[category]);
     acct->current[category] -= bytes;
     if (mem_on_host(category)) acct->host_current -= bytes;
@@ -67,7 +66,10 @@ static Cache *cache_of(MemAccount *acct, MemCategory category) {
 }
 
 static void *alloc_counted_as(MemAccount *acct, MemCategory category, size_t count, size_t size, int zero) {
-    if (count > SIZE_MAX / size) fatal("out of memory: %zu elements of %zu bytes overflow a size", count, size);
+    if (count > SIZE_MAX / size)
+        fatal("out of memory: %zu elements of %zu bytes overflow a size%s", count, size,
+              SIZE_MAX <= UINT32_MAX ? " (the browser's planner counts a buffer in 32 bits; build/plan has no such "
+                                       "limit)" : "");
     Cache *cache = cache_of(acct, category);
     void *ptr = zero ? cache_alloc(cache, count * size) : cache_alloc_overwritten(cache, count * size);
     mem_account_add(acct, category, count * size);
@@ -112,49 +114,6 @@ void mem_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t coun
     free_counted(acct, category, ptr, count * sizeof(int));
 }
 
-size_t mem_reserved_bytes(const MemAccount *acct) { return cache_reserved(&acct->cache); }
-size_t mem_reserved_peak_bytes(const MemAccount *acct) { return acct->cache.reserved_peak; }
+uint64_t mem_reserved_bytes(const MemAccount *acct) { return cache_reserved(&acct->cache); }
+uint64_t mem_reserved_peak_bytes(const MemAccount *acct) { return acct->cache.reserved_peak; }
 
-size_t mem_rss_peak_bytes(void) {
-    struct rusage usage;
-    if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
-    return (size_t)usage.ru_maxrss * 1024;  // Linux reports kilobytes
-}
-
-// The kernel's estimate of memory available without swapping (kB in /proc/meminfo).
-static size_t meminfo_available_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return SIZE_MAX;
-    char line[256];
-    size_t bytes = SIZE_MAX;
-    unsigned long long kb;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) bytes = (size_t)kb * 1024;
-    fclose(f);
-    return bytes;
-}
-
-// What an address-space limit (ulimit -v) leaves: the limit minus what is mapped now.
-static size_t address_space_left_bytes(void) {
-    struct rlimit limit;
-    if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long pages = 0;
-    if (f) {
-        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    size_t mapped = (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-    return limit.rlim_cur > mapped ? (size_t)(limit.rlim_cur - mapped) : 0;
-}
-
-void mem_require_host(size_t bytes, const char *what) {
-    size_t available = meminfo_available_bytes(), left = address_space_left_bytes();
-    const char *source = "MemAvailable";
-    if (left < available) {
-        available = left;
-        source = "under this process's address-space limit, ulimit -v";
-    }
-    if (bytes > available)
-        fatal("%s needs %.3f GB of memory; %.3f GB is available (%s)", what, bytes / 1e9, available / 1e9, source);
-}

@@ -57,23 +57,23 @@ typedef struct {
     int unit;             // the unit the phase belongs to (-1: none)
     MemCategory category;
     long long bytes;      // > 0: allocated, < 0: freed
-    size_t total;         // the account's device bytes in use after it (host categories apart)
+    uint64_t total;       // the account's device bytes in use after it (host categories apart)
 } MemEvent;
 
 // The events of an account while a timeline is attached (mem_timeline_start).
 typedef struct MemTimeline {
     MemEvent *events;  // (count)
     size_t count, capacity;
-    size_t start[MEM_NUM_CATEGORIES];  // each category's bytes in use when recording began
+    uint64_t start[MEM_NUM_CATEGORIES];  // each category's bytes in use when recording began
     double began, ended;  // when recording began and stopped (timer_now(), or a dry run's virtual clock)
 } MemTimeline;
 
-typedef struct {
-    size_t current[MEM_NUM_CATEGORIES];
-    size_t peak[MEM_NUM_CATEGORIES];
-    size_t total_current;
-    size_t total_peak;  // peak of the sum over the device's categories (not the sum of peaks)
-    size_t host_current, host_peak;  // the same over the host's categories
+typedef struct {  // bytes, 64-bit as the cache's (cache.h)
+    uint64_t current[MEM_NUM_CATEGORIES];
+    uint64_t peak[MEM_NUM_CATEGORIES];
+    uint64_t total_current;
+    uint64_t total_peak;  // peak of the sum over the device's categories (not the sum of peaks)
+    uint64_t host_current, host_peak;  // the same over the host's categories
     Cache cache;        // where mem_alloc_floats' memory comes from; empty again once all is freed
     Cache host_cache;   // the same for the host's categories (dry when `cache` is)
     MemPhase phase;     // where the step is now, and in which unit (-1: none)
@@ -105,8 +105,8 @@ void mem_free_elements(MemAccount *acct, MemCategory category, void *ptr, size_t
 int *mem_alloc_ints(MemAccount *acct, MemCategory category, size_t count);
 void mem_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t count);
 // Bytes the account's cache holds (in use + cached), now and at the peak.
-size_t mem_reserved_bytes(const MemAccount *acct);
-size_t mem_reserved_peak_bytes(const MemAccount *acct);
+uint64_t mem_reserved_bytes(const MemAccount *acct);
+uint64_t mem_reserved_peak_bytes(const MemAccount *acct);
 // Records bytes held elsewhere (e.g. device memory) without allocating host memory.
 void mem_account_add(MemAccount *acct, MemCategory category, size_t bytes);
 void mem_account_sub(MemAccount *acct, MemCategory category, size_t bytes);

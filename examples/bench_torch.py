@@ -3,8 +3,9 @@
 on the same GPU. Prints tokens/s of eager PyTorch with the attention written out
 (fp32 with TF32 allowed, and bf16 autocast), then with SDPA's fused causal
 attention in bf16 autocast, eager and under torch.compile, and the peak memory
-of each. Needs torch with CUDA.
-    python3 examples/bench_torch.py [--batch 16] [--seq 1024] [--steps 10] [--runs eager-fp32,...]"""
+of each. Needs torch with CUDA; with --device cpu, the eager runs on the CPU
+(docs/performance.md holds them against train_single; SDPA needs torch 2).
+    python3 examples/bench_torch.py [--device cuda|cpu] [--batch 16] [--seq 1024] [--steps 10] [--runs eager-fp32,...]"""
 import argparse
 import math
 import time
@@ -53,34 +54,40 @@ class GPT(nn.Module):
         return F.cross_entropy(logits[..., :self.V].reshape(-1, self.V).float(), targets.reshape(-1))
 
 
-def run(model, opt, idx, targets, steps, bf16):
+def run(model, opt, idx, targets, steps, bf16, device):
     """tokens/s over `steps` steps after two warm-ups (torch.compile compiles in
-    the first), and the peak memory in GB."""
-    torch.cuda.reset_peak_memory_stats()
+    the first), and the peak memory in GB (a GPU's; the CPU's is not counted: 0)."""
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for step in range(steps + 2):
         if step == 2:
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             start = time.time()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = model(idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    return idx.numel() * steps / (time.time() - start), torch.cuda.max_memory_allocated() / 1e9
+    if cuda:
+        torch.cuda.synchronize()
+    return idx.numel() * steps / (time.time() - start), torch.cuda.max_memory_allocated() / 1e9 if cuda else 0
 
 
 def main():
     ap = argparse.ArgumentParser(description="PyTorch's speed on bench_gpu's model and batch")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--runs", default="eager-fp32,eager-bf16,sdpa-bf16,compile-bf16",
                     help="which of eager-fp32, eager-bf16, sdpa-bf16, compile-bf16 to run (default all)")
     a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = True
-    idx = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
-    targets = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    idx = torch.randint(0, 50257, (a.batch, a.seq), device=a.device)
+    targets = torch.randint(0, 50257, (a.batch, a.seq), device=a.device)
     runs = {"eager-fp32": ("eager, attention written out, fp32/tf32", False, False, False),
             "eager-bf16": ("eager, attention written out, bf16 autocast", False, False, True),
             "sdpa-bf16": ("eager, SDPA attention, bf16 autocast", True, False, True),
@@ -90,14 +97,17 @@ def main():
             ap.error(f"--runs: unknown run '{key}'")
     for name, sdpa, compiled, bf16 in (runs[key] for key in a.runs.split(",")):
         torch.manual_seed(0)
-        model = GPT(sdpa).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=True)
+        model = GPT(sdpa).to(a.device)
+        fused = {"fused": True} if a.device == "cuda" else {}
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, **fused)
         step_model = torch.compile(model) if compiled else model
-        tokens_per_s, peak = run(step_model, opt, idx, targets, a.steps, bf16)
-        print(f"pytorch {torch.__version__} d12 B={a.batch} T={a.seq} {name}: {tokens_per_s:.0f} tokens/s, "
-              f"peak {peak:.2f} GB", flush=True)
+        tokens_per_s, peak = run(step_model, opt, idx, targets, a.steps, bf16, a.device)
+        print(f"pytorch {torch.__version__} {a.device} ({torch.get_num_threads()} threads) d12 B={a.batch} T={a.seq} "
+              f"{name}: {tokens_per_s:.0f} tokens/s, {1e3 * idx.numel() / tokens_per_s:.1f} ms a step"
+              + (f", peak {peak:.2f} GB" if a.device == "cuda" else ""), flush=True)
         del model, opt, step_model
-        torch.cuda.empty_cache()
+        if a.device == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -290,6 +290,29 @@ def plan_memory_args(cfg):
     return args + (["--ema", repr(cfg["ema"])] if cfg.get("ema") else [])
 
 
+def plan_page_link(run, build, cfg, world):
+    """The planner's page (make web, docs/web.md) with this run's model, ranks, batch, sequence and what changes
+    its memory filled in: its address, relative to the report."""
+    model = plan_model_args(cfg) if cfg.get("preset") else \
+        ["--dims", f"{cfg['num_layers']},{cfg['num_heads']},{cfg['channels']}", "--vocab", str(cfg["vocab_size"])]
+    args = [*model, "--ranks", str(world), "--batch", str(cfg["batch"]), "--seq", str(cfg["seq"]),
+            *plan_memory_args(cfg)]
+    if not cfg.get("preset"):
+        args = ["--config", "", *args]  # the page's preset cleared: its model is the --dims
+    state, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            state.append(f"{args[i][2:]}={args[i + 1]}")
+            i += 2
+        elif args[i] == "--config":  # the empty preset
+            state.append("config=")
+            i += 2
+        else:
+            state.append(args[i][2:])
+            i += 1
+    return os.path.relpath(os.path.join(build, "web", "index.html"), run) + "#" + "&".join(state)
+
+
 RANK_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -812,7 +835,8 @@ plot {series}""", plots, f"timeline_{s}", 1100, 200 + 80 * world)
     if any("--unit-blocks" in registry(build)[s]["flags"] for s in strategies):
         plot_units(build, cfg, world, logs, strategies, data, plots)
     placements = {s: registry(build)[s]["placement"] for s in strategies}  # whole tensors: an unevenness to tell
-    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements)
+    write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements,
+                 plan_page_link(run, build, cfg, world))
 
 
 def time_sliced(summary):
@@ -1074,7 +1098,7 @@ def zeropp_table(run, logs):
 SPREAD_STEPS = 4  # steps after the first that a speed run must time before its middle half says anything
 
 
-def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements):
+def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements, page):
     runs = ["single"] + strategies
     table = []
     for s in runs:
@@ -1265,6 +1289,8 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                 "reserved: what the allocator held, in use + freed blocks cached for reuse (docs/memory.md). "
                 "Sent bytes follow the ring model (docs/communication.md). Comm waited: the time the rank was "
                 "blocked on a collective, as a share of its step (the largest rank's).\n\n")
+        f.write(f"To plan this run at other sizes, ranks or options, open [the planner's page]({page}) "
+                "(make web; docs/web.md): build/plan's own code in the browser, with this run's settings.\n\n")
         if speed_cells:
             f.write("## Speed\n\n" + speed_note + "\n\n| " + " | ".join(speed_header) + " |\n|"
                     + "---|" * len(speed_header) + "\n")
@@ -1292,6 +1318,9 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         for c in cells:
             f.write("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in c) + "</tr>\n")
         f.write("</table>\n")
+        f.write(f"<p>To plan this run at other sizes, ranks or options, open <a href='{html.escape(page)}'>the "
+                "planner's page</a> (make web; docs/web.md): build/plan's own code in the browser, with this run's "
+                "settings.</p>\n")
         if speed_cells:
             f.write(f"<h2>Speed</h2><p>{html.escape(speed_note)}</p><table><tr>"
                     + "".join(f"<th>{html.escape(h)}</th>" for h in speed_header) + "</tr>\n")

@@ -355,13 +355,16 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     // the model keeps its own copy, on the device its layers run on
     device_ints_from_host(model->batch, inputs, n);
     if (targets) device_ints_from_host(model->batch + n, targets, n);
-    int *order = xmalloc(n * sizeof(int));
-    gpt2_positions_by_token(order, inputs, n, V);
-    device_ints_from_host(model->batch + 2 * n, order, n);
-    free(order);
+    model->positions_by_token = NULL;
+    if (gpt2_device_sums_by_token()) {  // an O(V) pass: only for the device that reads it
+        int *order = xmalloc(n * sizeof(int));
+        gpt2_positions_by_token(order, inputs, n, V);
+        device_ints_from_host(model->batch + 2 * n, order, n);
+        free(order);
+        model->positions_by_token = model->batch + 2 * n;
+    }
     model->inputs = model->batch;
     model->targets = targets ? model->batch + n : NULL;
-    model->positions_by_token = model->batch + 2 * n;
 }
 
 GPT2BlockActs gpt2_block_acts(const GPT2 *model, int layer) {

@@ -282,6 +282,10 @@ void gpt2_backward_unit(GPT2 *model, int unit);
 // 1 if this build's device has the fused attention (a GPU's; the dry device's,
 // so that the planner can count its activations), 0 on the CPU.
 int gpt2_device_fuses_attention(void);
+// 1 if this build's embedding backward sums by token and needs the batch's
+// positions sorted by token (a GPU's: positions_by_token), 0 on the CPU and the
+// dry device, where gpt2_set_batch leaves positions_by_token NULL.
+int gpt2_device_sums_by_token(void);
 // The ops of one unit on this build's device (gpt2_cpu.c, gpt2_cuda.cu), on
 // unit_params and unit_grads; gpt2_forward_unit and gpt2_backward_unit set
 // those up around them.

@@ -159,6 +159,7 @@ static void head_backward(GPT2 *model, bf16 *operands) {
 }
 
 int gpt2_device_fuses_attention(void) { return 0; }  // the CPU's attention keeps its probabilities
+int gpt2_device_sums_by_token(void) { return 0; }    // encoder_backward adds each position's row in turn
 
 void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;

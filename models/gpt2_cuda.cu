@@ -47,6 +47,7 @@ static double op_timer_stop(cudaEvent_t start) {
 }
 
 int gpt2_device_fuses_attention(void) { return 1; }
+int gpt2_device_sums_by_token(void) { return 1; }  // the embedding backward sums each token's positions (wte_backward_kernel)
 
 // The attention's products: bf16 operands in a bf16 run; in fp32, TF32 where
 // cuBLAS may use it too, plain fp32 with NVIDIA_TF32_OVERRIDE=0 (as cuBLAS).

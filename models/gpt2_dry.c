@@ -19,6 +19,7 @@ static double unit_forward_flops(const GPT2 *model, int unit) {
 
 // The planner counts the activations of either attention (plan --fused-attention).
 int gpt2_device_fuses_attention(void) { return 1; }
+int gpt2_device_sums_by_token(void) { return 0; }  // nothing is summed
 
 // A bf16 run's product operands, held while the unit runs (gpt2_cpu.c and gpt2_cuda.cu hold the same).
 static void *open_operands(GPT2 *model, int unit, int backward, size_t *count) {

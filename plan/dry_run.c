@@ -28,6 +28,7 @@ void dry_run(const DrySetup *d, DryResult *result) {
     strategy_group_units(&ctx, d->units);
     Strategy strategy = d->init(&ctx);
     int *tokens = xcalloc((size_t)d->rows * d->seq, sizeof(int));  // token 0 everywhere: only the shapes matter
+    gpt2_set_batch(&model, tokens, tokens);  // every micro-batch's: the same tokens
     for (int step = 0; step < d->steps; step++) {
         CommStats before = comm.stats, before_machines = comm.machines;
         SimClock start = clock;
@@ -37,7 +38,6 @@ void dry_run(const DrySetup *d, DryResult *result) {
         OffloadEarly early = {.config = adamw_config(0, 0)};
         for (int micro = 0; micro < d->micro_batches; micro++) {
             int last = micro == d->micro_batches - 1;
-            gpt2_set_batch(&model, tokens, tokens);
             forward_pass(&model, &strategy, NULL, 1);
             if (last) offload_early_begin(&settings, d->grad_clip, &early);
             backward_pass(&model, &strategy, NULL, last);

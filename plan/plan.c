@@ -21,7 +21,9 @@
 // (see print_layout), for the report's sharding picture; --traffic every rank's
 // collectives in one step; --timeline one rank's step of memory, event by event.
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,7 +219,7 @@ static void print_model_states(uint64_t P, int world, DType param_dtype, DType g
 typedef struct {
     const char *strategy;
     char ranks[32];  // "r", or "first-last" for a run of ranks with the same numbers
-    size_t peak[MEM_NUM_CATEGORIES], total_peak, reserved;
+    uint64_t peak[MEM_NUM_CATEGORIES], total_peak, reserved;  // bytes
 } PlanRow;
 typedef struct {
     PlanRow *rows;
@@ -239,8 +241,8 @@ static void print_tsv(const PlanTable *table) {
     for (int i = 0; i < table->count; i++) {
         const PlanRow *row = &table->rows[i];
         printf("%s\t%s", row->strategy, row->ranks);
-        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%zu", row->peak[k]);
-        printf("\t%zu\t%zu\n", row->total_peak, row->reserved);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) printf("\t%" PRIu64, row->peak[k]);
+        printf("\t%" PRIu64 "\t%" PRIu64 "\n", row->total_peak, row->reserved);
     }
 }
 
@@ -597,19 +599,19 @@ static void print_timeline(const PlanShape *shape, const char *name, int rank) {
     const MemTimeline *t = &result.timeline;
     printf("# %s, rank %d of %d: step %d's memory events (the last of %d), bytes\n# start:", name, rank,
            shape->setup.world, shape->setup.steps, shape->setup.steps);
-    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %zu", mem_category_names[c], t->start[c]);
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %" PRIu64, mem_category_names[c], t->start[c]);
     printf("\n# event\tphase\tunit\tcategory\tbytes\ttotal\n");
     for (size_t i = 0; i < t->count; i++) {
         const MemEvent *e = &t->events[i];
-        printf("%zu\t%s\t%d\t%s\t%lld\t%zu\n", i, mem_phase_names[e->phase], e->unit, mem_category_names[e->category],
+        printf("%zu\t%s\t%d\t%s\t%lld\t%" PRIu64 "\n", i, mem_phase_names[e->phase], e->unit, mem_category_names[e->category],
                e->bytes, e->total);
     }
-    size_t total, held[MEM_NUM_CATEGORIES];
+    uint64_t total, held[MEM_NUM_CATEGORIES];
     long at = mem_timeline_peak(t, &total, held);
-    if (at < 0) printf("# peak: %zu bytes, held from the step's start (no event in it):", total);
-    else printf("# peak: %zu bytes at event %ld (%s, unit %d):", total, at, mem_phase_names[t->events[at].phase],
+    if (at < 0) printf("# peak: %" PRIu64 " bytes, held from the step's start (no event in it):", total);
+    else printf("# peak: %" PRIu64 " bytes at event %ld (%s, unit %d):", total, at, mem_phase_names[t->events[at].phase],
                 t->events[at].unit);
-    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %zu", mem_category_names[c], held[c]);
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) printf(" %s %" PRIu64, mem_category_names[c], held[c]);
     printf("\n");
     mem_timeline_free(&result.timeline);
 }
@@ -740,6 +742,23 @@ static GPT2Config dims_config(const char *dims, int vocab, int T) {
     gpt2_config_validate(&c, "--dims");
     return c;
 }
+
+#if SIZE_MAX <= UINT32_MAX
+// The browser's planner (make web) counts elements and a buffer's bytes in a
+// 32-bit size_t: a model whose parameters, or a micro-batch whose activations,
+// could pass 2^31 bytes is refused before it could wrap (byte totals are 64-bit,
+// memory.h). The bound on activations is generous: every block's buffers, its
+// attention's (T, T) probabilities twice, and the logits' three (B, T, Vp).
+static void refuse_beyond_32_bits(const GPT2Config *c, int rows, int T) {
+    double C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+    double params = Vp * C + (double)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+    double activations = (double)rows * T * (L * (40 * C + 2.0 * c->num_heads * T) + 3 * Vp + 8 * C);
+    if (4 * params > INT32_MAX || 4 * activations > INT32_MAX)
+        fatal("%.3g parameters and %.3g activation floats a micro-batch: the browser's planner counts a buffer in 32 "
+              "bits (up to 2^31 bytes); build/plan, or --params P for the model states alone, has no such limit",
+              params, activations);
+}
+#endif
 
 int main(int argc, char **argv) {
     const char *config_name = NULL, *model_path = NULL, *dims = NULL;
@@ -920,6 +939,9 @@ int main(int argc, char **argv) {
     if (world > MAX_SIMULATED_RANKS)
         fatal("--ranks %d: the plan runs the strategies for up to %d ranks (--params P answers for any N)", world,
               MAX_SIMULATED_RANKS);
+#if SIZE_MAX <= UINT32_MAX
+    refuse_beyond_32_bits(&config, B / world / micro_batches, T);
+#endif
     shape.setup = (DrySetup){.accum_mode = strcmp(accum_mode, "sync-each") == 0 ? ACCUM_SYNC_EACH : ACCUM_NO_SYNC,
                                  .config = config, .rows = B / world / micro_batches, .seq = T,
                                  .micro_batches = micro_batches, .recompute = recompute,

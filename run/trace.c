@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,22 +124,22 @@ static void write_thread_name(FILE *json, int pid, int tid, const char *name) {
 }
 
 // One counter event: every category's bytes in use at `seconds` since the trace began.
-static void write_counter(FILE *json, int pid, double seconds, const size_t *held) {
+static void write_counter(FILE *json, int pid, double seconds, const uint64_t *held) {
     fprintf(json, ",\n{\"name\": \"memory\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, \"args\": {", pid, 1e6 * seconds);
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(json, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], held[k]);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(json, "%s\"%s\": %" PRIu64, k ? ", " : "", mem_category_names[k], held[k]);
     fprintf(json, "}}");
 }
 
 // A rank's kept step as counters: the bytes it began with when recording began,
 // then after each event, and the bytes it ended with when recording stopped (a
 // step that allocates nothing, DDP's, still has its level: `span` is [began, ended]).
-static void write_memory(FILE *json, int pid, const MemEvent *events, size_t n, const size_t *start,
+static void write_memory(FILE *json, int pid, const MemEvent *events, size_t n, const uint64_t *start,
                          const double *span) {
-    size_t held[MEM_NUM_CATEGORIES];
+    uint64_t held[MEM_NUM_CATEGORIES];
     memcpy(held, start, sizeof held);
     write_counter(json, pid, span[0], held);
     for (size_t i = 0; i < n; i++) {
-        held[events[i].category] = (size_t)((long long)held[events[i].category] + events[i].bytes);
+        held[events[i].category] = (uint64_t)((long long)held[events[i].category] + events[i].bytes);
         write_counter(json, pid, events[i].time, held);
     }
     write_counter(json, pid, span[1], held);
@@ -154,11 +155,11 @@ void trace_write(const Trace *trace, Comm *comm, const char *prefix, const MemTi
         mine[i] = memory->events[i];
         mine[i].time -= trace->origin;
     }
-    size_t no_start[MEM_NUM_CATEGORIES] = {0};
+    uint64_t no_start[MEM_NUM_CATEGORIES] = {0};
     double span[2] = {memory ? memory->began - trace->origin : 0, memory ? memory->ended - trace->origin : 0};
     size_t *span_counts = NULL;
     MemEvent *all_memory = comm_metric_gather(comm, mine, n_memory * sizeof(MemEvent), &memory_counts);
-    size_t *starts = comm_metric_gather(comm, memory ? memory->start : no_start, sizeof no_start, &start_counts);
+    uint64_t *starts = comm_metric_gather(comm, memory ? memory->start : no_start, sizeof no_start, &start_counts);
     double *spans = comm_metric_gather(comm, span, sizeof span, &span_counts);
     free(mine);
     if (comm->rank != 0) return;

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
 typedef struct {
     MemAccount mem;
     size_t rss_peak_bytes;
-    size_t reserved_peak_bytes;  // the peak of what the allocator held: in use + cached (device.h)
+    uint64_t reserved_peak_bytes;  // the peak of what the allocator held: in use + cached (device.h)
     CommStats comm_total;      // the whole run (evaluation and final gather included)
     CommStats comm_last_step;  // the last training step alone
     CommStats across_last_step;  // the part of it between replica groups (FSDP's --shard-group)
@@ -58,7 +59,7 @@ typedef struct {
     double compute_s, comm_wait_s, optim_s;
     double last_grad_norm;     // as this rank computed it (NAN without --grad-clip)
     int timeline_step;         // the step whose memory timeline was kept (0: none)
-    size_t timeline_start[MEM_NUM_CATEGORIES];  // each category's bytes as that step began
+    uint64_t timeline_start[MEM_NUM_CATEGORIES];  // each category's bytes as that step began
     long minor_faults;         // page faults served without I/O from the first training step to the
                                // last (checkpoints and evaluations included): each is a page the OS
                                // handed this process afresh (first touch)
@@ -664,21 +665,21 @@ static void write_timeline(FILE *f, const MemTimeline *t, int step) {
         return;
     }
     fprintf(f, ", \"timeline\": {\"step\": %d, \"start\": {", step);
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], t->start[k]);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", mem_category_names[k], t->start[k]);
     fprintf(f, "}, \"events\": [");
     for (size_t i = 0; i < t->count; i++) {
         const MemEvent *e = &t->events[i];
-        fprintf(f, "%s[\"%s\", %d, \"%s\", %lld, %zu]", i ? ", " : "", mem_phase_names[e->phase], e->unit,
+        fprintf(f, "%s[\"%s\", %d, \"%s\", %lld, %" PRIu64 "]", i ? ", " : "", mem_phase_names[e->phase], e->unit,
                 mem_category_names[e->category], e->bytes, e->total);
     }
-    size_t total, held[MEM_NUM_CATEGORIES];
+    uint64_t total, held[MEM_NUM_CATEGORIES];
     long at = mem_timeline_peak(t, &total, held);
     const MemEvent *peak = at >= 0 ? &t->events[at] : NULL;
-    fprintf(f, "]}, \"peak_moment\": {\"step\": %d, \"bytes\": %zu, \"event\": %ld, \"phase\": \"%s\", "
+    fprintf(f, "]}, \"peak_moment\": {\"step\": %d, \"bytes\": %" PRIu64 ", \"event\": %ld, \"phase\": \"%s\", "
                "\"unit\": %d, \"held\": {", step, total, at, mem_phase_names[peak ? peak->phase : PHASE_SETUP],
             peak ? peak->unit : -1);
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
-        fprintf(f, "%s\"%s\": %zu", k ? ", " : "", mem_category_names[k], held[k]);
+        fprintf(f, "%s\"%s\": %" PRIu64, k ? ", " : "", mem_category_names[k], held[k]);
     fprintf(f, "}}");
 }
 
@@ -750,9 +751,9 @@ static void write_summary(Run *run, double tokens_per_s) {
         const RankSummary *s = &all[r];
         fprintf(f, "%s{\"rank\": %d, \"mem\": {", r ? ", " : "", r);
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
-            fprintf(f, "%s\"%s\": {\"current\": %zu, \"peak\": %zu}", k ? ", " : "",
+            fprintf(f, "%s\"%s\": {\"current\": %" PRIu64 ", \"peak\": %" PRIu64 "}", k ? ", " : "",
                     mem_category_names[k], s->mem.current[k], s->mem.peak[k]);
-        fprintf(f, "}, \"peak_bytes\": %zu, \"host_peak_bytes\": %zu, \"reserved_peak_bytes\": %zu, "
+        fprintf(f, "}, \"peak_bytes\": %" PRIu64 ", \"host_peak_bytes\": %" PRIu64 ", \"reserved_peak_bytes\": %" PRIu64 ", "
                    "\"rss_peak_bytes\": %zu, \"comm\": ",
                 s->mem.total_peak, s->mem.host_peak, s->reserved_peak_bytes, s->rss_peak_bytes);
         write_counter(f, &s->comm_total);

@@ -2,7 +2,7 @@
 # Runs every test (make test): the unit tests, then the parts below, side by side
 # in two streams (TEST_JOBS), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
-#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout zeropp
+#   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout zeropp web
 # Ends with "N passed, M failed" and a non-zero status on failure.
 # Environment: BUILD (default build), MPIRUN (the launcher, see Makefile).
 cd "$(dirname "$0")/.."
@@ -41,6 +41,8 @@ part portable "other CPUs: every strategy bit for bit its reference under other 
     bash tests/run_portable.sh
 part zeropp "ZeRO++: quantized weight gathers to the byte, exact where they must be, the loss held" \
     python3 tests/test_zeropp.py "$BUILD" "$MPIRUN"
+part web "the planner in a browser: every panel build/plan's output, byte for byte, in headless Chromium" \
+    python3 tests/test_web.py "$BUILD"
 part training "training features: clipping, schedule, recompute, data order" \
     python3 tests/test_training.py "$BUILD" "$MPIRUN"
 part cli "command-line errors and --help" bash tests/suites/cli.sh

@@ -50,6 +50,27 @@ assert float(rows[1][2]) > float(rows[0][2]), rows  # fsdp_peak_mb
 PY
 then ok "report: the units plot's FSDP collectives are 3U - 1 per step, its peak grows with J"
 else bad "report: the units plot's FSDP collectives are 3U - 1 per step, its peak grows with J"; fi
+# the link to the planner's page: a file there, and its state the run's plan (the page reads it as build/plan's flags)
+if python3 - "$tmp/runs/tiny" "$BUILD" <<'PY'
+import json, os, re, subprocess, sys
+run, build = sys.argv[1], sys.argv[2]
+link = re.search(r"\[the planner's page\]\(([^)#]*)#([^)]*)\)", open(f"{run}/report.md").read())
+assert link and os.path.exists(os.path.join(run, link.group(1))), "no link, or no page there"
+args = []
+for part in link.group(2).split("&"):
+    name, _, value = part.partition("=")
+    args += [f"--{name}", value] if "=" in part else [f"--{name}"]
+if args[:2] == ["--config", ""]:
+    args = args[2:]
+summary = json.loads(open(f"{run}/fsdp.jsonl").read().splitlines()[-1])
+assert args[args.index("--ranks") + 1] == str(summary["world_size"]), args
+plan = subprocess.run([f"{build}/plan", *args, "--tsv"], capture_output=True, text=True)
+assert plan.returncode == 0, plan.stderr
+fsdp = [line.split("\t") for line in plan.stdout.splitlines() if line.startswith("fsdp\t")]
+assert max(int(row[12]) for row in fsdp) == max(r["peak_bytes"] for r in summary["ranks"]), "not the run's plan"
+PY
+then ok "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's)"
+else bad "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's)"; fi
 # "Memory over one step": each strategy's panel climbs to its fullest rank's peak and ends at its resident bytes,
 # and the report names the peak's moment in words
 if python3 - "$tmp/runs/tiny" <<'PY'

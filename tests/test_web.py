@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""The planner in a browser (make web, docs/web.md), in headless Chromium.
+
+One headless Chromium, driven over the DevTools protocol (a pipe: no package beyond Chromium), opens
+build/web/index.html from file:// once per case, with the case's state in its address, waits for its panels and
+reads what each ran and printed, and the memory table's cells:
+  - every panel's output (--tsv, --timeline, --traffic, --time, --layout; --params's table) is build/plan's for the
+    same flags, byte for byte, over the cases below (presets, --dims, --params 7.5e9 at 64 ranks in bf16, hpZ,
+    two-hop qgZ, offload, 2^16 ranks, three refused combinations, ...); a refusal shows build/plan's message;
+  - the memory table's cells are the TSV's bytes in MB with three decimals, as build/plan prints them;
+  - the redraw after a change of --ranks (d12 at 64 ranks, every strategy) and the 2^16-rank page are timed and
+    printed (speed is measured, not asserted: docs/web.md);
+  - a screenshot of the default page is a picture (many colours, not blank), kept in BUILD/web-test.
+Without Chromium the test says so and passes: make deps installs it.
+    python3 tests/test_web.py BUILD"""
+import base64
+import fcntl
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+sys.path.insert(0, os.path.dirname(__file__))
+from testlib import Checks  # noqa: E402
+
+BUILD = sys.argv[1]
+WEB = os.path.join(BUILD, "web")
+CHECKS = Checks("web")
+check = CHECKS.check
+
+CASES = [  # (name, the page's state: its address after '#')
+    ("default: d12 at 64 ranks", ""),
+    ("d2, one rank", "config=d2&ranks=1"),
+    ("d4 at 3 ranks, ZeRO-3's timeline of rank 2", "config=d4&ranks=3&timeline=zero3&rank=2"),
+    ("d6 in bf16 at 8 ranks", "config=d6&ranks=8&precision=bf16"),
+    ("--dims 4,4,256 --vocab 1000", "config=&dims=4,4,256&vocab=1000&ranks=4"),
+    ("--params 7.5e9 --ranks 64 --precision bf16 (ZeRO's Figure 1)", "config=&params=7.5e9&precision=bf16"),
+    ("hpZ", "ranks=8&secondary-shard-group=4"),
+    ("two-hop qgZ", "config=d4&ranks=8&quantize-grads=int4&quantize-grads-node=2"),
+    ("qwZ", "config=d4&ranks=4&quantize-weights=int8"),
+    ("offload", "config=d4&ranks=4&offload-optimizer"),
+    ("offload in bf16", "config=d4&ranks=3&offload-optimizer&precision=bf16"),
+    ("2^16 ranks", "ranks=65536"),
+    ("hybrid FSDP", "config=d2&ranks=4&shard-group=2"),
+    ("whole small tensors", "config=d2&ranks=4&shard-min-numel=1000"),
+    ("micro-batches, no-sync", "config=d4&ranks=2&grad-accum=2&accum-mode=no-sync"),
+    ("recompute", "config=d4&ranks=4&recompute"),
+    ("fused attention and classifier", "config=d4&ranks=4&fused-attention&fused-classifier"),
+    ("EMA", "config=d4&ranks=2&ema=0.99"),
+    ("units of 2 blocks, prefetch 2", "config=d4&ranks=4&unit-blocks=2&prefetch=2"),
+    ("FSDP without resharding", "config=d4&ranks=4&reshard-after-forward=0"),
+    ("clip, bf16 gradients", "config=d4&ranks=4&grad-clip=1.0&reduce-dtype=bf16"),
+    ("a slow network", "ranks=128&across=1e-5,5&ranks-per-node=4"),
+    ("refused: a batch N does not divide", "config=d2&ranks=3&batch=4"),
+    ("refused: offload with EMA", "config=d2&ranks=2&offload-optimizer&ema=0.9"),
+    ("refused: heads that do not divide the channels", "config=&dims=4,5,256&ranks=2"),
+]
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe: commands on its
+    fd 3, answers on its fd 4, each a JSON text ended by a NUL), one page in it."""
+
+    def __init__(self, profile):
+        reads, self.commands = os.pipe()
+        self.answers, writes = os.pipe()
+        # above 4, so that putting them at 3 and 4 in the child cannot overwrite one with the other
+        to_browser, from_browser = fcntl.fcntl(reads, fcntl.F_DUPFD, 10), fcntl.fcntl(writes, fcntl.F_DUPFD, 10)
+        os.close(reads)
+        os.close(writes)
+
+        def plumb():
+            os.dup2(to_browser, 3)
+            os.dup2(from_browser, 4)
+        self.process = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                         "--remote-debugging-pipe", "--user-data-dir=" + profile],
+                                        preexec_fn=plumb, pass_fds=(3, 4, to_browser, from_browser),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_browser)
+        os.close(from_browser)
+        self.next_id, self.pending, self.session = 0, b"", None
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable")
+        self.call("Emulation.setDeviceMetricsOverride", width=1300, height=2000, deviceScaleFactor=1, mobile=False)
+
+    def call(self, method, **params):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            message["sessionId"] = self.session
+        os.write(self.commands, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self.pending:
+                chunk = os.read(self.answers, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(f"chromium closed its pipe during {method}")
+                self.pending += chunk
+            text, self.pending = self.pending.split(b"\0", 1)
+            answer = json.loads(text)
+            if answer.get("id") == self.next_id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer["result"]
+
+    def evaluate(self, expression):
+        """The value of a JavaScript expression in the page (a promise's, awaited)."""
+        result = self.call("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:60]}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        os.close(self.commands)
+        os.close(self.answers)
+
+
+# In the page: resolves when its panels are all drawn (body's data-done).
+DRAWN = """new Promise((done) => { const wait = () => document.body && document.body.dataset.done === "1" ?
+  done(true) : setTimeout(wait, 10); wait(); })"""
+# What each panel ran and printed, the memory table's cells, which panels drew something.
+COLLECT = """JSON.stringify({
+  panels: [...document.querySelectorAll("pre.raw")].map((p) => ({args: JSON.parse(p.dataset.args),
+    code: Number(p.dataset.code), stdout: p.textContent,
+    refused: (p.parentNode.querySelector(".refused") || {}).textContent || "",
+    drawn: p.parentNode.querySelectorAll("svg, table, pre:not(.raw)").length})),
+  table: [...document.querySelectorAll("#memory-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  ms: Number(document.getElementById("redraw-ms").textContent)})"""
+# A change of a control on a drawn page, and the redraw's milliseconds as the page timed them.
+CHANGE = """new Promise((done) => { const input = document.getElementById("control%s");
+  input.value = "%s"; input.dispatchEvent(new Event("change")); %s.then(() =>
+  done(Number(document.getElementById("redraw-ms").textContent))); })"""
+
+
+def native(args):
+    """build/plan with `args`, argv[0] "plan" as the page's."""
+    return subprocess.run(["plan", *args], executable=os.path.join(BUILD, "plan"), capture_output=True, text=True)
+
+
+def png_colours(path):
+    """The number of distinct RGB(A) pixels of an 8-bit PNG (no palette), from its IDAT rows."""
+    data = open(path, "rb").read()
+    at, chunks, width = 8, b"", 0
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + length]
+        if kind == b"IHDR":
+            width, _, depth, colour = struct.unpack(">IIBB", body[:10])
+            channels = {2: 3, 6: 4}[colour]
+            assert depth == 8
+        elif kind == b"IDAT":
+            chunks += body
+        at += 12 + length
+    raw, stride, seen, previous = zlib.decompress(chunks), width * channels, set(), bytearray(width * channels)
+    for row in range(len(raw) // (stride + 1)):
+        kind, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
+        for i in range(stride):  # undo the row's filter
+            a = line[i - channels] if i >= channels else 0
+            b, c = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1: line[i] = (line[i] + a) & 255
+            elif kind == 2: line[i] = (line[i] + b) & 255
+            elif kind == 3: line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        seen.update(bytes(line[i:i + channels]) for i in range(0, stride, channels * 7))
+        previous = line
+    return len(seen)
+
+
+def main():
+    if not shutil.which("chromium"):
+        print("web: no chromium here (make deps installs it): the page is not tested")
+        CHECKS.finish()
+    out = os.path.join(BUILD, "web-test")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    size = os.path.getsize(os.path.join(WEB, "plan.wasm"))
+    check(size < 2e6, f"plan.wasm is {size} bytes, under 2 MB")
+    page = "file://" + os.path.abspath(os.path.join(WEB, "index.html"))
+    browser = Browser(os.path.join(out, "profile"))
+    try:
+        for i, (name, state) in enumerate(CASES):
+            browser.call("Page.navigate", url=f"{page}?case={i}#{state}")  # a new address: a fresh page
+            browser.evaluate(DRAWN)
+            check_case(name, json.loads(browser.evaluate(COLLECT)))
+        browser.call("Page.navigate", url=page + "?changes")
+        browser.evaluate(DRAWN)
+        redraws = [browser.evaluate(CHANGE % ("--ranks", n, DRAWN)) for n in ("63", "65", "62", "66")]
+        print("web: the page's redraw after a change of --ranks, d12 at 62 to 66 ranks, every strategy, every panel "
+              "run afresh (ms, as it timed them): " + ", ".join(str(int(t)) for t in redraws))
+        browser.evaluate(CHANGE % ("--ranks", "64", DRAWN))
+        redraws = [browser.evaluate(CHANGE % ("--prefetch", d, DRAWN)) for d in ("2", "0", "3", "4")]
+        print("web: the page's redraw after a change of --prefetch, d12 at 64 ranks, every strategy (ms): "
+              + ", ".join(str(int(t)) for t in redraws))
+        browser.call("Page.navigate", url=page + "?shot")
+        browser.evaluate(DRAWN)
+        shot = os.path.join(out, "screenshot.png")
+        with open(shot, "wb") as f:
+            f.write(base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"]))
+        colours = png_colours(shot)
+        check(colours >= 12, f"the screenshot ({shot}) is a picture: {colours} colours")
+    finally:
+        browser.close()
+        shutil.rmtree(os.path.join(out, "profile"), ignore_errors=True)
+    CHECKS.finish()
+
+
+def check_case(name, case):
+    """A case's panels against build/plan with the same flags, and its memory table against the TSV."""
+    panels = case["panels"]
+    check(panels, f"{name}: the page ran build/plan")
+    for p in panels:
+        ref = native(p["args"])
+        what = f"{name}: build/plan {' '.join(p['args'])}"
+        if ref.returncode == 0:
+            check(p["code"] == 0 and p["stdout"] == ref.stdout and (p["drawn"] or "--params" in p["args"]),
+                  f"{what}: the page's output is build/plan's, byte for byte ({len(ref.stdout)} bytes), and drawn")
+        else:
+            check(p["code"] != 0 and p["refused"] == ref.stderr.strip(),
+                  f"{what}: refused with build/plan's message: {p['refused'][:100]}")
+    tsv = [p for p in panels if "--tsv" in p["args"] and p["code"] == 0]
+    if tsv:
+        rows = [line.split("\t") for line in tsv[0]["stdout"].strip().split("\n")]
+        held = [k for k in range(10) if any(int(row[2 + k]) for row in rows)]
+        expected = [[row[0], row[1], *[f"{int(row[2 + k]) / 1e6:.3f}" for k in held],
+                     f"{int(row[12]) / 1e6:.3f}", f"{int(row[13]) / 1e6:.3f}"] for row in rows]
+        check(case["table"][1:] == expected,
+              f"{name}: the memory table shows the TSV's bytes in MB, three decimals ({len(expected)} rows)")
+    if name == "2^16 ranks":
+        print(f"web: the 2^16-rank page drew in {int(case['ms'])} ms")
+
+
+if __name__ == "__main__":
+    main()

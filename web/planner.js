@@ -1,0 +1,406 @@
+// planner.js: the page's controls, its state in the URL, and its panels. Every
+// number on the page is build/plan's own output for the flags the controls
+// set (runWasi, wasi.js): the page parses and draws it, it computes nothing.
+"use strict";
+
+// The controls: build/plan's flags, each with its default (null: not given).
+// `panel` limits a flag to the one panel that takes it (the time model's, the
+// timeline's); `skip` names the panels whose mode build/plan refuses it with
+// (--layout draws placement alone; --traffic and --time leave out what changes
+// memory alone; a clip only adds a collective). A panel names what it left out.
+const CONTROLS = [
+  { group: "Model", flag: "--config", kind: "select", options: ["d2", "d4", "d6", "d12", ""], value: "d12",
+    help: "a preset (d12 is GPT-2 124M); empty: --dims or --params" },
+  { group: "Model", flag: "--dims", kind: "text", value: null, help: "L,NH,C: blocks, heads, channels" },
+  { group: "Model", flag: "--vocab", kind: "number", value: null, help: "vocabulary (default 50257)" },
+  { group: "Model", flag: "--params", kind: "text", value: null,
+    help: "instead of a model: model states alone for P parameters, e.g. 7.5e9" },
+  { group: "Run", flag: "--ranks", kind: "number", value: "64", help: "ranks N, 1 to 1048576" },
+  { group: "Run", flag: "--batch", skip: ["layout"], kind: "number", value: null, help: "global sequences (default 4 per rank)" },
+  { group: "Run", flag: "--seq", skip: ["layout"], kind: "number", value: null, help: "sequence length (default 64)" },
+  { group: "Run", flag: "--grad-accum", skip: ["layout"], kind: "number", value: null, help: "micro-batches per step" },
+  { group: "Run", flag: "--accum-mode", skip: ["layout"], kind: "select", options: ["", "sync-each", "no-sync"], value: null },
+  { group: "Run", flag: "--precision", skip: ["layout"], kind: "select", options: ["", "fp32", "bf16"], value: null },
+  { group: "Run", flag: "--reduce-dtype", skip: ["layout"], kind: "select", options: ["", "fp32", "bf16"], value: null },
+  { group: "Run", flag: "--recompute", skip: ["layout"], kind: "switch", value: null },
+  { group: "Run", flag: "--fused-attention", skip: ["time", "traffic", "layout"], kind: "switch", value: null },
+  { group: "Run", flag: "--fused-classifier", skip: ["time", "traffic", "layout"], kind: "switch", value: null },
+  { group: "Run", flag: "--grad-clip", skip: ["memory", "timeline", "layout"], kind: "text", value: null, help: "a clip adds the norm's all-reduce" },
+  { group: "Run", flag: "--ema", skip: ["time", "traffic", "layout"], kind: "text", value: null, help: "decay of a moving average of the weights" },
+  { group: "Run", flag: "--offload-optimizer", skip: ["traffic", "layout"], kind: "switch", value: null },
+  { group: "Strategies", flag: "--prefetch", skip: ["layout"], kind: "number", value: null, help: "ZeRO-3, FSDP (default 1)" },
+  { group: "Strategies", flag: "--unit-blocks", skip: ["layout"], kind: "number", value: null, help: "blocks per unit" },
+  { group: "Strategies", flag: "--wrap-min-params", skip: ["layout"], kind: "text", value: null, help: "or: parameters per unit" },
+  { group: "Strategies", flag: "--reshard-after-forward", skip: ["layout"], kind: "select", options: ["", "0", "1"], value: null },
+  { group: "Strategies", flag: "--shard-min-numel", kind: "number", value: null,
+    help: "FSDP: tensors below this kept whole" },
+  { group: "Strategies", flag: "--shard-group", skip: ["layout"], kind: "number", value: null, help: "FSDP: hybrid groups of M" },
+  { group: "Strategies", flag: "--quantize-weights", skip: ["layout"], kind: "select", options: ["", "int8"], value: null,
+    help: "ZeRO++ qwZ" },
+  { group: "Strategies", flag: "--quantize-grads", skip: ["layout"], kind: "select", options: ["", "int8", "int4"], value: null,
+    help: "ZeRO++ qgZ" },
+  { group: "Strategies", flag: "--quantize-grads-node", skip: ["layout"], kind: "number", value: null, help: "qgZ in two hops" },
+  { group: "Strategies", flag: "--secondary-shard-group", skip: ["layout"], kind: "number", value: null, help: "ZeRO++ hpZ" },
+  { group: "Strategies", flag: "--quantize-block", skip: ["layout"], kind: "number", value: null },
+  { group: "Network", flag: "--tokens-per-s", kind: "text", value: "20000", panel: "time",
+    help: "one rank's measured tokens/s (an assumption: put your train_single's)" },
+  { group: "Network", flag: "--ranks-per-node", kind: "number", value: null, panel: "time" },
+  { group: "Network", flag: "--within", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
+  { group: "Network", flag: "--across", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
+  { group: "Timeline", flag: "--timeline", kind: "select", options: ["ddp", "zero1", "zero2", "zero3", "fsdp"],
+    value: "fsdp", panel: "timeline" },
+  { group: "Timeline", flag: "--rank", kind: "number", value: null, panel: "timeline" },
+];
+
+const CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers",
+  "ema", "host_optim", "host_staging"];
+const COLORS = ["#4e79a7", "#a0cbe8", "#f28e2b", "#ffbe7d", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#9c755f",
+  "#bab0ac"];
+const HOST = new Set(["host_optim", "host_staging"]);
+
+// ---------------------------------------------------------------- state
+
+// The controls' values from the URL's fragment (#config=d12&ranks=64&...); a
+// flag the fragment names without a value is a switch that is on.
+function readState() {
+  const state = Object.fromEntries(CONTROLS.map((c) => [c.flag, c.value]));
+  const fragment = decodeURIComponent(location.hash.replace(/^#/, ""));
+  for (const part of fragment.split("&").filter(Boolean)) {
+    const [name, ...rest] = part.split("=");
+    const flag = "--" + name;
+    if (flag in state) state[flag] = rest.length ? rest.join("=") : "1";
+  }
+  return state;
+}
+
+function writeState(state) {
+  const parts = CONTROLS.filter((c) => state[c.flag] !== c.value).map((c) => {
+    const name = c.flag.slice(2), value = state[c.flag];
+    if (c.kind === "switch") return value ? name : null;
+    return `${name}=${value === null ? "" : value}`;
+  }).filter((p) => p !== null);
+  history.replaceState(null, "", "#" + parts.join("&"));
+}
+
+// build/plan's arguments for a panel: every given flag of the model, the run
+// and the strategies, and the panel's own.
+function planArgs(state, panel, leftOut = []) {
+  const args = [];
+  for (const c of CONTROLS) {
+    const value = state[c.flag];
+    if (c.panel && c.panel !== panel) continue;
+    if (value === null || value === "") continue;
+    if (c.skip && c.skip.includes(panel)) { leftOut.push(c.flag); continue; }
+    if (c.kind === "switch") { if (value) args.push(c.flag); continue; }
+    args.push(c.flag, String(value));
+  }
+  return args;
+}
+
+// ---------------------------------------------------------------- drawing
+
+const MB = (bytes) => (bytes / 1e6).toFixed(3);  // as build/plan prints them
+
+function element(tag, attributes = {}, text = "") {
+  const svg = ["svg", "rect", "line", "polyline", "text", "g", "title", "path"].includes(tag);
+  const e = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attributes)) e.setAttribute(k, v);
+  if (text) e.textContent = text;
+  return e;
+}
+
+function svgText(svg, x, y, text, anchor = "start", size = 11) {
+  svg.appendChild(element("text", { x, y, "text-anchor": anchor, "font-size": size }, text));
+}
+
+// --tsv: strategy, ranks, one column per category, peak, reserved peak (bytes).
+function parseTable(tsv) {
+  return tsv.trim().split("\n").map((line) => {
+    const f = line.split("\t");
+    return { strategy: f[0], ranks: f[1], bytes: f.slice(2, 2 + CATEGORIES.length).map(Number),
+      peak: Number(f[2 + CATEGORIES.length]), reserved: Number(f[3 + CATEGORIES.length]) };
+  });
+}
+
+// The stacked bars of `rows` (their categories at their own peaks), a row a bar.
+function stackedBars(rows, label) {
+  const thin = rows.length > 16;  // many ranks: thin bars, every 8th labelled
+  const width = 760, left = 130, barHeight = thin ? 5 : 14, height = 34 + rows.length * (barHeight + 4);
+  const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "chart" });
+  const device = (r) => r.bytes.reduce((s, b, k) => s + (HOST.has(CATEGORIES[k]) ? 0 : b), 0);
+  const scale = (width - left - 120) / (Math.max(...rows.map(device)) || 1);
+  rows.forEach((r, i) => {
+    const y = 6 + i * (barHeight + 4);
+    if (!thin || i % 8 === 0) svgText(svg, left - 6, y + (thin ? 6 : 11), label(r), "end", thin ? 9 : 11);
+    let x = left;
+    r.bytes.forEach((b, k) => {  // the device's categories; the host's are in the table
+      if (HOST.has(CATEGORIES[k]) || b === 0) return;
+      const rect = element("rect", { x, y, width: Math.max(b * scale, 0.5), height: barHeight, fill: COLORS[k] });
+      rect.appendChild(element("title", {}, `${CATEGORIES[k]}: ${MB(b)} MB`));
+      svg.appendChild(rect);
+      x += b * scale;
+    });
+    if (!thin || i % 8 === 0) svgText(svg, x + 4, y + (thin ? 6 : 11), `peak ${MB(r.peak)} MB`, "start", thin ? 9 : 11);
+  });
+  let lx = left;
+  CATEGORIES.forEach((c, k) => {
+    if (HOST.has(c) || !rows.some((r) => r.bytes[k] > 0)) return;
+    svg.appendChild(element("rect", { x: lx, y: height - 18, width: 10, height: 10, fill: COLORS[k] }));
+    svgText(svg, lx + 13, height - 9, c, "start", 10);
+    lx += 16 + 6.2 * c.length;
+  });
+  return svg;
+}
+
+// Each strategy's fullest rank side by side; then, where a strategy's ranks
+// differ (ZeRO-3's ownership), its ranks one by one (up to 64); the table of
+// every row in MB as build/plan prints it.
+function drawMemory(panel, rows) {
+  const strategies = [...new Set(rows.map((r) => r.strategy))];
+  const fullest = strategies.map((s) => rows.filter((r) => r.strategy === s).reduce((a, b) => (b.peak > a.peak ? b : a)));
+  panel.append(element("p", { class: "note" }, "Each bar stacks a rank's categories at their own peaks (each at its " +
+    "fullest moment, so together they may pass the peak: the fullest moment of their sum, written after the bar). " +
+    "The device's categories; an offloaded optimizer's host bytes are in the table. MB = 10^6 bytes, as build/plan " +
+    "prints them. Each strategy's fullest rank:"), stackedBars(fullest, (r) => `${r.strategy} rank ${r.ranks}`));
+  for (const s of strategies) {
+    const mine = rows.filter((r) => r.strategy === s);
+    if (mine.length < 2) continue;
+    panel.append(element("p", { class: "note" }, `${s}: its ranks differ` +
+      (mine.length > 64 ? ` (the first 64 of ${mine.length} rows drawn)` : "") + ":"),
+    stackedBars(mine.slice(0, 64), (r) => `${s} rank ${r.ranks}`));
+  }
+  const held = CATEGORIES.map((_, k) => rows.some((r) => r.bytes[k] > 0));
+  const table = element("table", { class: "numbers", id: "memory-table" });
+  const head = element("tr");
+  ["strategy", "rank(s)", ...CATEGORIES.filter((_, k) => held[k]), "peak", "reserved"].forEach(
+    (h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  for (const r of rows) {
+    const tr = element("tr");
+    [r.strategy, r.ranks, ...r.bytes.filter((_, k) => held[k]).map(MB), MB(r.peak), MB(r.reserved)].forEach(
+      (v, i) => tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, v)));
+    table.appendChild(tr);
+  }
+  panel.append(element("p", { class: "note" }, "MB per rank: every category's peak, the peak of their sum, and " +
+    "what the allocator reserves at its peak (in use + kept for reuse). Categories no rank holds are left out."),
+  table);
+}
+
+// --timeline: the total after every event, a step line; the peak's moment named.
+function drawTimeline(panel, text) {
+  const lines = text.trim().split("\n");
+  const events = lines.filter((l) => !l.startsWith("#")).map((l) => l.split("\t"))
+    .map((f) => ({ phase: f[1], unit: Number(f[2]), category: f[3], bytes: Number(f[4]), total: Number(f[5]) }));
+  const peakLine = lines.find((l) => l.startsWith("# peak:")) || "";
+  const width = 760, height = 220, left = 60, bottom = 30;
+  const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "chart" });
+  const totals = events.map((e) => e.total), most = Math.max(1, ...totals);
+  const x = (i) => left + (i / Math.max(1, events.length)) * (width - left - 10);
+  const y = (b) => height - bottom - (b / most) * (height - bottom - 10);
+  const points = events.map((e, i) => `${x(i)},${y(i ? events[i - 1].total : e.total - e.bytes)} ${x(i)},${y(e.total)}`);
+  svg.appendChild(element("polyline", { points: points.join(" "), fill: "none", stroke: "#4e79a7", "stroke-width": 1.5 }));
+  for (const b of [0, most / 2, most]) svgText(svg, left - 4, y(b) + 4, `${MB(b)}`, "end", 10);
+  svgText(svg, left, height - 8, `memory events of one step, in order (${events.length}); MB in use`, "start", 10);
+  const at = Number((peakLine.match(/at event (\d+)/) || [])[1]);
+  if (!Number.isNaN(at) && events[at]) {
+    svg.appendChild(element("line", { x1: x(at), x2: x(at), y1: 10, y2: height - bottom, stroke: "#e15759" }));
+  }
+  panel.append(svg, element("p", { class: "note", id: "timeline-peak" }, peakLine.replace(/^# /, "")));
+}
+
+// --traffic: per strategy and collective, the bytes a rank sends in one step
+// (the least and the most over the ranks).
+function drawTraffic(panel, text) {
+  const sums = new Map();
+  for (const line of text.trim().split("\n")) {
+    if (line.startsWith("#")) continue;
+    const [strategy, rank, collective, calls, , sent] = line.split("\t");
+    const key = `${strategy}\t${collective}`;
+    const s = sums.get(key) || { strategy, collective, calls: Number(calls), least: Infinity, most: 0, ranks: 0 };
+    s.least = Math.min(s.least, Number(sent));
+    s.most = Math.max(s.most, Number(sent));
+    s.ranks++;
+    sums.set(key, s);
+  }
+  const table = element("table", { class: "numbers", id: "traffic-table" });
+  const head = element("tr");
+  ["strategy", "collective", "calls (rank 0)", "MB sent per rank", "ranks"].forEach((h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  for (const s of sums.values()) {
+    const tr = element("tr");
+    const sent = s.least === s.most ? MB(s.most) : `${MB(s.least)} to ${MB(s.most)}`;
+    [s.strategy, s.collective, s.calls, sent, s.ranks].forEach((v, i) =>
+      tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, String(v))));
+    table.appendChild(tr);
+  }
+  panel.append(table);
+}
+
+// --layout: which elements of the flat model each rank keeps, per strategy.
+function drawLayout(panel, text) {
+  const strategies = new Map();
+  let P = 0;
+  for (const line of text.trim().split("\n")) {
+    const f = line.split("\t");
+    if (f[0] === "tensor") { P = Math.max(P, Number(f[3])); continue; }
+    if (f[0] !== "hold" && f[0] !== "pad") continue;
+    const s = strategies.get(f[1]) || { ranks: new Map() };
+    const rank = Number(f[2]);
+    if (!s.ranks.has(rank)) s.ranks.set(rank, []);
+    s.ranks.get(rank).push({ kind: f[0], begin: Number(f[3]), end: f[0] === "pad" ? Number(f[3]) + Number(f[4]) : Number(f[4]) });
+    strategies.set(f[1], s);
+  }
+  const most = 16, width = 760, left = 70, rowHeight = 7;
+  for (const [name, s] of strategies) {
+    const ranks = [...s.ranks.keys()].sort((a, b) => a - b).slice(0, most);
+    const height = 18 + ranks.length * (rowHeight + 2);
+    const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "chart" });
+    svgText(svg, 0, 12, name, "start", 12);
+    const scale = (width - left - 10) / (P || 1);
+    ranks.forEach((r, i) => {
+      const y = 16 + i * (rowHeight + 2);
+      svgText(svg, left - 4, y + rowHeight, `rank ${r}`, "end", 8);
+      for (const piece of s.ranks.get(r)) {
+        svg.appendChild(element("rect", { x: left + Math.min(piece.begin, P) * scale, y,
+          width: Math.max(0.5, (Math.min(piece.end, P) - Math.min(piece.begin, P)) * scale || 2), height: rowHeight,
+          fill: piece.kind === "pad" ? "#e15759" : "#4e79a7" }));
+      }
+    });
+    panel.append(svg);
+  }
+  panel.append(element("p", { class: "note" }, `Blue: the elements of the flat model (0 to ${P}) a rank keeps; ` +
+    `red: padding. The first ${most} ranks of each strategy.`));
+}
+
+// ---------------------------------------------------------------- panels
+
+const PANELS = [
+  { id: "memory", title: "Peak memory per rank, by category", mode: ["--tsv"], draw: (p, out) => drawMemory(p, parseTable(out)) },
+  { id: "timeline", title: "Memory over one step", mode: [], draw: drawTimeline },
+  { id: "traffic", title: "Bytes per collective per rank, one step", mode: ["--traffic"], draw: drawTraffic },
+  { id: "time", title: "Predicted step time", mode: ["--time"], draw: (p, out) => p.append(element("pre", {}, out)) },
+  { id: "layout", title: "Who keeps which parameters", mode: ["--layout"], draw: drawLayout },
+];
+
+// The last plans run, by their arguments: a change that leaves a panel's own
+// flags as they were redraws it without running build/plan again.
+const RUNS = new Map();
+function runCached(module, args) {
+  const key = JSON.stringify(args);
+  if (!RUNS.has(key)) {
+    RUNS.set(key, runWasi(module, args));
+    if (RUNS.size > 64) RUNS.delete(RUNS.keys().next().value);
+  }
+  return RUNS.get(key);
+}
+
+// Runs one panel's plan and draws it; a refusal is shown in its place.
+function showPanel(module, panel, state) {
+  const box = document.getElementById(panel.id);
+  box.replaceChildren(element("h2", {}, panel.title));
+  const leftOut = [];
+  const args = [...planArgs(state, panel.id, leftOut), ...panel.mode];
+  const started = performance.now();
+  const run = runCached(module, args);
+  box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
+  if (leftOut.length) box.append(element("p", { class: "note" }, `Left out here: ${leftOut.join(" ")} ` +
+    "(this panel's mode of build/plan does not take them)."));
+  const raw = element("pre", { class: "raw", hidden: "" }, run.stdout);  // what the test holds against build/plan
+  raw.dataset.args = JSON.stringify(args);
+  raw.dataset.code = String(run.code);
+  box.append(raw);
+  if (run.code !== 0) box.append(element("p", { class: "refused" }, run.stderr.trim()));
+  else panel.draw(box, run.stdout);
+  const ms = performance.now() - started;
+  box.querySelector(".command").append(` (${ms.toFixed(0)} ms)`);
+  return ms;
+}
+
+// The model states alone (--params): build/plan's table as it prints it.
+function showParams(module, state) {
+  const box = document.getElementById("memory");
+  box.replaceChildren(element("h2", {}, "Model states per rank (--params)"));
+  const args = planArgs(state, "memory");
+  const run = runWasi(module, args);
+  box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
+  const raw = element("pre", { class: "raw" }, run.code === 0 ? run.stdout : "");
+  raw.dataset.args = JSON.stringify(args);
+  raw.dataset.code = String(run.code);
+  box.append(raw);
+  if (run.code !== 0) box.append(element("p", { class: "refused" }, run.stderr.trim()));
+  for (const p of PANELS.slice(1)) document.getElementById(p.id).replaceChildren(
+    element("p", { class: "note" }, "--params plans the model states alone: give a model for this panel."));
+}
+
+function buildControls(state, onChange) {
+  const form = document.getElementById("controls");
+  const groups = new Map();
+  for (const c of CONTROLS) {
+    if (!groups.has(c.group)) {
+      const fieldset = element("fieldset");
+      fieldset.appendChild(element("legend", {}, c.group));
+      groups.set(c.group, fieldset);
+      form.appendChild(fieldset);
+    }
+    const label = element("label", { title: c.help || "" }, c.flag + " ");
+    let input;
+    if (c.kind === "select") {
+      input = element("select");
+      for (const o of c.options) input.appendChild(element("option", { value: o }, o || "(default)"));
+      input.value = state[c.flag] || "";
+    } else if (c.kind === "switch") {
+      input = element("input", { type: "checkbox" });
+      input.checked = Boolean(state[c.flag]);
+    } else {
+      input = element("input", { type: c.kind === "number" ? "number" : "text", size: 10 });
+      input.value = state[c.flag] || "";
+    }
+    input.id = "control" + c.flag;
+    input.addEventListener("change", () => {
+      state[c.flag] = c.kind === "switch" ? (input.checked ? "1" : null) : (input.value === "" ? null : input.value);
+      if (c.kind !== "switch" && input.value === "" && c.value !== null) state[c.flag] = "";
+      onChange();
+    });
+    label.appendChild(input);
+    groups.get(c.group).appendChild(label);
+  }
+}
+
+// Redraws every panel, one after another, saying which it is on: a page of
+// 2^16 ranks takes seconds, and the browser paints between the panels.
+function redraw(module, state) {
+  writeState(state);
+  const status = document.getElementById("status");
+  const started = performance.now();
+  document.body.dataset.done = "0";
+  if (state["--params"]) {
+    showParams(module, state);
+    status.textContent = `done in ${(performance.now() - started).toFixed(0)} ms`;
+    document.body.dataset.done = "1";
+    return;
+  }
+  const queue = [...PANELS];
+  const next = () => {
+    const panel = queue.shift();
+    if (!panel) {
+      const ms = performance.now() - started;
+      status.textContent = `done in ${ms.toFixed(0)} ms`;
+      document.getElementById("redraw-ms").textContent = ms.toFixed(0);
+      document.body.dataset.done = "1";
+      return;
+    }
+    status.textContent = `computing: ${panel.title} (${PANELS.length - queue.length} of ${PANELS.length})`;
+    showPanel(module, panel, state);
+    setTimeout(next, 0);
+  };
+  next();
+}
+
+function main() {
+  const module = planModule();
+  const state = readState();
+  buildControls(state, () => redraw(module, state));
+  redraw(module, state);
+}
+
+main();
