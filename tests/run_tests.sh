@@ -8,6 +8,10 @@
 cd "$(dirname "$0")/.."
 . tests/testlib.sh
 export BUILD MPIRUN  # the parts read them
+# The programs the tests start without mpirun start Open MPI alone (a singleton):
+# the point-to-point layer the Makefile's MPIRUN picks, ob1, for them too (UCX,
+# Debian's first choice, starts each 0.2 s later and carries nothing here).
+export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 
 # Every test's scratch files go under this run's own directory (TMPDIR), which a
 # run that passes must leave empty: each part removes what it wrote.
