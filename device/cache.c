@@ -75,7 +75,10 @@ static void release_all(Cache *c) {
 static BlockHeader *dry_block(Cache *c, size_t bytes) {
     if (c->next_dry == 0) c->next_dry = DRY_BASE;
     size_t step = DRY_STEP(bytes);
-    if (bytes > SIZE_MAX / 2 || c->next_dry > UINTPTR_MAX - step) fatal("out of memory: a dry block of %zu bytes", bytes);
+    if (bytes > SIZE_MAX / 2 || c->next_dry > UINTPTR_MAX - step)
+        fatal("out of memory: a dry block of %zu bytes%s", bytes,
+              SIZE_MAX <= UINT32_MAX ? " (the browser's planner counts a buffer in 32 bits; build/plan has no such "
+                                       "limit)" : "");
     BlockHeader *block = (BlockHeader *)c->next_dry;
     c->next_dry += step;
     return block;

@@ -1,7 +1,7 @@
 // host_memory_wasi.c: the browser's planner (make web) in place of host_memory.c.
 // A WebAssembly page has no resident set to read and no /proc: what it may take
-// is its 32-bit linear memory, 4 GiB at most, which the planner's own tables
-// (the layout, a rank's records) must fit in.
+// is its linear memory, which make web caps at 1 GiB, and which the planner's own
+// tables (the layout, a rank's records) must fit in.
 #include <stdint.h>
 
 #include "device/memory.h"

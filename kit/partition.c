@@ -1,5 +1,6 @@
 #include "kit/partition.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +98,10 @@ size_t row_slice_numel(const GPT2Tensor *tensor, int world) {
 }
 
 size_t row_slice_padded_numel(const GPT2Tensor *tensor, int world) {
-    return row_slice_numel(tensor, world) * (size_t)world;
+    size_t numel = row_slice_numel(tensor, world);
+    if (numel > SIZE_MAX / (size_t)world)  // a 32-bit size_t (the browser's planner) at very many ranks
+        fatal("%s padded to %d ranks' slices overflows a size (%zu-bit)", tensor->name, world, 8 * sizeof(size_t));
+    return numel * (size_t)world;
 }
 
 int row_slice_real_rows(const GPT2Tensor *tensor, int world, int rank, int *first) {

@@ -255,7 +255,7 @@ static void header_word(const char *name, int line, const char **word, int *leng
 
 // Row i's value in column c, in MB: the categories shown, then the device peak and the reserved peak.
 static double column_mb(const PlanRow *row, const int *columns, int count, int c) {
-    size_t bytes = c < count ? row->peak[columns[c]] : c == count ? row->total_peak : row->reserved;
+    uint64_t bytes = c < count ? row->peak[columns[c]] : c == count ? row->total_peak : row->reserved;
     return bytes / 1e6;
 }
 
@@ -746,16 +746,19 @@ static GPT2Config dims_config(const char *dims, int vocab, int T) {
 #if SIZE_MAX <= UINT32_MAX
 // The browser's planner (make web) counts elements and a buffer's bytes in a
 // 32-bit size_t: a model whose parameters, or a micro-batch whose activations,
-// could pass 2^31 bytes is refused before it could wrap (byte totals are 64-bit,
-// memory.h). The bound on activations is generous: every block's buffers, its
-// attention's (T, T) probabilities twice, and the logits' three (B, T, Vp).
+// would pass 2 GiB in fp32 (about 5.4e8 of them: the dry cache's largest block,
+// device/cache.c) is refused before a count could wrap (byte totals are 64-bit,
+// memory.h; a buffer that grows past it otherwise stops in the cache, naming the
+// limit). The bound on activations is generous: every
+// block's buffers, its attention's (T, T) probabilities twice, and the logits'
+// three (B, T, Vp).
 static void refuse_beyond_32_bits(const GPT2Config *c, int rows, int T) {
     double C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
     double params = Vp * C + (double)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
     double activations = (double)rows * T * (L * (40 * C + 2.0 * c->num_heads * T) + 3 * Vp + 8 * C);
-    if (4 * params > INT32_MAX || 4 * activations > INT32_MAX)
+    if (4 * params > (double)(SIZE_MAX / 2) || 4 * activations > (double)(SIZE_MAX / 2))
         fatal("%.3g parameters and %.3g activation floats a micro-batch: the browser's planner counts a buffer in 32 "
-              "bits (up to 2^31 bytes); build/plan, or --params P for the model states alone, has no such limit",
+              "bits (up to 2 GiB); build/plan, or --params P for the model states alone, has no such limit",
               params, activations);
 }
 #endif

@@ -55,6 +55,9 @@ CASES = [  # (name, the page's state: its address after '#')
     ("FSDP without resharding", "config=d4&ranks=4&reshard-after-forward=0"),
     ("clip, bf16 gradients", "config=d4&ranks=4&grad-clip=1.0&reduce-dtype=bf16"),
     ("a slow network", "ranks=128&across=1e-5,5&ranks-per-node=4"),
+    ("the timeline without the flags its strategy does not take", "config=d4&ranks=4&timeline=ddp&prefetch=2&shard-group=2"),
+    ("an address with encoded values", "config=&dims=4%2C4%2C128&vocab=300&ranks=2"),
+    ("refused in the browser: GPT-2 large's buffers pass 2 GiB", "config=&dims=36,20,1280&ranks=4"),
     ("refused: a batch N does not divide", "config=d2&ranks=3&batch=4"),
     ("refused: offload with EMA", "config=d2&ranks=2&offload-optimizer&ema=0.9"),
     ("refused: heads that do not divide the channels", "config=&dims=4,5,256&ranks=2"),
@@ -189,7 +192,7 @@ def main():
         for i, (name, state) in enumerate(CASES):
             browser.call("Page.navigate", url=f"{page}?case={i}#{state}")  # a new address: a fresh page
             browser.evaluate(DRAWN)
-            check_case(name, json.loads(browser.evaluate(COLLECT)))
+            check_case(name, state, json.loads(browser.evaluate(COLLECT)))
         browser.call("Page.navigate", url=page + "?changes")
         browser.evaluate(DRAWN)
         redraws = [browser.evaluate(CHANGE % ("--ranks", n, DRAWN)) for n in ("63", "65", "62", "66")]
@@ -212,10 +215,18 @@ def main():
     CHECKS.finish()
 
 
-def check_case(name, case):
+def check_case(name, state, case):
     """A case's panels against build/plan with the same flags, and its memory table against the TSV."""
     panels = case["panels"]
     check(panels, f"{name}: the page ran build/plan")
+    if name.startswith("refused in the browser"):  # build/plan plans it; the page's 32-bit build says it cannot
+        check(all(p["code"] != 0 and "browser's planner" in p["refused"] and "build/plan" in p["refused"]
+                  for p in panels), f"{name}: every panel refused, naming build/plan ({panels[0]['refused'][:100]})")
+        return
+    if not name.startswith("refused"):  # each panel's mode gets only the flags it takes: none refuses one of them
+        given = ["--" + part.split("=")[0] for part in state.split("&") if part]
+        named = [p["refused"] for p in panels if p["code"] and any(flag in p["refused"] for flag in given)]
+        check(not named, f"{name}: no panel refuses a flag the page gave it ({named[:1]})")
     for p in panels:
         ref = native(p["args"])
         what = f"{name}: build/plan {' '.join(p['args'])}"

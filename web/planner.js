@@ -64,11 +64,11 @@ const HOST = new Set(["host_optim", "host_staging"]);
 // flag the fragment names without a value is a switch that is on.
 function readState() {
   const state = Object.fromEntries(CONTROLS.map((c) => [c.flag, c.value]));
-  const fragment = decodeURIComponent(location.hash.replace(/^#/, ""));
-  for (const part of fragment.split("&").filter(Boolean)) {
-    const [name, ...rest] = part.split("=");
-    const flag = "--" + name;
-    if (flag in state) state[flag] = rest.length ? rest.join("=") : "1";
+  const decode = (text) => { try { return decodeURIComponent(text); } catch (e) { return text; } };
+  for (const part of location.hash.replace(/^#/, "").split("&").filter(Boolean)) {
+    const at = part.indexOf("=");
+    const flag = "--" + decode(at < 0 ? part : part.slice(0, at));
+    if (flag in state) state[flag] = at < 0 ? "1" : decode(part.slice(at + 1));
   }
   return state;
 }
@@ -77,20 +77,27 @@ function writeState(state) {
   const parts = CONTROLS.filter((c) => state[c.flag] !== c.value).map((c) => {
     const name = c.flag.slice(2), value = state[c.flag];
     if (c.kind === "switch") return value ? name : null;
-    return `${name}=${value === null ? "" : value}`;
+    return `${name}=${value === null ? "" : encodeURIComponent(value)}`;
   }).filter((p) => p !== null);
   history.replaceState(null, "", "#" + parts.join("&"));
 }
 
 // build/plan's arguments for a panel: every given flag of the model, the run
 // and the strategies, and the panel's own.
-function planArgs(state, panel, leftOut = []) {
+// `takes`: each strategy's own flags (build/plan --strategies), for the timeline,
+// which runs one strategy and refuses the flags it does not take.
+function planArgs(state, panel, takes, leftOut = []) {
   const args = [];
   for (const c of CONTROLS) {
     const value = state[c.flag];
     if (c.panel && c.panel !== panel) continue;
     if (value === null || value === "") continue;
     if (c.skip && c.skip.includes(panel)) { leftOut.push(c.flag); continue; }
+    const chosen = takes.get(state["--timeline"]);
+    if (panel === "timeline" && c.group === "Strategies" && chosen && !chosen.has(c.flag)) {
+      leftOut.push(c.flag);
+      continue;
+    }
     if (c.kind === "switch") { if (value) args.push(c.flag); continue; }
     args.push(c.flag, String(value));
   }
@@ -99,7 +106,13 @@ function planArgs(state, panel, leftOut = []) {
 
 // ---------------------------------------------------------------- drawing
 
-const MB = (bytes) => (bytes / 1e6).toFixed(3);  // as build/plan prints them
+// Bytes in MB with three decimals, as build/plan's printf prints them: to the
+// nearest, and an exact tie (toFixed would round it up) to the even last digit.
+function MB(bytes) {
+  const thousandths = (bytes / 1e6) * 1000, below = Math.floor(thousandths);
+  if (thousandths - below !== 0.5) return (bytes / 1e6).toFixed(3);
+  return ((below % 2 === 0 ? below : below + 1) / 1000).toFixed(3);
+}
 
 function element(tag, attributes = {}, text = "") {
   const svg = ["svg", "rect", "line", "polyline", "text", "g", "title", "path"].includes(tag);
@@ -216,7 +229,9 @@ function drawTraffic(panel, text) {
     if (line.startsWith("#")) continue;
     const [strategy, rank, collective, calls, , sent] = line.split("\t");
     const key = `${strategy}\t${collective}`;
-    const s = sums.get(key) || { strategy, collective, calls: Number(calls), least: Infinity, most: 0, ranks: 0 };
+    const s = sums.get(key) || { strategy, collective, fewest: Infinity, calls: 0, least: Infinity, most: 0, ranks: 0 };
+    s.fewest = Math.min(s.fewest, Number(calls));
+    s.calls = Math.max(s.calls, Number(calls));
     s.least = Math.min(s.least, Number(sent));
     s.most = Math.max(s.most, Number(sent));
     s.ranks++;
@@ -224,12 +239,14 @@ function drawTraffic(panel, text) {
   }
   const table = element("table", { class: "numbers", id: "traffic-table" });
   const head = element("tr");
-  ["strategy", "collective", "calls (rank 0)", "MB sent per rank", "ranks"].forEach((h) => head.appendChild(element("th", {}, h)));
+  ["strategy", "collective", "calls per rank", "MB sent per rank", "ranks that call it"].forEach(
+    (h) => head.appendChild(element("th", {}, h)));
   table.appendChild(head);
   for (const s of sums.values()) {
     const tr = element("tr");
     const sent = s.least === s.most ? MB(s.most) : `${MB(s.least)} to ${MB(s.most)}`;
-    [s.strategy, s.collective, s.calls, sent, s.ranks].forEach((v, i) =>
+    const calls = s.fewest === s.calls ? s.calls : `${s.fewest} to ${s.calls}`;
+    [s.strategy, s.collective, calls, sent, s.ranks].forEach((v, i) =>
       tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, String(v))));
     table.appendChild(tr);
   }
@@ -269,7 +286,8 @@ function drawLayout(panel, text) {
     panel.append(svg);
   }
   panel.append(element("p", { class: "note" }, `Blue: the elements of the flat model (0 to ${P}) a rank keeps; ` +
-    `red: padding. The first ${most} ranks of each strategy.`));
+    "red: FSDP's padding rows, drawn just past the end of the tensor they pad (they hold no element of the " +
+    `model). The first ${most} ranks of each strategy.`));
 }
 
 // ---------------------------------------------------------------- panels
@@ -295,11 +313,11 @@ function runCached(module, args) {
 }
 
 // Runs one panel's plan and draws it; a refusal is shown in its place.
-function showPanel(module, panel, state) {
+function showPanel(module, panel, state, takes) {
   const box = document.getElementById(panel.id);
   box.replaceChildren(element("h2", {}, panel.title));
   const leftOut = [];
-  const args = [...planArgs(state, panel.id, leftOut), ...panel.mode];
+  const args = [...planArgs(state, panel.id, takes, leftOut), ...panel.mode];
   const started = performance.now();
   const run = runCached(module, args);
   box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
@@ -317,12 +335,14 @@ function showPanel(module, panel, state) {
 }
 
 // The model states alone (--params): build/plan's table as it prints it.
-function showParams(module, state) {
+function showParams(module, state, takes) {
   const box = document.getElementById("memory");
   box.replaceChildren(element("h2", {}, "Model states per rank (--params)"));
-  const args = planArgs(state, "memory");
-  const run = runWasi(module, args);
+  const leftOut = [];
+  const args = planArgs(state, "memory", takes, leftOut);
+  const run = runCached(module, args);
   box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
+  if (leftOut.length) box.append(element("p", { class: "note" }, `Left out here: ${leftOut.join(" ")}.`));
   const raw = element("pre", { class: "raw" }, run.code === 0 ? run.stdout : "");
   raw.dataset.args = JSON.stringify(args);
   raw.dataset.code = String(run.code);
@@ -368,19 +388,22 @@ function buildControls(state, onChange) {
 
 // Redraws every panel, one after another, saying which it is on: a page of
 // 2^16 ranks takes seconds, and the browser paints between the panels.
-function redraw(module, state) {
+// A change during a redraw starts another: the older one stops at its next panel.
+let generation = 0;
+function redraw(module, state, takes) {
   writeState(state);
   const status = document.getElementById("status");
-  const started = performance.now();
+  const started = performance.now(), mine = ++generation;
   document.body.dataset.done = "0";
   if (state["--params"]) {
-    showParams(module, state);
+    showParams(module, state, takes);
     status.textContent = `done in ${(performance.now() - started).toFixed(0)} ms`;
     document.body.dataset.done = "1";
     return;
   }
   const queue = [...PANELS];
   const next = () => {
+    if (mine !== generation) return;
     const panel = queue.shift();
     if (!panel) {
       const ms = performance.now() - started;
@@ -390,17 +413,28 @@ function redraw(module, state) {
       return;
     }
     status.textContent = `computing: ${panel.title} (${PANELS.length - queue.length} of ${PANELS.length})`;
-    showPanel(module, panel, state);
+    showPanel(module, panel, state, takes);
     setTimeout(next, 0);
   };
   next();
 }
 
+// Each strategy's own flags, from build/plan --strategies (its last column).
+function strategyFlags(module) {
+  const takes = new Map();
+  for (const line of runWasi(module, ["--strategies"]).stdout.trim().split("\n")) {
+    if (line.startsWith("#")) continue;
+    const fields = line.split("\t");
+    takes.set(fields[0], new Set(fields[fields.length - 1].split(" ").filter(Boolean)));
+  }
+  return takes;
+}
+
 function main() {
   const module = planModule();
-  const state = readState();
-  buildControls(state, () => redraw(module, state));
-  redraw(module, state);
+  const state = readState(), takes = strategyFlags(module);
+  buildControls(state, () => redraw(module, state, takes));
+  redraw(module, state, takes);
 }
 
 main();
