@@ -78,9 +78,11 @@ class Browser:
         def plumb():
             os.dup2(to_browser, 3)
             os.dup2(from_browser, 4)
+        os.makedirs(os.path.join(profile, "tmp"), exist_ok=True)  # its own temporary files too: gone with the profile
         self.process = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                          "--remote-debugging-pipe", "--user-data-dir=" + profile],
                                         preexec_fn=plumb, pass_fds=(3, 4, to_browser, from_browser),
+                                        env={**os.environ, "TMPDIR": os.path.join(profile, "tmp")},
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_browser)
         os.close(from_browser)
