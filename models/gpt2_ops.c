@@ -343,11 +343,10 @@ static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size
 void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
                     int B, int T, int C, int OC, bf16 *operands) {
     int rows = B * T;
+    // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
 #ifdef SHARDLAB_REAL_DOUBLE
     (void)operands;  // the layer tests' double build multiplies in double only
-#endif
-    // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
-#ifndef SHARDLAB_REAL_DOUBLE
+#else
     if (operands) {
         size_t at = 0;
         const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
@@ -369,8 +368,7 @@ void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t 
     int rows = B * T;
 #ifdef SHARDLAB_REAL_DOUBLE
     (void)operands;
-#endif
-#ifndef SHARDLAB_REAL_DOUBLE
+#else
     if (operands) {
         size_t at = 0;
         const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);

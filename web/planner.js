@@ -335,19 +335,10 @@ function showPanel(module, panel, state, takes) {
 }
 
 // The model states alone (--params): build/plan's table as it prints it.
+const PARAMS_PANEL = { id: "memory", title: "Model states per rank (--params)", mode: [],
+  draw: (p, out) => p.append(element("pre", {}, out)) };
 function showParams(module, state, takes) {
-  const box = document.getElementById("memory");
-  box.replaceChildren(element("h2", {}, "Model states per rank (--params)"));
-  const leftOut = [];
-  const args = planArgs(state, "memory", takes, leftOut);
-  const run = runCached(module, args);
-  box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
-  if (leftOut.length) box.append(element("p", { class: "note" }, `Left out here: ${leftOut.join(" ")}.`));
-  const raw = element("pre", { class: "raw" }, run.code === 0 ? run.stdout : "");
-  raw.dataset.args = JSON.stringify(args);
-  raw.dataset.code = String(run.code);
-  box.append(raw);
-  if (run.code !== 0) box.append(element("p", { class: "refused" }, run.stderr.trim()));
+  showPanel(module, PARAMS_PANEL, state, takes);
   for (const p of PANELS.slice(1)) document.getElementById(p.id).replaceChildren(
     element("p", { class: "note" }, "--params plans the model states alone: give a model for this panel."));
 }
