@@ -48,5 +48,11 @@ PY
 then ok "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up to the step"
 else bad "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up to the step"; cat "$tmp/bench"; fi
 done
+# --precision bf16: a bf16 run's step (its products on bf16 operands) against the bf16 products' own rate
+if timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 1 --precision bf16 >"$tmp/bench16" 2>&1 &&
+   head -n 1 "$tmp/bench16" | grep -qE "^d2 B=2 T=32 bf16: .*; bf16 product 1024\^3 .*, bf16 products on [a-z]+.*step/product = "; then
+    ok "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate, their kernel named"
+else bad "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate"; cat "$tmp/bench16"; fi
+fails "bench_step --precision fp16 is refused" "--precision" "$BUILD/bench_step" --precision fp16
 
 finish
