@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,13 +40,28 @@
 #include "run/threads.h"
 #include "run/trace.h"
 
-// Set by SIGINT, SIGTERM or SIGUSR1; the loop finishes the step, saves and stops.
-// SIGUSR1 is the one Open MPI's mpirun forwards to the ranks and then waits for,
-// so the job ends with status 0 (SIGTERM or SIGINT to mpirun aborts the job).
-// A signal handler can only talk to the program through a global like this one.
-static volatile sig_atomic_t stop_signal;
+// SIGINT, SIGTERM or SIGUSR1: the loop finishes the step, saves and stops. SIGUSR1
+// is the one Open MPI's mpirun forwards to the ranks and then waits for, so the job
+// ends with status 0 (SIGTERM or SIGINT to mpirun aborts the job).
+// No handler runs: the three stay blocked in every thread and the loop takes a
+// pending one between steps. A handler's frame is written below the interrupted
+// thread's stack pointer, and oneDNN's JIT gemm kernels (2.x) point theirs into a
+// heap workspace while they run: a signal there corrupts the heap.
+// Blocked first thing, before MPI and OpenMP start threads, which inherit the mask.
+static void stop_signals_block(sigset_t *stop) {
+    CHECK(sigemptyset(stop) == 0 && sigaddset(stop, SIGINT) == 0 && sigaddset(stop, SIGTERM) == 0 &&
+          sigaddset(stop, SIGUSR1) == 0, "sigaddset: %s", strerror(errno));
+    int err = pthread_sigmask(SIG_BLOCK, stop, NULL);
+    CHECK(err == 0, "pthread_sigmask: %s", strerror(err));
+}
 
-static void on_stop_signal(int signal_number) { stop_signal = signal_number; }
+// The stop signal pending for this process, taken (0 if none).
+static int stop_signal_take(const sigset_t *stop) {
+    struct timespec no_wait = {0, 0};
+    int signal_number = sigtimedwait(stop, NULL, &no_wait);
+    CHECK(signal_number > 0 || errno == EAGAIN || errno == EINTR, "sigtimedwait: %s", strerror(errno));
+    return signal_number > 0 ? signal_number : 0;
+}
 
 // What rank 0 puts in the summary line for each rank.
 typedef struct {
@@ -816,6 +832,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     run.plugin = plugin;
     run.ckpt_lock = -1;
     run.as_ranks = 1;
+    sigset_t stop_signals;
+    stop_signals_block(&stop_signals);
     comm_init(&run.comm, &argc, &argv);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
     // Each rank parses its own command line, silently. The job's outcome is the
@@ -857,11 +875,6 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     test_hooks_init(&run.test_hooks, o->test_nan_at);
     save.pause_mid_save_s = run.test_hooks.save_pause_s;
     run.summary.last_grad_norm = NAN;
-    // from here on a stop signal ends the run after the step and a save; during the
-    // setup above, with nothing to save yet, it ends the process at once
-    signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
-    signal(SIGUSR1, on_stop_signal);
     run.last_step = run.first_step - 1;
     long faults_before = minor_faults_so_far();
     for (int step = run.first_step; step <= o->steps; step++) {
@@ -878,7 +891,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
         if (o->grad_clip > 0 && !isfinite(norm))
             fatal("step %d: the gradient norm is %g; stopping without saving%s", step, norm,
                   last_good_checkpoint(&run, said, sizeof said));
-        int stop = comm_metric_max(&run.comm, stop_signal) > 0;  // any rank signalled: all stop together
+        // any rank signalled (during this step, or before the first): all stop together
+        int stop = comm_metric_max(&run.comm, stop_signal_take(&stop_signals)) > 0;
         if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
             double t0 = timer_now();
             checkpoint_save(&save, &run.strategy, &run.model.layout, &run.comm, step, run.train.position, o->seed);

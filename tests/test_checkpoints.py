@@ -536,6 +536,20 @@ while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or '"s
     time.sleep(0.05)
 pids = [x for x in subprocess.run(["pgrep", "-f", f"train_zero3.*{term}"], capture_output=True, text=True).stdout.split()
         if int(x) != p.pid]
+# No thread takes a stop signal while it runs: a handler's frame on a thread inside
+# oneDNN's JIT gemm (its stack pointer on the heap) corrupts the heap. The loop
+# takes them between steps.
+stop_mask = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGUSR1 - 1))
+unblocked = []
+for pid in pids:
+    for task in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            blocked = int(next(line for line in open(task) if line.startswith("SigBlk:")).split()[1], 16)
+        except (OSError, StopIteration):
+            continue  # a thread that ended meanwhile
+        if blocked & stop_mask != stop_mask:
+            unblocked.append(task)
+check(pids and not unblocked, f"every thread of every rank blocks SIGINT, SIGTERM and SIGUSR1 ({unblocked})")
 if pids:
     os.kill(int(pids[-1]), signal.SIGTERM)
 try:
