@@ -129,18 +129,20 @@ run_parts() {
             while :; do
                 i=$(flock "$tmp/part_next" sh -c 'i=$(cat "$1"); echo $((i + 1)) > "$1"; echo $i' _ "$tmp/part_next")
                 [ "$i" -lt "$n" ] || break
-                start=$SECONDS
-                timeout "${RUN_TIMEOUT:-900}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1
-                echo "$? $((SECONDS - start))" > "$tmp/part$i.rc"
+                # its wall time and the CPU time of all its processes (user + system, whole seconds)
+                TIMEFORMAT='%0R %0U %0S'
+                { time timeout "${RUN_TIMEOUT:-900}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1; } \
+                    2> "$tmp/part$i.time"
+                echo "$? $(cat "$tmp/part$i.time")" > "$tmp/part$i.rc"
             done
         ) &
     done
     wait
     for i in $(seq 0 $((n - 1))); do
-        local rc secs
-        read -r rc secs < "$tmp/part$i.rc"
+        local rc secs user sys
+        read -r rc secs user sys < "$tmp/part$i.rc"
         echo "== ${part_names[$i]}"
-        if [ "$rc" -eq 0 ]; then echo "ok   ${part_names[$i]} ($secs s)"
+        if [ "$rc" -eq 0 ]; then echo "ok   ${part_names[$i]} ($secs s, $((user + sys)) s CPU)"
         else echo "FAIL ${part_names[$i]} ($secs s, status $rc)"; grep -E '^(FAIL|not ok)' "$tmp/part$i.out" | head -n 40
              tail -n 20 "$tmp/part$i.out"; fi
         grep -E '^[0-9]+%: Checks|^[a-z]+: [0-9]+ passed, [0-9]+ failed|^[0-9]+ passed, [0-9]+ failed' "$tmp/part$i.out" || true
