@@ -8,16 +8,6 @@
 cd "$(dirname "$0")/.."
 . tests/testlib.sh
 export BUILD MPIRUN  # the parts read them
-# The programs the tests start without mpirun start Open MPI alone (a singleton):
-# the point-to-point layer the Makefile's MPIRUN picks, ob1, for them too (UCX,
-# Debian's first choice, starts each 0.2 s later and carries nothing here).
-export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
-# A job whose ranks exit non-zero (every refusal and error the tests provoke) is
-# an abort for mpirun: it signals the ranks and waits odls_base_sigkill_timeout
-# seconds (1 by default) before SIGKILL, though they have all exited, or are
-# about to. Tests that need the grace (a SIGTERM to mpirun) give it on the
-# command line, which overrides this.
-export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
 
 # Every test's scratch files go under this run's own directory (TMPDIR), which a
 # run that passes must leave empty: each part removes what it wrote.
