@@ -136,14 +136,14 @@ run_parts() {
     echo 0 > "$tmp/part_next"
     for s in $(seq "$jobs"); do
         (
+            TIMEFORMAT='%0R %0U %0S'  # a part's wall time and its processes' CPU time (user, system), whole seconds
             while :; do
                 i=$(flock "$tmp/part_next" sh -c 'i=$(cat "$1"); echo $((i + 1)) > "$1"; echo $i' _ "$tmp/part_next")
                 [ "$i" -lt "$n" ] || break
-                # its wall time and the CPU time of all its processes (user + system, whole seconds)
-                TIMEFORMAT='%0R %0U %0S'
                 { time timeout "${RUN_TIMEOUT:-900}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1; } \
                     2> "$tmp/part$i.time"
-                echo "$? $(cat "$tmp/part$i.time")" > "$tmp/part$i.rc"
+                status=$?
+                echo "$status $(cat "$tmp/part$i.time")" > "$tmp/part$i.rc"
             done
         ) &
     done
