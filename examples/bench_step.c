@@ -53,7 +53,7 @@ static double sgemm_gflops(const Sgemm *g, double seconds) {
     int calls = 0;
     double start = timer_now(), elapsed;
     do {
-        if (g->a16) product_bf16('N', 'T', g->n, g->n, g->n, g->a16, g->n, g->b16, g->n, 0, g->c, g->n);
+        if (g->a16) product_bf16('N', 'T', g->n, g->n, g->n, g->a16, g->n, g->b16, g->n, 0, g->c, DTYPE_FP32, g->n);
         else product('N', 'T', g->n, g->n, g->n, 1, g->a, g->n, g->b, g->n, 0, g->c, g->n);
         calls++;
         elapsed = timer_now() - start;

@@ -304,8 +304,8 @@ static size_t operand_aligned(size_t count) {
 }
 
 size_t gpt2_product_operands(size_t rows, int C, int OC, int backward) {
-    // forward: weight and inp; backward: weight, inp and dout
-    return operand_aligned((size_t)OC * C) + operand_aligned(rows * C) + (backward ? operand_aligned(rows * OC) : 0);
+    // forward: inp; backward: inp and dout (the weight is bf16 already)
+    return operand_aligned(rows * C) + (backward ? operand_aligned(rows * OC) : 0);
 }
 
 size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward) {
@@ -425,56 +425,88 @@ double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {
     return 6.0 * matmul_params * tokens + attention;
 }
 
-// Elements of the unit's tensors, whole.
-static size_t unit_numel(const GPT2 *model, int unit) {
-    const GPT2Layout *layout = &model->layout;
-    size_t numel = 0;
-    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) numel += layout->tensors[layout->unit_tensors[unit][i]].numel;
-    return numel;
+// Whether `unit`'s ops read tensor t only as a product's weight: a block's four
+// matrices, and wte in the head (the embedding's lookup reads it as a table).
+static int product_weight(const GPT2Layout *layout, int unit, int t) {
+    GPT2TensorKind kind = layout->tensors[t].kind;
+    if (kind == GPT2_QKVW || kind == GPT2_ATTPROJW || kind == GPT2_FCW || kind == GPT2_FCPROJW) return 1;
+    return kind == GPT2_WTE && unit != 0;
 }
 
-// Points unit_params (and, for backward, unit_grads) at what the ops use: the
-// tensors themselves in fp32; in bf16, parameters widened into one fp32 copy of
-// the unit, and gradients into a zeroed one. Widening is exact, so the ops see
-// exactly the bf16 values.
+const void *gpt2_product_weight(const GPT2 *model, int t) {
+    return model->param_dtype == DTYPE_BF16 ? model->params[t] : (const void *)model->unit_params[t];
+}
+
+void *gpt2_product_weight_grad(const GPT2 *model, int t) {
+    return model->param_dtype == DTYPE_BF16 ? model->grads[t] : (void *)model->unit_grads[t];
+}
+
+// Which fp32 copies of tensor t `unit`'s pass needs: *param, a widened copy of a
+// bf16 parameter; *grad, a zeroed one of a bf16 gradient. A bf16 run's products
+// take their weights and gradients as kept (gpt2_product_weight), and the
+// embedding's backward reads no parameter.
+static void copies(const GPT2 *model, int unit, int t, int backward, int *param, int *grad) {
+    int bf16_params = model->param_dtype == DTYPE_BF16, as_kept = bf16_params && product_weight(&model->layout, unit, t);
+    *param = bf16_params && !as_kept && !(backward && unit == 0);
+    *grad = backward && model->grad_dtype == DTYPE_BF16 && !as_kept;
+}
+
+// Points unit_params (and, for backward, unit_grads) at what the ops read and
+// write in fp32: the tensors themselves where they are fp32, else their copies
+// (one block for the unit's parameters, one for its gradients); NULL where no
+// op reads it in fp32. Widening is exact: the ops see exactly the bf16 values.
 static void open_unit(GPT2 *model, int unit, int backward) {
     const GPT2Layout *layout = &model->layout;
-    int widen_params = model->param_dtype == DTYPE_BF16, widen_grads = backward && model->grad_dtype == DTYPE_BF16;
-    model->widened_count = unit_numel(model, unit);
-    if (widen_params)  // written whole by the widening below before anything reads it
-        model->widened_params = device_alloc_overwritten_as(model->mem, MEM_PARAMS_GATHERED, model->widened_count, DTYPE_FP32);
-    if (widen_grads) model->widened_grads = device_alloc(model->mem, MEM_GRADS_GATHERED, model->widened_count);
-    size_t at = 0;
+    int param, grad;
+    model->widened_params_count = model->widened_grads_count = 0;
+    for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
+        int t = layout->unit_tensors[unit][i];
+        copies(model, unit, t, backward, &param, &grad);
+        if (param) model->widened_params_count += layout->tensors[t].numel;
+        if (grad) model->widened_grads_count += layout->tensors[t].numel;
+    }
+    if (model->widened_params_count)  // written whole by the widening below before anything reads it
+        model->widened_params = device_alloc_overwritten_as(model->mem, MEM_PARAMS_GATHERED,
+                                                            model->widened_params_count, DTYPE_FP32);
+    if (model->widened_grads_count)
+        model->widened_grads = device_alloc(model->mem, MEM_GRADS_GATHERED, model->widened_grads_count);
+    size_t param_at = 0, grad_at = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
         size_t numel = layout->tensors[t].numel;
         CHECK(model->params[t], "unit %d runs without %s's parameters", unit, layout->tensors[t].name);
-        model->unit_params[t] = widen_params ? model->widened_params + at : model->params[t];
-        if (widen_params) device_widen(model->unit_params[t], model->params[t], numel);
-        if (backward) {
-            CHECK(model->grads[t], "unit %d's backward has nowhere to put %s's gradient", unit, layout->tensors[t].name);
-            model->unit_grads[t] = widen_grads ? model->widened_grads + at : model->grads[t];
+        copies(model, unit, t, backward, &param, &grad);
+        model->unit_params[t] = model->param_dtype == DTYPE_FP32 ? model->params[t] : NULL;
+        if (param) {
+            model->unit_params[t] = model->widened_params + param_at;
+            device_widen(model->unit_params[t], model->params[t], numel);
+            param_at += numel;
         }
-        at += numel;
+        if (!backward) continue;
+        CHECK(model->grads[t], "unit %d's backward has nowhere to put %s's gradient", unit, layout->tensors[t].name);
+        model->unit_grads[t] = model->grad_dtype == DTYPE_FP32 ? model->grads[t] : NULL;
+        if (grad) {
+            model->unit_grads[t] = model->widened_grads + grad_at;
+            grad_at += numel;
+        }
     }
 }
 
-// The end of a unit: bf16 gradients take their fp32 sums, rounded once; the
-// copies go.
+// The end of a unit: bf16 gradients take their fp32 copies' sums, rounded once;
+// the copies go.
 static void close_unit(GPT2 *model, int unit) {
     const GPT2Layout *layout = &model->layout;
     if (model->widened_grads) {
-        size_t at = 0;
         for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
             int t = layout->unit_tensors[unit][i];
-            device_add_rounded(model->grads[t], model->widened_grads + at, layout->tensors[t].numel);
-            at += layout->tensors[t].numel;
+            if (model->unit_grads[t])
+                device_add_rounded(model->grads[t], model->unit_grads[t], layout->tensors[t].numel);
         }
-        device_free(model->mem, MEM_GRADS_GATHERED, model->widened_grads, model->widened_count);
+        device_free(model->mem, MEM_GRADS_GATHERED, model->widened_grads, model->widened_grads_count);
         model->widened_grads = NULL;
     }
     if (model->widened_params) {
-        device_free(model->mem, MEM_PARAMS_GATHERED, model->widened_params, model->widened_count);
+        device_free(model->mem, MEM_PARAMS_GATHERED, model->widened_params, model->widened_params_count);
         model->widened_params = NULL;
     }
 }

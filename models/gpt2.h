@@ -205,13 +205,15 @@ typedef struct {
     int row0;                  // the global batch row of this micro-batch's row 0
     void **params;             // (num_tensors) where each tensor's values are
     void **grads;              // (num_tensors) where each tensor's gradient accumulates
-    // What the ops read and write while a unit runs: params[t] and grads[t]
-    // themselves where they are fp32, else fp32 copies of the unit's tensors,
-    // made when the unit starts (widened parameters; zeroed gradients, which are
-    // rounded and added into grads[t] when its backward ends).
+    // What the ops read and write in fp32 while a unit runs: params[t] and
+    // grads[t] themselves where they are fp32, else fp32 copies of the unit's
+    // tensors, made when the unit starts (widened parameters; zeroed gradients,
+    // which are rounded and added into grads[t] when its backward ends); NULL
+    // where no op reads it in fp32 (a bf16 run's products' weights:
+    // gpt2_product_weight).
     float **unit_params, **unit_grads;  // (num_tensors)
-    float *widened_params, *widened_grads;  // the copies, while a unit runs (NULL in fp32)
-    size_t widened_count;      // elements of each copy
+    float *widened_params, *widened_grads;  // the copies, while a unit runs (NULL: none)
+    size_t widened_params_count, widened_grads_count;  // their elements
     MemAccount *mem;           // where the copies are counted (params_gathered, grads_gathered)
     GPT2Activations acts;
     float *acts_memory;
@@ -292,15 +294,22 @@ int gpt2_device_sums_by_token(void);
 void gpt2_device_forward(GPT2 *model, int unit);
 void gpt2_device_backward(GPT2 *model, int unit);
 // A bf16 run multiplies bf16 operands (a GPU's tensor cores, oneDNN's bf16 kernels
-// on a CPU): each product first rounds its operands into a buffer of their own,
-// each part GPT2_OPERAND_ALIGN elements aligned (128 bytes, so that cuBLAS may take
-// its fastest kernels). Elements of a
-// product of (rows, C) by (OC, C) (backward: its dout (rows, OC) too), and of the
-// largest product of a unit's pass (with recompute the forward runs in the
-// backward too); 0 in an fp32 run. Counted as activations while the unit runs.
+// on a CPU: models/bf16_products.h): the weight as kept, and the activations each
+// product first rounds into a buffer of their own, each part GPT2_OPERAND_ALIGN
+// elements aligned (128 bytes, so that cuBLAS may take its fastest kernels).
+// Elements of a product of (rows, C) by (OC, C): its inp (rows, C), and in the
+// backward its dout (rows, OC) too; and of the largest product of a unit's pass
+// (with recompute the forward runs in the backward too); 0 in an fp32 run.
+// Counted as activations while the unit runs.
 #define GPT2_OPERAND_ALIGN 64
 size_t gpt2_product_operands(size_t rows, int C, int OC, int backward);
 size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward);
+// A product's weight and its gradient as the unit's products take them
+// (matmul_forward, matmul_backward): unit_params[t] and unit_grads[t] in an fp32
+// run; in a bf16 run the tensors as kept, params[t] (bf16) and grads[t] (of
+// grad_dtype), which the products read and add into themselves.
+const void *gpt2_product_weight(const GPT2 *model, int t);
+void *gpt2_product_weight_grad(const GPT2 *model, int t);
 
 // Block `layer`'s activations: its own slices, or with recompute the one shared
 // set (its input and output, residual3, are always its own).

@@ -8,9 +8,13 @@
 #include "models/gpt2.h"
 #include "models/gpt2_ops.h"
 
-// The parameter (or gradient) of `kind` in block `l` through the pointer table.
+// The parameter (or gradient) of `kind` in block `l`, in fp32 through the
+// pointer table; W and DW: a product's weight and its gradient as the products
+// take them (bf16 as kept in a bf16 run: gpt2_product_weight).
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define W(kind, l) gpt2_product_weight(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define DW(kind, l) gpt2_product_weight_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
 
 // Runs one op call. With model->op_times set (bench_step) it also adds the
 // call's wall time to op_times->forward_s[op] or ->backward_s[op] (`pass`); the
@@ -23,7 +27,7 @@
         model->op_times->pass[op] += timer_now() - start_;                      \
     } while (0)
 
-static void block_forward(GPT2 *model, int l, bf16 *operands) {
+static void block_forward(GPT2 *model, int l, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -37,21 +41,21 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual,
                                                           P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_QKV,
-          matmul_forward(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, operands));
+          matmul_forward(x.qkv, x.ln1, W(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, products));
     // scratch: the attention backward's, free during the forward
     TIMED(forward_s, GPT2_OP_ATTENTION,
           attention_forward(x.atty, x.att, x.qkv, a->att_scratch, att_drop, B, T, C, NH));
     TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ,
-          matmul_forward(x.attproj, x.atty, P(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C, operands));
+          matmul_forward(x.attproj, x.atty, W(GPT2_ATTPROJW, l), P(GPT2_ATTPROJB, l), B, T, C, C, products));
     if (attproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.attproj, x.attproj, attproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual2, x.residual, x.attproj, (int)BTC));
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2,
                                                           P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_FC,
-          matmul_forward(x.fch, x.ln2, P(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C, operands));
+          matmul_forward(x.fch, x.ln2, W(GPT2_FCW, l), P(GPT2_FCB, l), B, T, C, 4 * C, products));
     TIMED(forward_s, GPT2_OP_GELU, gelu_forward(x.fch_gelu, x.fch, (int)(4 * BTC)));
     TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_forward(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C, operands));
+          matmul_forward(x.fcproj, x.fch_gelu, W(GPT2_FCPROJW, l), P(GPT2_FCPROJB, l), B, T, 4 * C, C, products));
     if (fcproj_drop) TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply(x.fcproj, x.fcproj, fcproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward(x.residual3, x.residual2, x.fcproj, (int)BTC));
 }
@@ -60,7 +64,7 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
 // residual additions pass the gradient through, the layernorms add to it. With
 // --dropout a residual branch gets it through the branch's mask, made in dln
 // while dln is free.
-static void block_backward(GPT2 *model, int l, bf16 *operands) {
+static void block_backward(GPT2 *model, int l, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -79,13 +83,13 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         dbranch = a->dln;
     }
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_backward(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                          P(GPT2_FCPROJW, l), B, T, 4 * C, C, operands));
+          matmul_backward(a->dfch_gelu, DW(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
+                          W(GPT2_FCPROJW, l), B, T, 4 * C, C, products));
     TIMED(backward_s, GPT2_OP_GELU, gelu_backward(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC)));
     memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_FC,
-          matmul_backward(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, P(GPT2_FCW, l), B, T, C,
-                          4 * C, operands));
+          matmul_backward(a->dln, DW(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2, W(GPT2_FCW, l), B, T, C,
+                          4 * C, products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2,
                              P(GPT2_LN2W, l), x.ln2_mean, x.ln2_rstd, B, T, C));
@@ -98,20 +102,20 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         dbranch = a->dln;
     }
     TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
-          matmul_backward(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
-                          P(GPT2_ATTPROJW, l), B, T, C, C, operands));
+          matmul_backward(a->datty, DW(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
+                          W(GPT2_ATTPROJW, l), B, T, C, C, products));
     TIMED(backward_s, GPT2_OP_ATTENTION,
           attention_backward(a->dqkv, a->datty, x.qkv, x.att, a->att_scratch, att_drop, B, T, C, NH));
     memset(a->dln, 0, BTC * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_QKV,
-          matmul_backward(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, P(GPT2_QKVW, l), B, T, C,
-                          3 * C, operands));
+          matmul_backward(a->dln, DW(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv, x.ln1, W(GPT2_QKVW, l), B, T, C,
+                          3 * C, products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual,
                              P(GPT2_LN1W, l), x.ln1_mean, x.ln1_rstd, B, T, C));
 }
 
-static void head_forward(GPT2 *model, bf16 *operands) {
+static void head_forward(GPT2 *model, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -119,7 +123,7 @@ static void head_forward(GPT2 *model, bf16 *operands) {
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                                           P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD,
-          matmul_forward(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size, operands));
+          matmul_forward(a->logits, a->lnf, W(GPT2_WTE, 0), NULL, B, T, C, c->padded_vocab_size, products));
     if (!model->targets) return;
     if (model->classifier == CLASSIFIER_FUSED)  // the backward's part now: logits become dlogits
         TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
@@ -134,7 +138,7 @@ static void head_forward(GPT2 *model, bf16 *operands) {
     model->mean_loss = (float)(sum / (B * T));
 }
 
-static void head_backward(GPT2 *model, bf16 *operands) {
+static void head_backward(GPT2 *model, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -151,8 +155,8 @@ static void head_backward(GPT2 *model, bf16 *operands) {
     memset(a->dln, 0, (size_t)B * T * C * sizeof(float));
     memset(a->dresidual, 0, (size_t)B * T * C * sizeof(float));
     TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD,
-          matmul_backward(a->dln, G(GPT2_WTE, 0), NULL, dlogits, a->lnf, P(GPT2_WTE, 0), B, T, C,
-                          c->padded_vocab_size, operands));
+          matmul_backward(a->dln, DW(GPT2_WTE, 0), NULL, dlogits, a->lnf, W(GPT2_WTE, 0), B, T, C,
+                          c->padded_vocab_size, products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual,
                              P(GPT2_LNFW, 0), a->lnf_mean, a->lnf_rstd, B, T, C));
@@ -166,7 +170,8 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = gpt2_unit_operands(model, unit, 0);
-    bf16 *operands = count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
+    Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
+    if (count) bf16_run.operands = device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -176,18 +181,19 @@ void gpt2_device_forward(GPT2 *model, int unit) {
             TIMED(forward_s, GPT2_OP_ENCODER,
                   dropout_apply(model->acts.encoded, model->acts.encoded, drop, model->B, model->T, c->channels));
     } else if (blocks > 0) {
-        for (int l = first; l < first + blocks; l++) block_forward(model, l, operands);
+        for (int l = first; l < first + blocks; l++) block_forward(model, l, products);
     } else {
-        head_forward(model, operands);
+        head_forward(model, products);
     }
-    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
+    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = gpt2_unit_operands(model, unit, 1);
-    bf16 *operands = count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
+    Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
+    if (count) bf16_run.operands = device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -199,12 +205,12 @@ void gpt2_device_backward(GPT2 *model, int unit) {
                                                             model->inputs, model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {
-            if (model->recompute) block_forward(model, l, operands);  // the same arithmetic: bitwise the same values
-            block_backward(model, l, operands);
+            if (model->recompute) block_forward(model, l, products);  // the same arithmetic: bitwise the same values
+            block_backward(model, l, products);
         }
     } else {
-        head_backward(model, operands);
+        head_backward(model, products);
     }
-    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
+    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
 }
 

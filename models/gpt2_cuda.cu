@@ -12,8 +12,12 @@
 #include "models/gpt2.h"
 #include "models/gpt2_cuda_ops.h"
 
+// As gpt2_cpu.c's: P and G in fp32, W and DW a product's weight and gradient as
+// the products take them (bf16 as kept in a bf16 run: gpt2_product_weight).
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
+#define W(kind, l) gpt2_product_weight(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define DW(kind, l) gpt2_product_weight_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
 
 // Runs one op call. With model->op_times set (bench_gpu) it also adds the GPU
 // time between events recorded before and after it to op_times->forward_s[op]
@@ -57,7 +61,7 @@ static AttentionMath attention_math(const GPT2 *model) {
     return tf32 && strcmp(tf32, "0") == 0 ? ATTENTION_FP32 : ATTENTION_TF32;
 }
 
-static void block_forward(GPT2 *model, int l, bf16 *operands) {
+static void block_forward(GPT2 *model, int l, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -71,24 +75,24 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward_cuda(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual,
                                                                P(GPT2_LN1W, l), P(GPT2_LN1B, l), B, T, C));
     TIMED(forward_s, GPT2_OP_MATMUL_QKV,
-          matmul_forward_cuda(x.qkv, x.ln1, P(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, operands));
+          matmul_forward_cuda(x.qkv, x.ln1, W(GPT2_QKVW, l), P(GPT2_QKVB, l), B, T, C, 3 * C, products));
     if (model->attention == ATTENTION_KEEPS_LOGSUMEXP)
         TIMED(forward_s, GPT2_OP_ATTENTION,
               attention_fused_forward_cuda(x.atty, x.att_lse, x.qkv, att_drop, B, T, C, NH, attention_math(model)));
     else  // scratch: dfch_gelu (4BTC) and att_scratch are free during the forward pass
         TIMED(forward_s, GPT2_OP_ATTENTION, attention_forward_cuda(x.atty, x.att, x.qkv, a->dfch_gelu, a->att_scratch,
                                                                    att_drop, B, T, C, NH, attention_math(model)));
-    TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ, matmul_forward_cuda(x.attproj, x.atty, P(GPT2_ATTPROJW, l),
-                                                                 P(GPT2_ATTPROJB, l), B, T, C, C, operands));
+    TIMED(forward_s, GPT2_OP_MATMUL_ATTPROJ, matmul_forward_cuda(x.attproj, x.atty, W(GPT2_ATTPROJW, l),
+                                                                 P(GPT2_ATTPROJB, l), B, T, C, C, products));
     if (attproj_drop)
         TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply_cuda(x.attproj, x.attproj, attproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_LAYERNORM,
           residual_layernorm_forward_cuda(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, x.attproj,
                                           P(GPT2_LN2W, l), P(GPT2_LN2B, l), B, T, C));
-    TIMED(forward_s, GPT2_OP_MATMUL_FC, matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, P(GPT2_FCW, l),
-                                                                       P(GPT2_FCB, l), B, T, C, 4 * C, operands));
-    TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ, matmul_forward_cuda(x.fcproj, x.fch_gelu, P(GPT2_FCPROJW, l),
-                                                                P(GPT2_FCPROJB, l), B, T, 4 * C, C, operands));
+    TIMED(forward_s, GPT2_OP_MATMUL_FC, matmul_bias_gelu_forward_cuda(x.fch, x.fch_gelu, x.ln2, W(GPT2_FCW, l),
+                                                                       P(GPT2_FCB, l), B, T, C, 4 * C, products));
+    TIMED(forward_s, GPT2_OP_MATMUL_FCPROJ, matmul_forward_cuda(x.fcproj, x.fch_gelu, W(GPT2_FCPROJW, l),
+                                                                P(GPT2_FCPROJB, l), B, T, 4 * C, C, products));
     if (fcproj_drop)
         TIMED(forward_s, GPT2_OP_RESIDUAL, dropout_apply_cuda(x.fcproj, x.fcproj, fcproj_drop, B, T, C));
     TIMED(forward_s, GPT2_OP_RESIDUAL, residual_forward_cuda(x.residual3, x.residual2, x.fcproj, (int)BTC));
@@ -96,7 +100,7 @@ static void block_forward(GPT2 *model, int l, bf16 *operands) {
 
 // a->dresidual holds d(residual3) on entry and d(block input) on return; with
 // --dropout a residual branch gets it through the branch's mask, made in dln.
-static void block_backward(GPT2 *model, int l, bf16 *operands) {
+static void block_backward(GPT2 *model, int l, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, NH = c->num_heads;
     GPT2BlockActs x = gpt2_block_acts(model, l);
@@ -115,11 +119,11 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         dbranch = a->dln;
     }
     TIMED(backward_s, GPT2_OP_MATMUL_FCPROJ,
-          matmul_backward_cuda(a->dfch_gelu, G(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
-                               P(GPT2_FCPROJW, l), B, T, 4 * C, C, DINP_WRITE, operands));
+          matmul_backward_cuda(a->dfch_gelu, DW(GPT2_FCPROJW, l), G(GPT2_FCPROJB, l), dbranch, x.fch_gelu,
+                               W(GPT2_FCPROJW, l), B, T, 4 * C, C, DINP_WRITE, products));
     TIMED(backward_s, GPT2_OP_GELU, gelu_backward_cuda(a->dfch, x.fch, a->dfch_gelu, (int)(4 * BTC), DINP_WRITE));
-    TIMED(backward_s, GPT2_OP_MATMUL_FC, matmul_backward_cuda(a->dln, G(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2,
-                                                              P(GPT2_FCW, l), B, T, C, 4 * C, DINP_WRITE, operands));
+    TIMED(backward_s, GPT2_OP_MATMUL_FC, matmul_backward_cuda(a->dln, DW(GPT2_FCW, l), G(GPT2_FCB, l), a->dfch, x.ln2,
+                                                              W(GPT2_FCW, l), B, T, C, 4 * C, DINP_WRITE, products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LN2W, l), G(GPT2_LN2B, l), a->dln, x.residual2,
                                   P(GPT2_LN2W, l), x.ln2_mean, x.ln2_rstd, B, T, C));
@@ -131,8 +135,8 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         dbranch = a->dln;
     }
     TIMED(backward_s, GPT2_OP_MATMUL_ATTPROJ,
-          matmul_backward_cuda(a->datty, G(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
-                               P(GPT2_ATTPROJW, l), B, T, C, C, DINP_WRITE, operands));
+          matmul_backward_cuda(a->datty, DW(GPT2_ATTPROJW, l), G(GPT2_ATTPROJB, l), dbranch, x.atty,
+                               W(GPT2_ATTPROJW, l), B, T, C, C, DINP_WRITE, products));
     if (model->attention == ATTENTION_KEEPS_LOGSUMEXP)
         TIMED(backward_s, GPT2_OP_ATTENTION,
               attention_fused_backward_cuda(a->dqkv, a->att_delta, a->datty, x.qkv, x.atty, x.att_lse, att_drop, B,
@@ -141,23 +145,23 @@ static void block_backward(GPT2 *model, int l, bf16 *operands) {
         TIMED(backward_s, GPT2_OP_ATTENTION,
               attention_backward_cuda(a->dqkv, a->datty, x.qkv, x.att, a->dfch_gelu, a->dfch, a->att_scratch,
                                       att_drop, B, T, C, NH, attention_math(model)));
-    TIMED(backward_s, GPT2_OP_MATMUL_QKV, matmul_backward_cuda(a->dln, G(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv,
-                                                               x.ln1, P(GPT2_QKVW, l), B, T, C, 3 * C, DINP_WRITE,
-                                                               operands));
+    TIMED(backward_s, GPT2_OP_MATMUL_QKV, matmul_backward_cuda(a->dln, DW(GPT2_QKVW, l), G(GPT2_QKVB, l), a->dqkv,
+                                                               x.ln1, W(GPT2_QKVW, l), B, T, C, 3 * C, DINP_WRITE,
+                                                               products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LN1W, l), G(GPT2_LN1B, l), a->dln, x.residual,
                                   P(GPT2_LN1W, l), x.ln1_mean, x.ln1_rstd, B, T, C));
 }
 
-static void head_forward(GPT2 *model, bf16 *operands) {
+static void head_forward(GPT2 *model, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
     float *residual = a->residual3 + (size_t)(L - 1) * B * T * C;
     TIMED(forward_s, GPT2_OP_LAYERNORM, layernorm_forward_cuda(a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                                                P(GPT2_LNFW, 0), P(GPT2_LNFB, 0), B, T, C));
-    TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_forward_cuda(a->logits, a->lnf, P(GPT2_WTE, 0), NULL, B, T, C,
-                                                                 c->padded_vocab_size, operands));
+    TIMED(forward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_forward_cuda(a->logits, a->lnf, W(GPT2_WTE, 0), NULL, B, T, C,
+                                                                 c->padded_vocab_size, products));
     if (!model->targets) return;
     if (model->classifier == CLASSIFIER_FUSED)  // the backward's part now: logits become dlogits
         TIMED(forward_s, GPT2_OP_SOFTMAX_XENT,
@@ -177,7 +181,7 @@ static void head_forward(GPT2 *model, bf16 *operands) {
     model->mean_loss = (float)(sum / (double)n);
 }
 
-static void head_backward(GPT2 *model, bf16 *operands) {
+static void head_backward(GPT2 *model, const Bf16Products *products) {
     const GPT2Config *c = &model->layout.config;
     int B = model->B, T = model->T, C = c->channels, L = c->num_layers;
     GPT2Activations *a = &model->acts;
@@ -188,9 +192,9 @@ static void head_backward(GPT2 *model, bf16 *operands) {
               softmax_crossentropy_backward_cuda(a->logits, a->probs, model->targets, gpt2_dloss(model), B, T,
                                                  c->vocab_size, c->padded_vocab_size));
     device_zero(a->dresidual, (size_t)B * T * C);  // the layernorm's backward adds into it
-    TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_backward_cuda(a->dln, G(GPT2_WTE, 0), NULL, a->logits, a->lnf,
-                                                                   P(GPT2_WTE, 0), B, T, C, c->padded_vocab_size,
-                                                                   DINP_WRITE, operands));
+    TIMED(backward_s, GPT2_OP_MATMUL_LM_HEAD, matmul_backward_cuda(a->dln, DW(GPT2_WTE, 0), NULL, a->logits, a->lnf,
+                                                                   W(GPT2_WTE, 0), B, T, C, c->padded_vocab_size,
+                                                                   DINP_WRITE, products));
     TIMED(backward_s, GPT2_OP_LAYERNORM,
           layernorm_backward_cuda(a->dresidual, G(GPT2_LNFW, 0), G(GPT2_LNFB, 0), a->dln, residual, P(GPT2_LNFW, 0),
                                   a->lnf_mean, a->lnf_rstd, B, T, C));
@@ -201,7 +205,8 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = gpt2_unit_operands(model, unit, 0);
-    bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
+    Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
+    if (count) bf16_run.operands = (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -211,18 +216,19 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
             TIMED(forward_s, GPT2_OP_ENCODER, dropout_apply_cuda(model->acts.encoded, model->acts.encoded, drop,
                                                                  model->B, model->T, c->channels));
     } else if (blocks > 0) {
-        for (int l = first; l < first + blocks; l++) block_forward(model, l, operands);
+        for (int l = first; l < first + blocks; l++) block_forward(model, l, products);
     } else {
-        head_forward(model, operands);
+        head_forward(model, products);
     }
-    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
+    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
 }
 
 extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = gpt2_unit_operands(model, unit, 1);
-    bf16 *operands = count ? (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16) : NULL;
+    Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
+    if (count) bf16_run.operands = (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -235,11 +241,11 @@ extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
                                     model->positions_by_token, model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {
-            if (model->recompute) block_forward(model, l, operands);  // the same arithmetic: bitwise the same
-            block_backward(model, l, operands);
+            if (model->recompute) block_forward(model, l, products);  // the same arithmetic: bitwise the same
+            block_backward(model, l, products);
         }
     } else {
-        head_backward(model, operands);
+        head_backward(model, products);
     }
-    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
+    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
 }

@@ -240,18 +240,20 @@ static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size
     return part;
 }
 
-// C (m, n) = alpha op(A) op(B) + beta C in cuBLAS's column-major terms, with A and
-// B fp32, or bf16 when `bf16_operands` (C fp32 either way, accumulated in fp32).
+// C (m, n) = op(A) op(B) + beta C in cuBLAS's column-major terms, with A and B
+// fp32, or bf16 when `bf16_operands`, accumulated in fp32. C is fp32, or bf16
+// (c_dtype, bf16 operands only): the sum, beta C included, rounded once into it.
 static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const void *A, int lda,
-                 const void *B, int ldb, float beta, float *C, int ldc, int bf16_operands) {
+                 const void *B, int ldb, float beta, void *C, DType c_dtype, int ldc, int bf16_operands) {
     const float one = 1.0f;
     if (!bf16_operands) {
         CUBLAS_CHECK(cublasSgemm(device_cublas(), op_a, op_b, m, n, k, &one, (const float *)A, lda, (const float *)B,
-                                 ldb, &beta, C, ldc));
+                                 ldb, &beta, (float *)C, ldc));
         return;
     }
     CUBLAS_CHECK(cublasGemmEx(device_cublas(), op_a, op_b, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-                              &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              &beta, C, c_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
 }
 
 // A product with cuBLASLt's epilogue fused in, on bf16 operands: D (m, n) =
@@ -324,19 +326,19 @@ static cublasStatus_t lt_gemm(cublasLtEpilogue_t epilogue, cublasOperation_t op_
 // (OC, rows) = op(A = weight as stored, transposed) @ inp as stored. bf16
 // operands take the bias and GELU in the product's epilogue where cuBLASLt
 // can; fp32 ones (and the fallback) add them in a kernel after it.
-static void product_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias,
-                            int rows, int C, int OC, bf16 *operands) {
-    const void *w = weight, *x = inp;
-    if (operands) {
+static void product_forward(float *out, float *pre, const float *inp, const void *weight, const float *bias,
+                            int rows, int C, int OC, const Bf16Products *products) {
+    const void *x = inp;
+    if (products) {
         size_t at = 0;
-        w = rounded(operands, &at, weight, (size_t)OC * C);
-        x = rounded(operands, &at, inp, (size_t)rows * C);
+        x = rounded(products->operands, &at, inp, (size_t)rows * C);
         cublasLtEpilogue_t epilogue = pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
-        if (bias && lt_gemm(epilogue, CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, (const bf16 *)w, C, (const bf16 *)x, C,
-                            out, OC, bias, pre) == CUBLAS_STATUS_SUCCESS)
+        if (bias && lt_gemm(epilogue, CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, (const bf16 *)weight, C, (const bf16 *)x,
+                            C, out, OC, bias, pre) == CUBLAS_STATUS_SUCCESS)
             return;
     }
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, w, C, x, C, 0.0f, pre ? pre : out, OC, operands != NULL);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, C, weight, C, x, C, 0.0f, pre ? pre : out, DTYPE_FP32, OC,
+         products != NULL);
     if (pre)
         bias_gelu_kernel<<<device_blocks((size_t)rows * OC, 256), 256>>>(pre, out, bias, rows, OC);
     else if (bias)
@@ -344,32 +346,33 @@ static void product_forward(float *out, float *pre, const float *inp, const floa
     CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B,
-                                    int T, int C, int OC, bf16 *operands) {
-    product_forward(out, NULL, inp, weight, bias, B * T, C, OC, operands);
+extern "C" void matmul_forward_cuda(float *out, const float *inp, const void *weight, const float *bias, int B,
+                                    int T, int C, int OC, const Bf16Products *products) {
+    product_forward(out, NULL, inp, weight, bias, B * T, C, OC, products);
 }
 
-extern "C" void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
-                                              const float *bias, int B, int T, int C, int OC, bf16 *operands) {
-    product_forward(out, pre, inp, weight, bias, B * T, C, OC, operands);
+extern "C" void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const void *weight,
+                                              const float *bias, int B, int T, int C, int OC,
+                                              const Bf16Products *products) {
+    product_forward(out, pre, inp, weight, bias, B * T, C, OC, products);
 }
 
-extern "C" void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                     const float *weight, int B, int T, int C, int OC, DinpMode mode,
-                                     bf16 *operands) {
+extern "C" void matmul_backward_cuda(float *dinp, void *dweight, float *dbias, const float *dout, const float *inp,
+                                     const void *weight, int B, int T, int C, int OC, DinpMode mode,
+                                     const Bf16Products *products) {
     int rows = B * T;
-    const void *w = weight, *x = inp, *dy = dout;
-    if (operands) {
+    const void *x = inp, *dy = dout;
+    if (products) {
         size_t at = 0;
-        w = rounded(operands, &at, weight, (size_t)OC * C);
-        x = rounded(operands, &at, inp, (size_t)rows * C);
-        dy = rounded(operands, &at, dout, (size_t)rows * OC);
+        x = rounded(products->operands, &at, inp, (size_t)rows * C);
+        dy = rounded(products->operands, &at, dout, (size_t)rows * OC);
     }
     // dinp (rows, C) (+)= dout (rows, OC) @ weight (OC, C)
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, w, C, dy, OC, mode == DINP_ADD ? 1.0f : 0.0f, dinp, C,
-         operands != NULL);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, weight, C, dy, OC, mode == DINP_ADD ? 1.0f : 0.0f, dinp, DTYPE_FP32, C,
+         products != NULL);
     // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, C, operands != NULL);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, products ? products->grad_dtype : DTYPE_FP32,
+         C, products != NULL);
     if (!dbias) return;
     bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
                                                                                                    OC);

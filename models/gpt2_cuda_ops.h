@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "device/dtype.h"
+#include "models/bf16_products.h"
 #include "models/dropout.h"
 
 #ifdef __cplusplus
@@ -27,19 +28,21 @@ void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const fl
 // residual = a + b, then out = layernorm(residual): one pass over the row.
 void residual_layernorm_forward_cuda(float *residual, float *out, float *mean, float *rstd, const float *a,
                                      const float *b, const float *weight, const float *bias, int B, int T, int C);
-// The products take a buffer `operands`: NULL multiplies in fp32 (TF32 where
-// cuBLAS is allowed to); otherwise the operands are rounded to bf16 into it and
-// multiplied on bf16 tensor cores with fp32 accumulation, as a --precision bf16
-// run does. It must hold gpt2_product_operands(B*T, C, OC, backward) elements (gpt2.h).
+// The products take `products`: NULL multiplies in fp32 (TF32 where cuBLAS is
+// allowed to); otherwise a bf16 run's (models/bf16_products.h): the weight bf16
+// as kept, the activations rounded to bf16 into products->operands, multiplied on
+// bf16 tensor cores with fp32 accumulation, and the weight's gradient added into
+// the run's gradients as kept (products->grad_dtype).
 typedef enum { DINP_ADD, DINP_WRITE } DinpMode;  // dinp += the gradient, or dinp = it
-void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int B, int T,
-                         int C, int OC, bf16 *operands);
-void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int B, int T, int C, int OC, DinpMode mode, bf16 *operands);
+void matmul_forward_cuda(float *out, const float *inp, const void *weight, const float *bias, int B, int T, int C,
+                         int OC, const Bf16Products *products);
+void matmul_backward_cuda(float *dinp, void *dweight, float *dbias, const float *dout, const float *inp,
+                          const void *weight, int B, int T, int C, int OC, DinpMode mode,
+                          const Bf16Products *products);
 // pre = inp @ weight^T + bias, out = gelu(pre): the bias add and GELU in one pass
 // (bf16 operands: in the product's cuBLASLt epilogue, as matmul_forward_cuda's bias).
-void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const float *weight,
-                                   const float *bias, int B, int T, int C, int OC, bf16 *operands);
+void matmul_bias_gelu_forward_cuda(float *pre, float *out, const float *inp, const void *weight, const float *bias,
+                                   int B, int T, int C, int OC, const Bf16Products *products);
 // The attentions' arithmetic: fp32 (TF32 where cuBLAS may use it), or bf16.
 typedef enum { ATTENTION_FP32, ATTENTION_TF32, ATTENTION_BF16 } AttentionMath;
 // scratch: (3,B,T,C) for the head-major q, k, v, plus (B,T,C) for the output.

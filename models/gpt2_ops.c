@@ -12,9 +12,11 @@
 #include "models/gpt2_ops.h"
 
 #include "models/gpt2.h"  // GPT2_OPERAND_ALIGN
+#include "util/errors.h"
 
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>  // exp, tanh, sqrt, log pick the float or double version from real_t
 
@@ -42,8 +44,6 @@ ProductEngine product_engine(void) {
 void product_set_threads(int threads) { openblas_set_num_threads(threads); }
 #else
 #include <dnnl.h>
-
-#include "util/errors.h"
 
 void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
              int ldb, real_t beta, real_t *C, int ldc) {
@@ -80,51 +80,64 @@ void product_set_threads(int threads) { (void)threads; }  // oneDNN takes the Op
 #endif
 
 #ifndef SHARDLAB_REAL_DOUBLE
+// C's row m = beta C + sums, rounded once where C is bf16 (as a GPU's gemm into bf16).
+static void store_row(void *C, DType c_dtype, int ldc, int m, const float *sums, int N, float beta) {
+    if (c_dtype == DTYPE_BF16) {
+        bf16 *c = (bf16 *)C + (size_t)m * ldc;
+        for (int n = 0; n < N; n++) c[n] = bf16_from_float(sums[n] + (beta == 0 ? 0 : bf16_to_float(c[n])));
+        return;
+    }
+    float *c = (float *)C + (size_t)m * ldc;
+    for (int n = 0; n < N; n++) c[n] = sums[n] + (beta == 0 ? 0 : c[n]);  // vectorised
+}
+
 // bf16 products without a bf16 kernel (OpenBLAS has none here; oneDNN has none
 // below AVX-512): a loop that widens each operand (exact) and adds the products
-// over k in order, in fp32. Each output's sum does not depend on the threads.
-// With B transposed both operands are read along k: one dot product per output;
-// otherwise each row of C adds A(m,k) times B's row k, contiguous, for every k.
+// over k in order, in fp32, then C's own value. Each output's sum does not depend
+// on the threads. With B transposed both operands are read along k: one dot
+// product per output; otherwise each row adds A(m,k) times B's row k,
+// contiguous, for every k.
 static void product_bf16_loop(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B,
-                              int ldb, float beta, float *C, int ldc) {
-#pragma omp parallel for
-    for (int m = 0; m < M; m++) {
-        float *c = C + (size_t)m * ldc;
-        for (int n = 0; n < N; n++) c[n] = beta == 0 ? 0 : beta * c[n];
-        if (transb == 'T' && transa == 'N') {  // 8 running sums (k mod 8), added in a fixed order at the end
-            const bf16 *a = A + (size_t)m * lda;
-            for (int n = 0; n < N; n++) {
-                const bf16 *b = B + (size_t)n * ldb;
-                float sums[8] = {0}, sum = 0;
-                int k = 0;
-                for (; k + 8 <= K; k += 8)
-                    for (int j = 0; j < 8; j++) sums[j] += bf16_to_float(a[k + j]) * bf16_to_float(b[k + j]);
-                for (; k < K; k++) sum += bf16_to_float(a[k]) * bf16_to_float(b[k]);
-                c[n] += ((sums[0] + sums[4]) + (sums[2] + sums[6])) + ((sums[1] + sums[5]) + (sums[3] + sums[7])) + sum;
+                              int ldb, float beta, void *C, DType c_dtype, int ldc) {
+#pragma omp parallel
+    {
+        float *sums = xmalloc((size_t)N * sizeof(float));  // this thread's row of C, in fp32
+#pragma omp for
+        for (int m = 0; m < M; m++) {
+            memset(sums, 0, (size_t)N * sizeof(float));
+            if (transb == 'T' && transa == 'N') {  // 8 running sums (k mod 8), added in a fixed order at the end
+                const bf16 *a = A + (size_t)m * lda;
+                for (int n = 0; n < N; n++) {
+                    const bf16 *b = B + (size_t)n * ldb;
+                    float lanes[8] = {0}, rest = 0;
+                    int k = 0;
+                    for (; k + 8 <= K; k += 8)
+                        for (int j = 0; j < 8; j++) lanes[j] += bf16_to_float(a[k + j]) * bf16_to_float(b[k + j]);
+                    for (; k < K; k++) rest += bf16_to_float(a[k]) * bf16_to_float(b[k]);
+                    sums[n] = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                              ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7])) + rest;
+                }
+            } else if (transb == 'T') {  // no layer asks for both transposed
+                for (int n = 0; n < N; n++)
+                    for (int k = 0; k < K; k++)
+                        sums[n] += bf16_to_float(A[(size_t)k * lda + m]) * bf16_to_float(B[(size_t)n * ldb + k]);
+            } else {
+                for (int k = 0; k < K; k++) {
+                    float a = bf16_to_float(transa == 'T' ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]);
+                    const bf16 *b = B + (size_t)k * ldb;
+                    for (int n = 0; n < N; n++) sums[n] += a * bf16_to_float(b[n]);  // vectorised
+                }
             }
-            continue;
+            store_row(C, c_dtype, ldc, m, sums, N, beta);
         }
-        if (transb == 'T') {  // no layer asks for both transposed
-            for (int n = 0; n < N; n++) {
-                float sum = 0;
-                for (int k = 0; k < K; k++)
-                    sum += bf16_to_float(A[(size_t)k * lda + m]) * bf16_to_float(B[(size_t)n * ldb + k]);
-                c[n] += sum;
-            }
-            continue;
-        }
-        for (int k = 0; k < K; k++) {
-            float a = bf16_to_float(transa == 'T' ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]);
-            const bf16 *b = B + (size_t)k * ldb;
-            for (int n = 0; n < N; n++) c[n] += a * bf16_to_float(b[n]);  // vectorised
-        }
+        free(sums);
     }
 }
 
 #ifdef SHARDLAB_PRODUCTS_OPENBLAS
 void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
-                  float beta, float *C, int ldc) {
-    product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+                  float beta, void *C, DType c_dtype, int ldc) {
+    product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc);
 }
 #else
 // The process's one CPU engine and its stream, made at the first bf16 product
@@ -143,18 +156,20 @@ static dnnl_engine_t product_engine_cpu(dnnl_stream_t *stream) {
 }
 
 // oneDNN's matmul for C (M,N) = op(A) op(B) + beta C, beta 0 or 1 (a sum post-op):
-// bf16 operands, fp32 accumulation and output. Returns NULL where oneDNN has no
+// bf16 operands, fp32 accumulation, C fp32 or bf16 (the sum and the post-op in
+// fp32, rounded once as it is stored). Returns NULL where oneDNN has no
 // kernel for bf16 on this CPU (below AVX-512). oneDNN's primitive cache keeps
 // each shape's kernel, so only a shape's first call builds it.
 static dnnl_primitive_t matmul_bf16(dnnl_engine_t engine, char transa, char transb, int M, int N, int K, int lda,
-                                    int ldb, float beta, int ldc, dnnl_memory_desc_t descs[3]) {
+                                    int ldb, float beta, DType c_dtype, int ldc, dnnl_memory_desc_t descs[3]) {
     dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, c_dims = {M, N};
     dnnl_dims_t a_strides = {transa == 'T' ? 1 : lda, transa == 'T' ? lda : 1};  // op(A)'s (m, k) element
     dnnl_dims_t b_strides = {transb == 'T' ? 1 : ldb, transb == 'T' ? ldb : 1};  // op(B)'s (k, n) element
     dnnl_dims_t c_strides = {ldc, 1};
     CHECK(dnnl_memory_desc_init_by_strides(&descs[0], 2, a_dims, dnnl_bf16, a_strides) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&descs[1], 2, b_dims, dnnl_bf16, b_strides) == dnnl_success &&
-              dnnl_memory_desc_init_by_strides(&descs[2], 2, c_dims, dnnl_f32, c_strides) == dnnl_success,
+              dnnl_memory_desc_init_by_strides(&descs[2], 2, c_dims, c_dtype == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32,
+                                               c_strides) == dnnl_success,
           "oneDNN: bf16 product %dx%dx%d: bad shape", M, N, K);
     dnnl_matmul_desc_t desc;
     CHECK(dnnl_matmul_desc_init(&desc, &descs[0], &descs[1], NULL, &descs[2]) == dnnl_success,
@@ -181,13 +196,13 @@ static dnnl_primitive_t matmul_bf16(dnnl_engine_t engine, char transa, char tran
 }
 
 void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
-                  float beta, float *C, int ldc) {
+                  float beta, void *C, DType c_dtype, int ldc) {
     dnnl_stream_t stream;
     dnnl_engine_t engine = product_engine_cpu(&stream);
     dnnl_memory_desc_t descs[3];
-    dnnl_primitive_t primitive = matmul_bf16(engine, transa, transb, M, N, K, lda, ldb, beta, ldc, descs);
+    dnnl_primitive_t primitive = matmul_bf16(engine, transa, transb, M, N, K, lda, ldb, beta, c_dtype, ldc, descs);
     if (!primitive) {
-        product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc);
         return;
     }
     dnnl_memory_t memory[3];
@@ -205,7 +220,8 @@ void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, 
 static void bf16_kernels_name(char *name, size_t size) {
     dnnl_stream_t stream;
     dnnl_memory_desc_t descs[3];
-    dnnl_primitive_t primitive = matmul_bf16(product_engine_cpu(&stream), 'N', 'T', 64, 64, 64, 64, 64, 0, 64, descs);
+    dnnl_primitive_t primitive = matmul_bf16(product_engine_cpu(&stream), 'N', 'T', 64, 64, 64, 64, 64, 0, DTYPE_FP32, 64,
+                                             descs);
     const_dnnl_primitive_desc_t pd;
     const char *impl = "loop";
     if (primitive)
@@ -340,18 +356,17 @@ static const bf16 *rounded(bf16 *operands, size_t *at, const float *values, size
 }
 #endif
 
-void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
-                    int B, int T, int C, int OC, bf16 *operands) {
+void matmul_forward(real_t *out, const real_t *inp, const void *weight, const real_t *bias, int B, int T, int C,
+                    int OC, const Bf16Products *products) {
     int rows = B * T;
     // out (rows,OC) = inp (rows,C) @ weight^T (C,OC)
 #ifdef SHARDLAB_REAL_DOUBLE
-    (void)operands;  // the layer tests' double build multiplies in double only
+    (void)products;  // the layer tests' double build multiplies in double only
 #else
-    if (operands) {
+    if (products) {
         size_t at = 0;
-        const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
-        const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
-        product_bf16('N', 'T', rows, OC, C, x, C, w, C, 0, out, OC);
+        const bf16 *x = rounded(products->operands, &at, inp, (size_t)rows * C);
+        product_bf16('N', 'T', rows, OC, C, x, C, weight, C, 0, out, DTYPE_FP32, OC);
     } else
 #endif
         product('N', 'T', rows, OC, C, 1, inp, C, weight, C, 0, out, OC);
@@ -363,19 +378,18 @@ void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const 
     }
 }
 
-void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
-                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC, bf16 *operands) {
+void matmul_backward(real_t *dinp, void *dweight, real_t *dbias, const real_t *dout, const real_t *inp,
+                     const void *weight, int B, int T, int C, int OC, const Bf16Products *products) {
     int rows = B * T;
 #ifdef SHARDLAB_REAL_DOUBLE
-    (void)operands;
+    (void)products;
 #else
-    if (operands) {
+    if (products) {
         size_t at = 0;
-        const bf16 *w = rounded(operands, &at, weight, (size_t)OC * C);
-        const bf16 *x = rounded(operands, &at, inp, (size_t)rows * C);
-        const bf16 *dy = rounded(operands, &at, dout, (size_t)rows * OC);
-        product_bf16('N', 'N', rows, C, OC, dy, OC, w, C, 1, dinp, C);
-        product_bf16('T', 'N', OC, C, rows, dy, OC, x, C, 1, dweight, C);
+        const bf16 *x = rounded(products->operands, &at, inp, (size_t)rows * C);
+        const bf16 *dy = rounded(products->operands, &at, dout, (size_t)rows * OC);
+        product_bf16('N', 'N', rows, C, OC, dy, OC, weight, C, 1, dinp, DTYPE_FP32, C);
+        product_bf16('T', 'N', OC, C, rows, dy, OC, x, C, 1, dweight, products->grad_dtype, C);
     } else
 #endif
     {

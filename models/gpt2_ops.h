@@ -13,6 +13,7 @@
 #define SHARDLAB_GPT2_OPS_H
 
 #include "device/dtype.h"
+#include "models/bf16_products.h"
 #include "models/dropout.h"
 
 #ifdef __cplusplus
@@ -41,11 +42,12 @@ ProductEngine product_engine(void);
 // The engine's threads, where it keeps its own count (OpenBLAS); oneDNN follows the OpenMP pool's.
 void product_set_threads(int threads);
 #ifndef SHARDLAB_REAL_DOUBLE
-// C (M,N) = op(A) op(B) + beta C with bf16 operands, accumulated in fp32 and written in fp32, beta 0 or 1 (as a GPU's
-// tensor cores multiply): oneDNN's matmul where it has a bf16 kernel for this CPU (AVX-512 and up), elsewhere (and
-// with BLAS=openblas) a loop. Arguments as product's.
+// C (M,N) = op(A) op(B) + beta C with bf16 operands, accumulated in fp32 (as a GPU's tensor cores multiply), beta 0
+// or 1: oneDNN's matmul where it has a bf16 kernel for this CPU (AVX-512 and up), elsewhere (and with
+// BLAS=openblas) a loop. C is fp32, or bf16 (c_dtype): then each element's fp32 sum, plus C's own value with beta
+// 1, is rounded once into it. Other arguments as product's.
 void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
-                  float beta, float *C, int ldc);
+                  float beta, void *C, DType c_dtype, int ldc);
 #endif
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
@@ -63,14 +65,12 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
                         const real_t *inp, const real_t *weight, const real_t *mean,
                         const real_t *rstd, int B, int T, int C);
 
-// out = inp @ weight^T + bias, through `product`. With operands (a bf16 run; NULL: fp32) each product's
-// matrices are first rounded to bf16 into operands (weight, inp, and in the backward dout: gpt2_product_operands
-// elements, gpt2.h) and multiplied by product_bf16, as the GPU build does; the bias's gradient sums dout in fp32.
-void matmul_forward(real_t *out, const real_t *inp, const real_t *weight, const real_t *bias,
-                    int B, int T, int C, int OC,
-                    bf16 *operands);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
-void matmul_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real_t *dout,
-                     const real_t *inp, const real_t *weight, int B, int T, int C, int OC, bf16 *operands);
+// out = inp @ weight^T + bias, through `product`; with products (a bf16 run; NULL: fp32) through product_bf16,
+// weight then bf16 and dweight of products->grad_dtype (bf16_products.h); the bias's gradient sums dout in fp32.
+void matmul_forward(real_t *out, const real_t *inp, const void *weight, const real_t *bias, int B, int T, int C,
+                    int OC, const Bf16Products *products);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
+void matmul_backward(real_t *dinp, void *dweight, real_t *dbias, const real_t *dout, const real_t *inp,
+                     const void *weight, int B, int T, int C, int OC, const Bf16Products *products);
 
 // Causal self-attention on the packed qkv projection. att keeps the softmax
 // probabilities for the backward pass; scratch holds B * NH * T * T values. With

@@ -1,6 +1,7 @@
 // bf16: rounding to nearest even on edge values, exact widening, the device's
 // bf16 arithmetic (CPU build), AdamW on a bf16 run's master and working copy, and
-// the products on bf16 operands (product_bf16, matmul_forward with operands).
+// the products on bf16 operands (product_bf16; matmul_forward and _backward in a
+// bf16 run, models/bf16_products.h).
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -152,55 +153,83 @@ static float at(const bf16 *X, char trans, int ld, int row, int col) {
 // is exact in fp32 (8 + 8 significant bits), so the only error is the fp32 sum
 // of K products plus C: in any order at most gamma = (K+1) u / (1 - (K+1) u) of
 // the sum of the magnitudes (u = 2^-24), whatever kernel oneDNN picks or the loop.
+// Into a bf16 C that sum is rounded once more: at most 2^-8 of itself.
 START_TEST(test_bf16_products_within_the_sums_rounding) {
     const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {4, 9, 9}, {17, 3, 64}, {65, 33, 130}, {8, 70, 1}};
     const char trans[][2] = {{'N', 'T'}, {'N', 'N'}, {'T', 'N'}, {'T', 'T'}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
-            for (int beta = 0; beta <= 1; beta++) {
-                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-                char ta = trans[t][0], tb = trans[t][1];
-                int lda = ta == 'T' ? M : K, ldb = tb == 'T' ? K : N;
-                bf16 *A = malloc((size_t)M * K * sizeof(bf16)), *B = malloc((size_t)K * N * sizeof(bf16));
-                float *C = malloc((size_t)M * N * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
-                fill_bf16(A, (size_t)M * K, 7u + (uint32_t)s);
-                fill_bf16(B, (size_t)K * N, 99u + (uint32_t)t);
-                for (int i = 0; i < M * N; i++) C[i] = C0[i] = 0.25f * (float)(i % 7) - 0.5f;
-                product_bf16(ta, tb, M, N, K, A, lda, B, ldb, (float)beta, C, N);
-                double u = ldexp(1, -24), gamma = (K + 1) * u / (1 - (K + 1) * u);
-                for (int m = 0; m < M; m++)
-                    for (int n = 0; n < N; n++) {
-                        double exact = beta ? C0[m * N + n] : 0, magnitude = fabs(exact);
-                        for (int k = 0; k < K; k++) {
-                            double p = (double)at(A, ta, lda, m, k) * at(B, tb, ldb, k, n);
-                            exact += p, magnitude += fabs(p);
-                        }
-                        ck_assert_msg(fabs(C[m * N + n] - exact) <= gamma * magnitude,
-                                      "%c%c %dx%dx%d beta %d: C[%d,%d] = %.9g, exactly %.9g", ta, tb, M, N, K, beta,
-                                      m, n, C[m * N + n], exact);
+            for (int beta = 0; beta <= 1; beta++)
+                for (int c_bf16 = 0; c_bf16 <= 1; c_bf16++) {
+                    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                    char ta = trans[t][0], tb = trans[t][1];
+                    int lda = ta == 'T' ? M : K, ldb = tb == 'T' ? K : N;
+                    bf16 *A = malloc((size_t)M * K * sizeof(bf16)), *B = malloc((size_t)K * N * sizeof(bf16));
+                    float *C = malloc((size_t)M * N * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
+                    bf16 *C16 = malloc((size_t)M * N * sizeof(bf16));
+                    fill_bf16(A, (size_t)M * K, 7u + (uint32_t)s);
+                    fill_bf16(B, (size_t)K * N, 99u + (uint32_t)t);
+                    for (int i = 0; i < M * N; i++) {
+                        C[i] = C0[i] = 0.25f * (float)(i % 7) - 0.5f;  // exact in bf16
+                        C16[i] = bf16_from_float(C0[i]);
                     }
-                free(A), free(B), free(C), free(C0);
-            }
+                    product_bf16(ta, tb, M, N, K, A, lda, B, ldb, (float)beta, c_bf16 ? (void *)C16 : C,
+                                 c_bf16 ? DTYPE_BF16 : DTYPE_FP32, N);
+                    double u = ldexp(1, -24), gamma = (K + 1) * u / (1 - (K + 1) * u);
+                    for (int m = 0; m < M; m++)
+                        for (int n = 0; n < N; n++) {
+                            double exact = beta ? C0[m * N + n] : 0, magnitude = fabs(exact);
+                            for (int k = 0; k < K; k++) {
+                                double p = (double)at(A, ta, lda, m, k) * at(B, tb, ldb, k, n);
+                                exact += p, magnitude += fabs(p);
+                            }
+                            double got = c_bf16 ? bf16_to_float(C16[m * N + n]) : C[m * N + n];
+                            double bound = gamma * magnitude + (c_bf16 ? ldexp(1, -8) * (fabs(exact) + gamma * magnitude) : 0);
+                            ck_assert_msg(fabs(got - exact) <= bound, "%c%c %dx%dx%d beta %d, C %s: C[%d,%d] = %.9g, exactly %.9g",
+                                          ta, tb, M, N, K, beta, c_bf16 ? "bf16" : "fp32", m, n, got, exact);
+                        }
+                    free(A), free(B), free(C), free(C0), free(C16);
+                }
 }
 END_TEST
 
-// matmul_forward and _backward with operands round weight, inp and dout to bf16
-// first: the result is the product of the rounded values (within the sums'
-// rounding, as above), not of the fp32 ones; the bias's gradient sums dout
-// unrounded. A NaN in one input row stays in that row's outputs.
+// Into a bf16 C the fp32 sum, C's own value included, is rounded once. C = 1 and
+// a product of 2^-8 + 2^-16: 1 + 2^-8 + 2^-16 lies above the midpoint between 1
+// and 1 + 2^-7, its bf16 neighbours, so it rounds up. Rounding the product first
+// (to 2^-8, a tie gone to even) and then the sum (1 + 2^-8, a tie again) gives 1.
+START_TEST(test_bf16_c_is_rounded_once) {
+    const bf16 a[2] = {bf16_from_float(0x1p-4f), bf16_from_float(0x1p-8f)};
+    const bf16 b[2] = {bf16_from_float(0x1p-4f), bf16_from_float(0x1p-8f)};
+    for (int ta = 0; ta <= 1; ta++) {  // A (1,2) or its transpose (2,1) read as (1,2)
+        bf16 c = bf16_from_float(1.0f);
+        product_bf16(ta ? 'T' : 'N', 'T', 1, 1, 2, a, ta ? 1 : 2, b, 2, 1, &c, DTYPE_BF16, 1);
+        ck_assert_msg(bf16_to_float(c) == 1.0f + 0x1p-7f, "%c: 1 + (2^-8 + 2^-16) in bf16 is %.9g, not 1 + 2^-7",
+                      ta ? 'T' : 'N', bf16_to_float(c));
+    }
+}
+END_TEST
+
+// A bf16 run's matmul_forward and _backward multiply the weight as it is (bf16)
+// and round inp and dout to bf16 first: the result is the product of the rounded
+// values (within the sums' rounding, as above), not of the fp32 ones; the bias's
+// gradient sums dout unrounded; the weight's gradient is added into the run's
+// gradients as kept, fp32 or bf16 (then rounded once). A NaN in one input row
+// stays in that row's outputs.
 START_TEST(test_matmul_rounds_its_operands) {
     enum { B = 2, T = 3, C = 9, OC = 5, ROWS = B * T };
-    float inp[ROWS * C], w[OC * C], bias[OC], dout[ROWS * OC];
-    float rinp[ROWS * C], rw[OC * C], rdout[ROWS * OC];
+    float inp[ROWS * C], rw[OC * C], bias[OC], dout[ROWS * OC];
+    float rinp[ROWS * C], rdout[ROWS * OC];
+    bf16 w[OC * C];
     for (int i = 0; i < ROWS * C; i++) inp[i] = 0.1f + 0.0123457f * (float)i, rinp[i] = bf16_to_float(bf16_from_float(inp[i]));
-    for (int i = 0; i < OC * C; i++) w[i] = 0.3f - 0.0098765f * (float)i, rw[i] = bf16_to_float(bf16_from_float(w[i]));
+    for (int i = 0; i < OC * C; i++) w[i] = bf16_from_float(0.3f - 0.0098765f * (float)i), rw[i] = bf16_to_float(w[i]);
     for (int i = 0; i < ROWS * OC; i++)
         dout[i] = 0.05f * (float)(i % 4) - 0.071f, rdout[i] = bf16_to_float(bf16_from_float(dout[i]));
     for (int o = 0; o < OC; o++) bias[o] = 0.01f * (float)o;
     inp[C] = NAN;  // row 1
-    bf16 *operands = malloc(gpt2_product_operands(ROWS, C, OC, 1) * sizeof(bf16));
+    Bf16Products products = {.operands = malloc(gpt2_product_operands(ROWS, C, OC, 1) * sizeof(bf16)),
+                             .grad_dtype = DTYPE_FP32};
     float out[ROWS * OC], dinp[ROWS * C] = {0}, dw[OC * C] = {0}, db[OC] = {0};
-    matmul_forward(out, inp, w, bias, B, T, C, OC, operands);
+    matmul_forward(out, inp, w, bias, B, T, C, OC, &products);
     double u = ldexp(1, -24), gamma = (C + 2) * u / (1 - (C + 2) * u);
     for (int r = 0; r < ROWS; r++)
         for (int o = 0; o < OC; o++) {
@@ -211,14 +240,19 @@ START_TEST(test_matmul_rounds_its_operands) {
             double exact = bias[o], magnitude = fabs(bias[o]), unrounded = bias[o];
             for (int c = 0; c < C; c++) {
                 exact += (double)rinp[r * C + c] * rw[o * C + c], magnitude += fabs((double)rinp[r * C + c] * rw[o * C + c]);
-                unrounded += (double)inp[r * C + c] * w[o * C + c];
+                unrounded += (double)inp[r * C + c] * rw[o * C + c];
             }
             ck_assert_msg(fabs(out[r * OC + o] - exact) <= gamma * magnitude, "out[%d,%d] = %.9g, of the rounded %.9g",
                           r, o, out[r * OC + o], exact);
-            ck_assert_msg(fabs(out[r * OC + o] - unrounded) > gamma * magnitude, "out[%d,%d]: nothing was rounded", r, o);
+            ck_assert_msg(fabs(out[r * OC + o] - unrounded) > gamma * magnitude, "out[%d,%d]: inp was not rounded", r, o);
         }
     inp[C] = 1.0f, rinp[C] = 1.0f;
-    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, operands);
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, &products);
+    bf16 dw16[OC * C];
+    for (int i = 0; i < OC * C; i++) dw16[i] = bf16_from_float(0.5f);
+    products.grad_dtype = DTYPE_BF16;
+    float dinp16[ROWS * C] = {0}, db16[OC] = {0};
+    matmul_backward(dinp16, dw16, db16, dout, inp, w, B, T, C, OC, &products);
     for (int o = 0; o < OC; o++) {
         float sum = 0;
         for (int r = 0; r < ROWS; r++) sum += dout[r * OC + o];
@@ -229,6 +263,9 @@ START_TEST(test_matmul_rounds_its_operands) {
                 exact += (double)rdout[r * OC + o] * rinp[r * C + c], magnitude += fabs((double)rdout[r * OC + o] * rinp[r * C + c]);
             ck_assert_msg(fabs(dw[o * C + c] - exact) <= gamma * magnitude + 1e-30, "dweight[%d,%d] = %.9g, exactly %.9g",
                           o, c, dw[o * C + c], exact);
+            double got = bf16_to_float(dw16[o * C + c]), exact16 = 0.5 + exact;  // added into 0.5, rounded once
+            ck_assert_msg(fabs(got - exact16) <= gamma * (magnitude + 0.5) + ldexp(1, -8) * fabs(exact16),
+                          "bf16 dweight[%d,%d] = %.9g, exactly %.9g", o, c, got, exact16);
         }
     }
     for (int r = 0; r < ROWS; r++)
@@ -238,8 +275,9 @@ START_TEST(test_matmul_rounds_its_operands) {
                 exact += (double)rdout[r * OC + o] * rw[o * C + c], magnitude += fabs((double)rdout[r * OC + o] * rw[o * C + c]);
             ck_assert_msg(fabs(dinp[r * C + c] - exact) <= gamma * magnitude + 1e-30, "dinp[%d,%d] = %.9g, exactly %.9g",
                           r, c, dinp[r * C + c], exact);
+            ck_assert_msg(dinp16[r * C + c] == dinp[r * C + c], "dinp[%d,%d] depends on the gradients' dtype", r, c);
         }
-    free(operands);
+    free(products.operands);
 }
 END_TEST
 
@@ -255,6 +293,7 @@ int main(void) {
     tcase_add_test(tc, test_device_conversions_and_sums);
     tcase_add_test(tc, test_adamw_on_a_master_with_bf16_gradients);
     tcase_add_test(tc, test_bf16_products_within_the_sums_rounding);
+    tcase_add_test(tc, test_bf16_c_is_rounded_once);
     tcase_add_test(tc, test_matmul_rounds_its_operands);
     suite_add_tcase(s, tc);
     return run_suite(s);

@@ -155,55 +155,75 @@ static void round_host(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
+// A device copy of host values that are bf16 already (round_host), as bf16.
+static bf16 *to_device_bf16(const float *host, size_t n) {
+    float *d_fp32 = to_device(host, n);
+    bf16 *d = device_alloc_as(&mem, MEM_ACTIVATIONS, n, DTYPE_BF16);
+    device_round(d, d_fp32, n);  // exact: the values are bf16's
+    return d;
+}
+
 // The product's cuBLASLt epilogue in bf16 (inp, w rounded already): bias and
 // GELU after the product, pre keeping GELU's input. Outputs start as NaN.
-static void check_bf16_gelu_epilogue(const float *inp, const float *w, const float *bias, bf16 *operands) {
+static void check_bf16_gelu_epilogue(const float *inp, const float *w, const float *bias,
+                                     const Bf16Products *products) {
     size_t nin = B * T * C, nout = B * T * OC;
     float *pre = calloc(nout, 4), *gelu = calloc(nout, 4), *poison = malloc(nout * 4);
     for (size_t i = 0; i < nout; i++) poison[i] = NAN;
     matmul_forward(pre, inp, w, bias, B, T, C, OC, NULL);
     gelu_forward(gelu, pre, (int)nout);
     float *d_pre = to_device(poison, nout), *d_gelu = to_device(poison, nout);
-    matmul_bias_gelu_forward_cuda(d_pre, d_gelu, to_device(inp, nin), to_device(w, OC * C), to_device(bias, OC), B, T,
-                                  C, OC, operands);
+    matmul_bias_gelu_forward_cuda(d_pre, d_gelu, to_device(inp, nin), to_device_bf16(w, OC * C), to_device(bias, OC),
+                                  B, T, C, OC, products);
     ck_assert_msg(relative_error(d_pre, pre, nout) <= 1e-3, "bf16 epilogue: pre-activation");
     ck_assert_msg(relative_error(d_gelu, gelu, nout) <= 1e-3, "bf16 epilogue: gelu");
     free(pre), free(gelu), free(poison);
 }
 
 // bf16 products: the CPU's fp32 products of the operands rounded to bf16 (exact
-// in fp32, up to the order of the sums), and not the unrounded operands' product.
+// in fp32, up to the order of the sums), and not the unrounded operands' product;
+// the weight bf16 as kept, its gradient added into fp32 or into bf16 gradients.
 START_TEST(test_matmul_bf16_operands) {
     size_t nin = B * T * C, nout = B * T * OC;
     float *inp = random_host(nin, 42, 1), *w = random_host(OC * C, 43, 1), *bias = random_host(OC, 44, 1);
     float *dout = random_host(nout, 45, 1), *out = calloc(nout, 4), *exact = calloc(nout, 4);
     float *dinp = calloc(nin, 4), *dw = calloc(OC * C, 4), *db = calloc(OC, 4);
-    float *d_inp = to_device(inp, nin), *d_w = to_device(w, OC * C), *d_bias = to_device(bias, OC);
+    float *d_inp = to_device(inp, nin), *d_bias = to_device(bias, OC);
     float *d_out = to_device(out, nout), *d_dout = to_device(dout, nout), *d_dinp = to_device(dinp, nin);
     float *d_dw = to_device(dw, OC * C), *d_db = to_device(db, OC);
-    bf16 *operands = device_alloc_as(&mem, MEM_ACTIVATIONS, gpt2_product_operands((size_t)B * T, C, OC, 1), DTYPE_BF16);
+    Bf16Products products = {
+        device_alloc_as(&mem, MEM_ACTIVATIONS, gpt2_product_operands((size_t)B * T, C, OC, 1), DTYPE_BF16),
+        DTYPE_FP32};
     matmul_forward(exact, inp, w, bias, B, T, C, OC, NULL);
     round_host(inp, nin);
     round_host(w, OC * C);
     round_host(dout, nout);
+    bf16 *d_w = to_device_bf16(w, OC * C);
     matmul_forward(out, inp, w, bias, B, T, C, OC, NULL);
-    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, operands);
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC, &products);
     assert_close("bf16 matmul out", d_out, out, nout);
     float *got = malloc(nout * sizeof(float)), worst = 0;
     device_to_host(got, d_out, nout);
     for (size_t i = 0; i < nout; i++) worst = fmaxf(worst, fabsf(got[i] - exact[i]));
     ck_assert_msg(worst > 1e-4f, "the bf16 product equals the fp32 one (%g): nothing was rounded", worst);
     matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, NULL);
-    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_ADD, operands);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_ADD, &products);
     assert_close("bf16 matmul dinp", d_dinp, dinp, nin);
     assert_close("bf16 matmul dweight", d_dw, dw, OC * C);
-    // the bias gradient adds up dout itself, in fp32
+    // into bf16 gradients (zero here): the fp32 sum rounded once, within bf16's 2^-8
+    bf16 *d_dw16 = to_device_bf16(calloc(OC * C, 4), OC * C);
+    products.grad_dtype = DTYPE_BF16;
+    matmul_backward_cuda(d_dinp, d_dw16, d_db, d_dout, d_inp, d_w, B, T, C, OC, DINP_WRITE, &products);
+    float *d_dw16_wide = to_device(dw, OC * C);
+    device_widen(d_dw16_wide, d_dw16, OC * C);
+    assert_close("bf16 matmul dweight into bf16", d_dw16_wide, dw, OC * C);
+    // the bias gradient adds up dout itself, in fp32 (twice now)
     float *dout32 = random_host(nout, 45, 1);
     for (int o = 0; o < OC; o++) db[o] = 0;
     for (size_t r = 0; r < (size_t)B * T; r++)
-        for (int o = 0; o < OC; o++) db[o] += dout32[r * OC + o];
+        for (int o = 0; o < OC; o++) db[o] += 2 * dout32[r * OC + o];
     assert_close("bf16 matmul dbias", d_db, db, OC);
-    check_bf16_gelu_epilogue(inp, w, bias, operands);
+    check_bf16_gelu_epilogue(inp, w, bias, &products);
 }
 END_TEST
 

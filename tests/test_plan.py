@@ -526,14 +526,15 @@ for flag, formula, saved_bytes in fusions:
               f"plan {mode[0]} {flag} is refused, naming the flag: {r.stderr.strip()[:120]}")
 
 # bf16 products (the CPU's and the GPU's alike): while a unit's pass runs, its largest product's bf16 operands are
-# held as activations, each part aligned to 64 elements: weight, input, and (backward) dout. So a bf16 plan's
+# held as activations, each part aligned to 64 elements: input, and (backward) dout; the weight is multiplied as
+# kept, bf16. So a bf16 plan's
 # activations peak above the fp32 plan's by the largest of them over the units, 2 bytes an element (the
 # activations themselves stay fp32); the real runs above hold the same (their accounting equals the plan's).
 C = int(re.search(r"\bC=(\d+)", head).group(1))
 def aligned(n):
     return (n + 63) // 64 * 64
 def operands(rows, c_in, c_out, backward):
-    return aligned(c_out * c_in) + aligned(rows * c_in) + (aligned(rows * c_out) if backward else 0)
+    return aligned(rows * c_in) + (aligned(rows * c_out) if backward else 0)
 largest = max([operands(b * T, C, Vp, 1)] +
               [operands(b * T, ci, co, 1) for ci, co in ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))])
 shape = ["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "6", "--seq", "40"]
