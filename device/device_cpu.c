@@ -1,5 +1,6 @@
 // device_cpu.c: the CPU build's device: host memory (from the account's cache,
 // memory.h) and plain loops.
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,22 @@ void device_free_ints(MemAccount *acct, MemCategory category, int *ptr, size_t c
 void device_ints_from_host(int *dst, const int *host, size_t count) { memcpy(dst, host, count * sizeof(int)); }
 
 void device_copy(float *dst, const float *src, size_t count) { memcpy(dst, src, count * sizeof(float)); }
-void device_zero(float *ptr, size_t count) { memset(ptr, 0, count * sizeof(float)); }
+// Zeroes `bytes` bytes at ptr, each thread a share: one core alone does not keep
+// the memory busy (500 MB: 22 ms on one of this machine's 2 cores, 12 ms on both).
+static void zero_bytes(void *ptr, size_t bytes) {
+    if (bytes < ((size_t)1 << 20)) {
+        memset(ptr, 0, bytes);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t threads = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
+        size_t begin = bytes / threads * me, end = me + 1 == threads ? bytes : bytes / threads * (me + 1);
+        memset((char *)ptr + begin, 0, end - begin);
+    }
+}
+
+void device_zero(float *ptr, size_t count) { zero_bytes(ptr, count * sizeof(float)); }
 
 void device_add(float *dst, const float *src, size_t count) {
     for (size_t i = 0; i < count; i++) dst[i] += src[i];
@@ -79,7 +95,7 @@ void device_copy_as(void *dst, const void *src, size_t count, DType dtype) {
     memcpy(dst, src, count * dtype_size(dtype));
 }
 
-void device_zero_as(void *ptr, size_t count, DType dtype) { memset(ptr, 0, count * dtype_size(dtype)); }
+void device_zero_as(void *ptr, size_t count, DType dtype) { zero_bytes(ptr, count * dtype_size(dtype)); }
 
 void device_add_as(void *dst, const void *src, size_t count, DType dtype) {
     if (dtype == DTYPE_FP32) {

@@ -38,21 +38,37 @@ void ema_update(float *ema, const float *params, size_t count, float decay) {
     for (size_t i = 0; i < count; i++) ema[i] = decay * ema[i] + (1.0f - decay) * params[i];
 }
 
+// A bf16 run's span writes each element's working copy in the same pass, while
+// its new master value is at hand (a second pass would read every master again).
+// Each case its own loop: a branch inside one would keep it from vectorising.
 void adamw_step_span(AdamWSpan *span, AdamWConfig cfg) {
     span->step++;
-    if (span->grads_bf16) {
-        float beta1_correction = 1.0f - powf(cfg.beta1, (float)span->step);
-        float beta2_correction = 1.0f - powf(cfg.beta2, (float)span->step);
+    if (!span->working && !span->grads_bf16) {
+        adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
+        return;
+    }
+    float beta1_correction = 1.0f - powf(cfg.beta1, (float)span->step);
+    float beta2_correction = 1.0f - powf(cfg.beta2, (float)span->step);
+    float *p = span->params, *m = span->m, *v = span->v;
+    const float *g = span->grads;
+    const bf16 *g16 = span->grads_bf16;
+    bf16 *working = span->working;
+    if (!working) {
 #pragma omp parallel for simd
         for (size_t i = 0; i < span->count; i++)  // vectorised
-            adamw_element(&span->params[i], bf16_to_float(span->grads_bf16[i]), &span->m[i], &span->v[i], cfg,
-                          beta1_correction, beta2_correction);
-    } else {
-        adamw_update(span->params, span->grads, span->m, span->v, span->count, span->step, cfg);
-    }
-    if (span->working) {
+            adamw_element(&p[i], bf16_to_float(g16[i]), &m[i], &v[i], cfg, beta1_correction, beta2_correction);
+    } else if (g16) {
 #pragma omp parallel for simd
-        for (size_t i = 0; i < span->count; i++) span->working[i] = bf16_from_float(span->params[i]);  // vectorised
+        for (size_t i = 0; i < span->count; i++) {  // vectorised
+            adamw_element(&p[i], bf16_to_float(g16[i]), &m[i], &v[i], cfg, beta1_correction, beta2_correction);
+            working[i] = bf16_from_float(p[i]);
+        }
+    } else {
+#pragma omp parallel for simd
+        for (size_t i = 0; i < span->count; i++) {  // vectorised
+            adamw_element(&p[i], g[i], &m[i], &v[i], cfg, beta1_correction, beta2_correction);
+            working[i] = bf16_from_float(p[i]);
+        }
     }
 }
 

@@ -134,8 +134,8 @@ int main(int argc, char **argv) {
         double adamw_start = timer_now();
         adamw_step_span(&update, adamw_config(1e-4f, 0.0f));
         double zero_start = timer_now();
-        if (bf16_run) memset(grads16, 0, P * sizeof(bf16));
-        else memset(grads, 0, P * sizeof(float));
+        if (bf16_run) device_zero_as(grads16, P, DTYPE_BF16);  // as the trainers zero them
+        else device_zero(grads, P);
         double end = timer_now();
         if (step > 0 && end - start < best.step_s) {
             best = (GPT2StepTimes){.adamw_s = zero_start - adamw_start, .zero_grads_s = end - zero_start,

@@ -171,7 +171,8 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = gpt2_unit_operands(model, unit, 0);
     Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count) bf16_run.operands = device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    if (count)  // each part written before it is read: not zeroed
+        bf16_run.operands = device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -193,7 +194,8 @@ void gpt2_device_backward(GPT2 *model, int unit) {
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = gpt2_unit_operands(model, unit, 1);
     Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count) bf16_run.operands = device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    if (count)  // each part written before it is read: not zeroed
+        bf16_run.operands = device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {

@@ -206,7 +206,8 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     CHECK(model->inputs, "forward before gpt2_set_batch");
     size_t count = gpt2_unit_operands(model, unit, 0);
     Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count) bf16_run.operands = (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    if (count)  // each part written before it is read: not zeroed
+        bf16_run.operands = (bf16 *)device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -228,7 +229,8 @@ extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     size_t count = gpt2_unit_operands(model, unit, 1);
     Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count) bf16_run.operands = (bf16 *)device_alloc_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    if (count)  // each part written before it is read: not zeroed
+        bf16_run.operands = (bf16 *)device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {

@@ -45,8 +45,17 @@ void product_set_threads(int threads) { openblas_set_num_threads(threads); }
 #else
 #include <dnnl.h>
 
+static int product_matmul(DType ab_dtype, char transa, char transb, int M, int N, int K, const void *A, int lda,
+                          const void *B, int ldb, float beta, void *C, DType c_dtype, int ldc);
+
+// The forward's products (B, the weight, transposed) run on oneDNN's matmul
+// primitive, the others on its sgemm: each the faster of the two on the model's
+// shapes here (docs/performance.md).
 void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
              int ldb, real_t beta, real_t *C, int ldc) {
+    if (transa == 'N' && transb == 'T' && alpha == 1 && (beta == 0 || beta == 1) &&
+        product_matmul(DTYPE_FP32, transa, transb, M, N, K, A, lda, B, ldb, beta, C, DTYPE_FP32, ldc))
+        return;
     dnnl_status_t status = dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     CHECK(status == dnnl_success, "oneDNN's sgemm %c%c %dx%dx%d failed (status %d)", transa, transb, M, N, K,
           (int)status);  // a shape the layers never ask for; nothing to recover
@@ -140,7 +149,7 @@ void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, 
     product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc);
 }
 #else
-// The process's one CPU engine and its stream, made at the first bf16 product
+// The process's one CPU engine and its stream, made at the first matmul
 // (what a GPU build's cuBLAS handle is to its device).
 static dnnl_engine_t product_engine_cpu(dnnl_stream_t *stream) {
     static dnnl_engine_t engine;
@@ -156,29 +165,30 @@ static dnnl_engine_t product_engine_cpu(dnnl_stream_t *stream) {
 }
 
 // oneDNN's matmul for C (M,N) = op(A) op(B) + beta C, beta 0 or 1 (a sum post-op):
-// bf16 operands, fp32 accumulation, C fp32 or bf16 (the sum and the post-op in
-// fp32, rounded once as it is stored). Returns NULL where oneDNN has no
-// kernel for bf16 on this CPU (below AVX-512). oneDNN's primitive cache keeps
-// each shape's kernel, so only a shape's first call builds it.
-static dnnl_primitive_t matmul_bf16(dnnl_engine_t engine, char transa, char transb, int M, int N, int K, int lda,
-                                    int ldb, float beta, DType c_dtype, int ldc, dnnl_memory_desc_t descs[3]) {
+// A and B fp32 or bf16 (ab_dtype), fp32 accumulation, C fp32 or bf16 (the sum and
+// the post-op in fp32, rounded once as it is stored). Returns NULL where oneDNN
+// has no kernel for these types on this CPU (bf16: below AVX-512). oneDNN's
+// primitive cache keeps each shape's kernel, so only a shape's first call builds it.
+static dnnl_primitive_t matmul(dnnl_engine_t engine, DType ab_dtype, char transa, char transb, int M, int N, int K,
+                               int lda, int ldb, float beta, DType c_dtype, int ldc, dnnl_memory_desc_t descs[3]) {
+    dnnl_data_type_t ab = ab_dtype == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, c_dims = {M, N};
     dnnl_dims_t a_strides = {transa == 'T' ? 1 : lda, transa == 'T' ? lda : 1};  // op(A)'s (m, k) element
     dnnl_dims_t b_strides = {transb == 'T' ? 1 : ldb, transb == 'T' ? ldb : 1};  // op(B)'s (k, n) element
     dnnl_dims_t c_strides = {ldc, 1};
-    CHECK(dnnl_memory_desc_init_by_strides(&descs[0], 2, a_dims, dnnl_bf16, a_strides) == dnnl_success &&
-              dnnl_memory_desc_init_by_strides(&descs[1], 2, b_dims, dnnl_bf16, b_strides) == dnnl_success &&
+    CHECK(dnnl_memory_desc_init_by_strides(&descs[0], 2, a_dims, ab, a_strides) == dnnl_success &&
+              dnnl_memory_desc_init_by_strides(&descs[1], 2, b_dims, ab, b_strides) == dnnl_success &&
               dnnl_memory_desc_init_by_strides(&descs[2], 2, c_dims, c_dtype == DTYPE_BF16 ? dnnl_bf16 : dnnl_f32,
                                                c_strides) == dnnl_success,
-          "oneDNN: bf16 product %dx%dx%d: bad shape", M, N, K);
+          "oneDNN: product %dx%dx%d: bad shape", M, N, K);
     dnnl_matmul_desc_t desc;
     CHECK(dnnl_matmul_desc_init(&desc, &descs[0], &descs[1], NULL, &descs[2]) == dnnl_success,
-          "oneDNN: bf16 product %dx%dx%d: no description", M, N, K);
+          "oneDNN: product %dx%dx%d: no description", M, N, K);
     dnnl_primitive_attr_t attr;
     dnnl_post_ops_t sum = NULL;
     CHECK(dnnl_primitive_attr_create(&attr) == dnnl_success, "oneDNN: no attributes");
     if (beta != 0) {
-        CHECK(beta == 1, "bf16 products add into C (beta 1) or write it (beta 0), not beta %g", beta);
+        CHECK(beta == 1, "oneDNN's matmul adds into C (beta 1) or writes it (beta 0), not beta %g", beta);
         CHECK(dnnl_post_ops_create(&sum) == dnnl_success && dnnl_post_ops_append_sum(sum, 1.0f) == dnnl_success &&
                   dnnl_primitive_attr_set_post_ops(attr, sum) == dnnl_success,
               "oneDNN: no sum post-op");
@@ -187,41 +197,46 @@ static dnnl_primitive_t matmul_bf16(dnnl_engine_t engine, char transa, char tran
     dnnl_primitive_t primitive = NULL;
     dnnl_status_t status = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
     if (status == dnnl_success) CHECK(dnnl_primitive_create(&primitive, pd) == dnnl_success, "oneDNN: no matmul");
-    CHECK(status == dnnl_success || status == dnnl_unimplemented, "oneDNN: bf16 product %dx%dx%d failed (status %d)",
-          M, N, K, (int)status);
+    CHECK(status == dnnl_success || status == dnnl_unimplemented, "oneDNN: product %dx%dx%d failed (status %d)", M,
+          N, K, (int)status);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (sum) dnnl_post_ops_destroy(sum);
     dnnl_primitive_attr_destroy(attr);
     return primitive;
 }
 
-void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
-                  float beta, void *C, DType c_dtype, int ldc) {
+// Runs matmul(...) on A, B and C; 0 where oneDNN has no kernel for it.
+static int product_matmul(DType ab_dtype, char transa, char transb, int M, int N, int K, const void *A, int lda,
+                          const void *B, int ldb, float beta, void *C, DType c_dtype, int ldc) {
     dnnl_stream_t stream;
     dnnl_engine_t engine = product_engine_cpu(&stream);
     dnnl_memory_desc_t descs[3];
-    dnnl_primitive_t primitive = matmul_bf16(engine, transa, transb, M, N, K, lda, ldb, beta, c_dtype, ldc, descs);
-    if (!primitive) {
-        product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc);
-        return;
-    }
+    dnnl_primitive_t primitive = matmul(engine, ab_dtype, transa, transb, M, N, K, lda, ldb, beta, c_dtype, ldc, descs);
+    if (!primitive) return 0;
     dnnl_memory_t memory[3];
     void *handles[3] = {(void *)A, (void *)B, C};
     for (int i = 0; i < 3; i++)
         CHECK(dnnl_memory_create(&memory[i], &descs[i], engine, handles[i]) == dnnl_success, "oneDNN: no memory");
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memory[0]}, {DNNL_ARG_WEIGHTS, memory[1]}, {DNNL_ARG_DST, memory[2]}};
     CHECK(dnnl_primitive_execute(primitive, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success,
-          "oneDNN: bf16 product %dx%dx%d failed", M, N, K);
+          "oneDNN: product %dx%dx%d failed", M, N, K);
     for (int i = 0; i < 3; i++) dnnl_memory_destroy(memory[i]);
     dnnl_primitive_destroy(primitive);
+    return 1;
+}
+
+void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
+                  float beta, void *C, DType c_dtype, int ldc) {
+    if (!product_matmul(DTYPE_BF16, transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc))
+        product_bf16_loop(transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dtype, ldc);
 }
 
 // The kernel oneDNN picks for bf16 products on this CPU ("loop": none, the loop above runs).
 static void bf16_kernels_name(char *name, size_t size) {
     dnnl_stream_t stream;
     dnnl_memory_desc_t descs[3];
-    dnnl_primitive_t primitive = matmul_bf16(product_engine_cpu(&stream), 'N', 'T', 64, 64, 64, 64, 64, 0, DTYPE_FP32, 64,
-                                             descs);
+    dnnl_primitive_t primitive =
+        matmul(product_engine_cpu(&stream), DTYPE_BF16, 'N', 'T', 64, 64, 64, 64, 64, 0, DTYPE_FP32, 64, descs);
     const_dnnl_primitive_desc_t pd;
     const char *impl = "loop";
     if (primitive)
