@@ -446,7 +446,8 @@ void *gpt2_product_weight_grad(const GPT2 *model, int t) {
 // take their weights and gradients as kept (gpt2_product_weight), and the
 // embedding's backward reads no parameter.
 static void copies(const GPT2 *model, int unit, int t, int backward, int *param, int *grad) {
-    int bf16_params = model->param_dtype == DTYPE_BF16, as_kept = bf16_params && product_weight(&model->layout, unit, t);
+    int bf16_params = model->param_dtype == DTYPE_BF16;
+    int as_kept = bf16_params && product_weight(&model->layout, unit, t);
     *param = bf16_params && !as_kept && !(backward && unit == 0);
     *grad = backward && model->grad_dtype == DTYPE_BF16 && !as_kept;
 }

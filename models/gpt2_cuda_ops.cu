@@ -371,8 +371,8 @@ extern "C" void matmul_backward_cuda(float *dinp, void *dweight, float *dbias, c
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, rows, OC, weight, C, dy, OC, mode == DINP_ADD ? 1.0f : 0.0f, dinp, DTYPE_FP32, C,
          products != NULL);
     // dweight (OC, C) += dout^T (OC, rows) @ inp (rows, C)
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, products ? products->grad_dtype : DTYPE_FP32,
-         C, products != NULL);
+    DType dweight_dtype = products ? products->grad_dtype : DTYPE_FP32;
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, rows, x, C, dy, OC, 1.0f, dweight, dweight_dtype, C, products != NULL);
     if (!dbias) return;
     bias_backward_kernel<<<device_blocks((size_t)OC, COLUMN_TILE), dim3(COLUMN_TILE, SUM_LANES)>>>(dbias, dout, rows,
                                                                                                    OC);

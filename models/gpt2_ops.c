@@ -218,7 +218,8 @@ static int product_matmul(DType ab_dtype, char transa, char transb, int M, int N
     for (int i = 0; i < 3; i++)
         CHECK(dnnl_memory_create(&memory[i], &descs[i], engine, handles[i]) == dnnl_success, "oneDNN: no memory");
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memory[0]}, {DNNL_ARG_WEIGHTS, memory[1]}, {DNNL_ARG_DST, memory[2]}};
-    CHECK(dnnl_primitive_execute(primitive, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success,
+    CHECK(dnnl_primitive_execute(primitive, stream, 3, args) == dnnl_success &&
+              dnnl_stream_wait(stream) == dnnl_success,
           "oneDNN: product %dx%dx%d failed", M, N, K);
     for (int i = 0; i < 3; i++) dnnl_memory_destroy(memory[i]);
     dnnl_primitive_destroy(primitive);

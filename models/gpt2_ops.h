@@ -67,8 +67,9 @@ void layernorm_backward(real_t *dinp, real_t *dweight, real_t *dbias, const real
 
 // out = inp @ weight^T + bias, through `product`; with products (a bf16 run; NULL: fp32) through product_bf16,
 // weight then bf16 and dweight of products->grad_dtype (bf16_products.h); the bias's gradient sums dout in fp32.
+// out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
 void matmul_forward(real_t *out, const real_t *inp, const void *weight, const real_t *bias, int B, int T, int C,
-                    int OC, const Bf16Products *products);  // out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or NULL
+                    int OC, const Bf16Products *products);
 void matmul_backward(real_t *dinp, void *dweight, real_t *dbias, const real_t *dout, const real_t *inp,
                      const void *weight, int B, int T, int C, int OC, const Bf16Products *products);
 

@@ -184,9 +184,11 @@ START_TEST(test_bf16_products_within_the_sums_rounding) {
                                 exact += p, magnitude += fabs(p);
                             }
                             double got = c_bf16 ? bf16_to_float(C16[m * N + n]) : C[m * N + n];
-                            double bound = gamma * magnitude + (c_bf16 ? ldexp(1, -8) * (fabs(exact) + gamma * magnitude) : 0);
-                            ck_assert_msg(fabs(got - exact) <= bound, "%c%c %dx%dx%d beta %d, C %s: C[%d,%d] = %.9g, exactly %.9g",
-                                          ta, tb, M, N, K, beta, c_bf16 ? "bf16" : "fp32", m, n, got, exact);
+                            double bound = gamma * magnitude;
+                            if (c_bf16) bound += ldexp(1, -8) * (fabs(exact) + gamma * magnitude);
+                            ck_assert_msg(fabs(got - exact) <= bound,
+                                          "%c%c %dx%dx%d beta %d, C %s: C[%d,%d] = %.9g, exactly %.9g", ta, tb, M, N,
+                                          K, beta, c_bf16 ? "bf16" : "fp32", m, n, got, exact);
                         }
                     free(A), free(B), free(C), free(C0), free(C16);
                 }
@@ -244,7 +246,8 @@ START_TEST(test_matmul_rounds_its_operands) {
             }
             ck_assert_msg(fabs(out[r * OC + o] - exact) <= gamma * magnitude, "out[%d,%d] = %.9g, of the rounded %.9g",
                           r, o, out[r * OC + o], exact);
-            ck_assert_msg(fabs(out[r * OC + o] - unrounded) > gamma * magnitude, "out[%d,%d]: inp was not rounded", r, o);
+            ck_assert_msg(fabs(out[r * OC + o] - unrounded) > gamma * magnitude, "out[%d,%d]: inp was not rounded", r,
+                          o);
         }
     inp[C] = 1.0f, rinp[C] = 1.0f;
     matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC, &products);
