@@ -323,6 +323,20 @@ size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward) {
     return most;
 }
 
+const Bf16Products *gpt2_open_products(GPT2 *model, int unit, int backward, Bf16Products *storage) {
+    size_t count = gpt2_unit_operands(model, unit, backward);
+    if (!count) return NULL;
+    *storage = (Bf16Products){.operands = device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16),
+                              .grad_dtype = model->grad_dtype};
+    return storage;
+}
+
+void gpt2_close_products(GPT2 *model, int unit, int backward, const Bf16Products *products) {
+    if (products)
+        device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, gpt2_unit_operands(model, unit, backward),
+                       DTYPE_BF16);
+}
+
 float gpt2_dloss(const GPT2 *model) { return 1.0f / ((float)model->B * model->T * model->grad_accum); }
 
 void gpt2_free(GPT2 *model, MemAccount *acct) {

@@ -26,6 +26,7 @@
 #include "device/dtype.h"
 #include "device/memory.h"
 #include "device/optim.h"
+#include "models/bf16_products.h"
 #include "models/dropout.h"
 
 #ifdef __cplusplus
@@ -304,6 +305,12 @@ void gpt2_device_backward(GPT2 *model, int unit);
 #define GPT2_OPERAND_ALIGN 64
 size_t gpt2_product_operands(size_t rows, int C, int OC, int backward);
 size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward);
+// A bf16 run's products for one pass of a unit (NULL in an fp32 run and for the
+// embedding): *storage with its operands buffer, gpt2_unit_operands elements taken
+// from the account as activations (not zeroed: each part is written before it is
+// read). gpt2_close_products gives the buffer back.
+const Bf16Products *gpt2_open_products(GPT2 *model, int unit, int backward, Bf16Products *storage);
+void gpt2_close_products(GPT2 *model, int unit, int backward, const Bf16Products *products);
 // A product's weight and its gradient as the unit's products take them
 // (matmul_forward, matmul_backward): unit_params[t] and unit_grads[t] in an fp32
 // run; in a bf16 run the tensors as kept, params[t] (bf16) and grads[t] (of

@@ -169,10 +169,8 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
-    size_t count = gpt2_unit_operands(model, unit, 0);
-    Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count)  // each part written before it is read: not zeroed
-        bf16_run.operands = device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 0, &bf16_run);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -186,16 +184,14 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     } else {
         head_forward(model, products);
     }
-    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
+    gpt2_close_products(model, unit, 0, products);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
-    size_t count = gpt2_unit_operands(model, unit, 1);
-    Bf16Products bf16_run = {.grad_dtype = model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count)  // each part written before it is read: not zeroed
-        bf16_run.operands = device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 1, &bf16_run);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -213,6 +209,6 @@ void gpt2_device_backward(GPT2 *model, int unit) {
     } else {
         head_backward(model, products);
     }
-    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
+    gpt2_close_products(model, unit, 1, products);
 }
 

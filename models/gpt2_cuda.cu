@@ -204,10 +204,8 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
     CHECK(model->inputs, "forward before gpt2_set_batch");
-    size_t count = gpt2_unit_operands(model, unit, 0);
-    Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count)  // each part written before it is read: not zeroed
-        bf16_run.operands = (bf16 *)device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 0, &bf16_run);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -221,16 +219,14 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     } else {
         head_forward(model, products);
     }
-    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
+    gpt2_close_products(model, unit, 0, products);
 }
 
 extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
     int first = model->layout.unit_first_layer[unit], blocks = model->layout.unit_num_layers[unit];
-    size_t count = gpt2_unit_operands(model, unit, 1);
-    Bf16Products bf16_run = {NULL, model->grad_dtype}, *products = count ? &bf16_run : NULL;
-    if (count)  // each part written before it is read: not zeroed
-        bf16_run.operands = (bf16 *)device_alloc_overwritten_as(model->mem, MEM_ACTIVATIONS, count, DTYPE_BF16);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 1, &bf16_run);
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
@@ -249,5 +245,5 @@ extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
     } else {
         head_backward(model, products);
     }
-    if (products) device_free_as(model->mem, MEM_ACTIVATIONS, products->operands, count, DTYPE_BF16);
+    gpt2_close_products(model, unit, 1, products);
 }

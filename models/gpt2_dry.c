@@ -21,27 +21,19 @@ static double unit_forward_flops(const GPT2 *model, int unit) {
 int gpt2_device_fuses_attention(void) { return 1; }
 int gpt2_device_sums_by_token(void) { return 0; }  // nothing is summed
 
-// A bf16 run's product operands, held while the unit runs (gpt2_cpu.c and gpt2_cuda.cu hold the same).
-static void *open_operands(GPT2 *model, int unit, int backward, size_t *count) {
-    *count = gpt2_unit_operands(model, unit, backward);
-    return *count ? device_alloc_as(model->mem, MEM_ACTIVATIONS, *count, DTYPE_BF16) : NULL;
-}
-
-static void close_operands(GPT2 *model, void *operands, size_t count) {
-    if (operands) device_free_as(model->mem, MEM_ACTIVATIONS, operands, count, DTYPE_BF16);
-}
-
+// A bf16 run's product operands are held while the unit runs, as gpt2_cpu.c and
+// gpt2_cuda.cu hold them.
 void gpt2_device_forward(GPT2 *model, int unit) {
-    size_t count;
-    void *operands = open_operands(model, unit, 0, &count);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 0, &bf16_run);
     if (model->clock) sim_compute(model->clock, unit_forward_flops(model, unit));
-    close_operands(model, operands, count);
+    gpt2_close_products(model, unit, 0, products);
 }
 
 void gpt2_device_backward(GPT2 *model, int unit) {
     int blocks = model->layout.unit_num_layers[unit] > 0;
-    size_t count;
-    void *operands = open_operands(model, unit, 1, &count);
+    Bf16Products bf16_run;
+    const Bf16Products *products = gpt2_open_products(model, unit, 1, &bf16_run);
     if (model->clock) sim_compute(model->clock, (model->recompute && blocks ? 3 : 2) * unit_forward_flops(model, unit));
-    close_operands(model, operands, count);
+    gpt2_close_products(model, unit, 1, products);
 }
