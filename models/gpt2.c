@@ -370,7 +370,7 @@ void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     device_ints_from_host(model->batch, inputs, n);
     if (targets) device_ints_from_host(model->batch + n, targets, n);
     model->positions_by_token = NULL;
-    if (gpt2_device_sums_by_token()) {  // an O(V) pass: only for the device that reads it
+    if (gpt2_device_sums_by_token(model)) {  // an O(V) pass: only for the device that reads it
         int *order = xmalloc(n * sizeof(int));
         gpt2_positions_by_token(order, inputs, n, V);
         device_ints_from_host(model->batch + 2 * n, order, n);
@@ -439,30 +439,34 @@ double gpt2_flops_per_step(const GPT2Config *c, int B, int T) {
     return 6.0 * matmul_params * tokens + attention;
 }
 
-// Whether `unit`'s ops read tensor t only as a product's weight: a block's four
-// matrices, and wte in the head (the embedding's lookup reads it as a table).
-static int product_weight(const GPT2Layout *layout, int unit, int t) {
+// Whether the ops take tensor t as the run keeps it (a bf16 run's in bf16, its
+// gradient added into as kept): the products' weights (a block's four matrices,
+// wte in the head) and the embedding's tables (wte, wpe in its lookup).
+static int taken_as_kept(const GPT2Layout *layout, int t) {
     GPT2TensorKind kind = layout->tensors[t].kind;
-    if (kind == GPT2_QKVW || kind == GPT2_ATTPROJW || kind == GPT2_FCW || kind == GPT2_FCPROJW) return 1;
-    return kind == GPT2_WTE && unit != 0;
+    return kind == GPT2_QKVW || kind == GPT2_ATTPROJW || kind == GPT2_FCW || kind == GPT2_FCPROJW ||
+           kind == GPT2_WTE || kind == GPT2_WPE;
 }
 
-const void *gpt2_product_weight(const GPT2 *model, int t) {
+const void *gpt2_kept_param(const GPT2 *model, int t) {
     return model->param_dtype == DTYPE_BF16 ? model->params[t] : (const void *)model->unit_params[t];
 }
 
-void *gpt2_product_weight_grad(const GPT2 *model, int t) {
+void *gpt2_kept_grad(const GPT2 *model, int t) {
     return model->param_dtype == DTYPE_BF16 ? model->grads[t] : (void *)model->unit_grads[t];
 }
 
-// Which fp32 copies of tensor t `unit`'s pass needs: *param, a widened copy of a
-// bf16 parameter; *grad, a zeroed one of a bf16 gradient. A bf16 run's products
-// take their weights and gradients as kept (gpt2_product_weight), and the
-// embedding's backward reads no parameter.
-static void copies(const GPT2 *model, int unit, int t, int backward, int *param, int *grad) {
+DType gpt2_kept_grad_dtype(const GPT2 *model) {
+    return model->param_dtype == DTYPE_BF16 ? model->grad_dtype : DTYPE_FP32;
+}
+
+// Which fp32 copies of tensor t a unit's pass needs: *param, a widened copy of a
+// bf16 parameter; *grad, a zeroed one of a bf16 gradient. None of what the ops
+// take as kept in a bf16 run (gpt2_kept_param).
+static void copies(const GPT2 *model, int t, int backward, int *param, int *grad) {
     int bf16_params = model->param_dtype == DTYPE_BF16;
-    int as_kept = bf16_params && product_weight(&model->layout, unit, t);
-    *param = bf16_params && !as_kept && !(backward && unit == 0);
+    int as_kept = bf16_params && taken_as_kept(&model->layout, t);
+    *param = bf16_params && !as_kept;
     *grad = backward && model->grad_dtype == DTYPE_BF16 && !as_kept;
 }
 
@@ -476,7 +480,7 @@ static void open_unit(GPT2 *model, int unit, int backward) {
     model->widened_params_count = model->widened_grads_count = 0;
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++) {
         int t = layout->unit_tensors[unit][i];
-        copies(model, unit, t, backward, &param, &grad);
+        copies(model, t, backward, &param, &grad);
         if (param) model->widened_params_count += layout->tensors[t].numel;
         if (grad) model->widened_grads_count += layout->tensors[t].numel;
     }
@@ -490,7 +494,7 @@ static void open_unit(GPT2 *model, int unit, int backward) {
         int t = layout->unit_tensors[unit][i];
         size_t numel = layout->tensors[t].numel;
         CHECK(model->params[t], "unit %d runs without %s's parameters", unit, layout->tensors[t].name);
-        copies(model, unit, t, backward, &param, &grad);
+        copies(model, t, backward, &param, &grad);
         model->unit_params[t] = model->param_dtype == DTYPE_FP32 ? model->params[t] : NULL;
         if (param) {
             model->unit_params[t] = model->widened_params + param_at;

@@ -210,8 +210,8 @@ typedef struct {
     // grads[t] themselves where they are fp32, else fp32 copies of the unit's
     // tensors, made when the unit starts (widened parameters; zeroed gradients,
     // which are rounded and added into grads[t] when its backward ends); NULL
-    // where no op reads it in fp32 (a bf16 run's products' weights:
-    // gpt2_product_weight).
+    // where no op reads it in fp32 (a bf16 run's products' weights and
+    // embedding tables: gpt2_kept_param).
     float **unit_params, **unit_grads;  // (num_tensors)
     float *widened_params, *widened_grads;  // the copies, while a unit runs (NULL: none)
     size_t widened_params_count, widened_grads_count;  // their elements
@@ -285,10 +285,12 @@ void gpt2_backward_unit(GPT2 *model, int unit);
 // 1 if this build's device has the fused attention (a GPU's; the dry device's,
 // so that the planner can count its activations), 0 on the CPU.
 int gpt2_device_fuses_attention(void);
-// 1 if this build's embedding backward sums by token and needs the batch's
-// positions sorted by token (a GPU's: positions_by_token), 0 on the CPU and the
-// dry device, where gpt2_set_batch leaves positions_by_token NULL.
-int gpt2_device_sums_by_token(void);
+// 1 if this build's embedding backward sums each token's positions before adding
+// them to the gradient, and so needs the batch's positions sorted by token
+// (positions_by_token): a GPU's always, the CPU's into bf16 gradients
+// (gpt2_kept_grad_dtype); 0 on the dry device. Else gpt2_set_batch leaves
+// positions_by_token NULL.
+int gpt2_device_sums_by_token(const GPT2 *model);
 // The ops of one unit on this build's device (gpt2_cpu.c, gpt2_cuda.cu), on
 // unit_params and unit_grads; gpt2_forward_unit and gpt2_backward_unit set
 // those up around them.
@@ -311,12 +313,15 @@ size_t gpt2_unit_operands(const GPT2 *model, int unit, int backward);
 // read). gpt2_close_products gives the buffer back.
 const Bf16Products *gpt2_open_products(GPT2 *model, int unit, int backward, Bf16Products *storage);
 void gpt2_close_products(GPT2 *model, int unit, int backward, const Bf16Products *products);
-// A product's weight and its gradient as the unit's products take them
-// (matmul_forward, matmul_backward): unit_params[t] and unit_grads[t] in an fp32
-// run; in a bf16 run the tensors as kept, params[t] (bf16) and grads[t] (of
-// grad_dtype), which the products read and add into themselves.
-const void *gpt2_product_weight(const GPT2 *model, int t);
-void *gpt2_product_weight_grad(const GPT2 *model, int t);
+// A tensor and its gradient as the ops that take them as kept read and add into
+// them (the products' weights, matmul_forward and matmul_backward; the
+// embedding's tables, encoder_forward and encoder_backward): unit_params[t] and
+// unit_grads[t] in an fp32 run; in a bf16 run the tensors as kept, params[t]
+// (bf16) and grads[t], of gpt2_kept_grad_dtype: grad_dtype (and fp32 where the
+// parameters are fp32).
+const void *gpt2_kept_param(const GPT2 *model, int t);
+void *gpt2_kept_grad(const GPT2 *model, int t);
+DType gpt2_kept_grad_dtype(const GPT2 *model);
 
 // Block `layer`'s activations: its own slices, or with recompute the one shared
 // set (its input and output, residual3, are always its own).

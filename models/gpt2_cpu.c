@@ -9,12 +9,12 @@
 #include "models/gpt2_ops.h"
 
 // The parameter (or gradient) of `kind` in block `l`, in fp32 through the
-// pointer table; W and DW: a product's weight and its gradient as the products
-// take them (bf16 as kept in a bf16 run: gpt2_product_weight).
+// pointer table; W and DW: a product's weight or an embedding table and its
+// gradient as the ops take them (bf16 as kept in a bf16 run: gpt2_kept_param).
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
-#define W(kind, l) gpt2_product_weight(model, gpt2_tensor_id(&model->layout, (kind), (l)))
-#define DW(kind, l) gpt2_product_weight_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define W(kind, l) gpt2_kept_param(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define DW(kind, l) gpt2_kept_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
 
 // Runs one op call. With model->op_times set (bench_step) it also adds the
 // call's wall time to op_times->forward_s[op] or ->backward_s[op] (`pass`); the
@@ -163,7 +163,9 @@ static void head_backward(GPT2 *model, const Bf16Products *products) {
 }
 
 int gpt2_device_fuses_attention(void) { return 0; }  // the CPU's attention keeps its probabilities
-int gpt2_device_sums_by_token(void) { return 0; }    // encoder_backward adds each position's row in turn
+// encoder_backward adds each position's row in turn into fp32 gradients, each
+// token's sum into bf16 ones
+int gpt2_device_sums_by_token(const GPT2 *model) { return gpt2_kept_grad_dtype(model) == DTYPE_BF16; }
 
 void gpt2_device_forward(GPT2 *model, int unit) {
     const GPT2Config *c = &model->layout.config;
@@ -174,8 +176,9 @@ void gpt2_device_forward(GPT2 *model, int unit) {
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
-        TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward(model->acts.encoded, model->inputs, P(GPT2_WTE, 0),
-                                                          P(GPT2_WPE, 0), model->B, model->T, c->channels));
+        TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward(model->acts.encoded, model->inputs, W(GPT2_WTE, 0),
+                                                          W(GPT2_WPE, 0), model->param_dtype, model->B, model->T,
+                                                          c->channels));
         if (drop)
             TIMED(forward_s, GPT2_OP_ENCODER,
                   dropout_apply(model->acts.encoded, model->acts.encoded, drop, model->B, model->T, c->channels));
@@ -199,8 +202,9 @@ void gpt2_device_backward(GPT2 *model, int unit) {
         if (drop)
             TIMED(backward_s, GPT2_OP_ENCODER,
                   dropout_apply(dencoded, dencoded, drop, model->B, model->T, c->channels));
-        TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(G(GPT2_WTE, 0), G(GPT2_WPE, 0), dencoded,
-                                                            model->inputs, model->B, model->T, c->channels));
+        TIMED(backward_s, GPT2_OP_ENCODER, encoder_backward(DW(GPT2_WTE, 0), DW(GPT2_WPE, 0), gpt2_kept_grad_dtype(model),
+                                                            dencoded, model->inputs, model->positions_by_token,
+                                                            model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {
             if (model->recompute) block_forward(model, l, products);  // the same arithmetic: bitwise the same values

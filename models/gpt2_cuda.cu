@@ -12,12 +12,13 @@
 #include "models/gpt2.h"
 #include "models/gpt2_cuda_ops.h"
 
-// As gpt2_cpu.c's: P and G in fp32, W and DW a product's weight and gradient as
-// the products take them (bf16 as kept in a bf16 run: gpt2_product_weight).
+// As gpt2_cpu.c's: P and G in fp32, W and DW a product's weight or an embedding
+// table and its gradient as the ops take them (bf16 as kept in a bf16 run:
+// gpt2_kept_param).
 #define P(kind, l) model->unit_params[gpt2_tensor_id(&model->layout, (kind), (l))]
 #define G(kind, l) model->unit_grads[gpt2_tensor_id(&model->layout, (kind), (l))]
-#define W(kind, l) gpt2_product_weight(model, gpt2_tensor_id(&model->layout, (kind), (l)))
-#define DW(kind, l) gpt2_product_weight_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define W(kind, l) gpt2_kept_param(model, gpt2_tensor_id(&model->layout, (kind), (l)))
+#define DW(kind, l) gpt2_kept_grad(model, gpt2_tensor_id(&model->layout, (kind), (l)))
 
 // Runs one op call. With model->op_times set (bench_gpu) it also adds the GPU
 // time between events recorded before and after it to op_times->forward_s[op]
@@ -51,7 +52,7 @@ static double op_timer_stop(cudaEvent_t start) {
 }
 
 int gpt2_device_fuses_attention(void) { return 1; }
-int gpt2_device_sums_by_token(void) { return 1; }  // the embedding backward sums each token's positions (wte_backward_kernel)
+int gpt2_device_sums_by_token(const GPT2 *model) { return (void)model, 1; }  // the embedding backward sums each token's positions (wte_backward_kernel)
 
 // The attention's products: bf16 operands in a bf16 run; in fp32, TF32 where
 // cuBLAS may use it too, plain fp32 with NVIDIA_TF32_OVERRIDE=0 (as cuBLAS).
@@ -209,8 +210,9 @@ extern "C" void gpt2_device_forward(GPT2 *model, int unit) {
     Dropout site;
     const Dropout *drop = gpt2_dropout(model, 0, DROPOUT_EMBEDDING, &site);
     if (unit == 0) {
-        TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward_cuda(model->acts.encoded, model->inputs, P(GPT2_WTE, 0),
-                                                               P(GPT2_WPE, 0), model->B, model->T, c->channels));
+        TIMED(forward_s, GPT2_OP_ENCODER, encoder_forward_cuda(model->acts.encoded, model->inputs, W(GPT2_WTE, 0),
+                                                               W(GPT2_WPE, 0), model->param_dtype, model->B,
+                                                               model->T, c->channels));
         if (drop)
             TIMED(forward_s, GPT2_OP_ENCODER, dropout_apply_cuda(model->acts.encoded, model->acts.encoded, drop,
                                                                  model->B, model->T, c->channels));
@@ -235,8 +237,8 @@ extern "C" void gpt2_device_backward(GPT2 *model, int unit) {
             TIMED(backward_s, GPT2_OP_ENCODER,
                   dropout_apply_cuda(dencoded, dencoded, drop, model->B, model->T, c->channels));
         TIMED(backward_s, GPT2_OP_ENCODER,
-              encoder_backward_cuda(G(GPT2_WTE, 0), G(GPT2_WPE, 0), dencoded, model->inputs,
-                                    model->positions_by_token, model->B, model->T, c->channels));
+              encoder_backward_cuda(DW(GPT2_WTE, 0), DW(GPT2_WPE, 0), gpt2_kept_grad_dtype(model), dencoded,
+                                    model->inputs, model->positions_by_token, model->B, model->T, c->channels));
     } else if (blocks > 0) {
         for (int l = first + blocks - 1; l >= first; l--) {
             if (model->recompute) block_forward(model, l, products);  // the same arithmetic: bitwise the same

@@ -38,18 +38,27 @@ static unsigned int row_blocks(int rows) { return (unsigned int)((rows + ROWS_PE
 
 // ---------------------------------------------------------------- encoder
 
-__global__ static void encoder_forward_kernel(float *out, const int *inp, const float *wte, const float *wpe,
-                                              int BT, int T, int C) {
+// Element i of a table or gradient of `dtype`; adding x into one (bf16: rounded once).
+__device__ static float element(const void *table, size_t i, DType dtype) {
+    return dtype == DTYPE_BF16 ? bf16_to_float(((const bf16 *)table)[i]) : ((const float *)table)[i];
+}
+__device__ static void add_into(void *grad, size_t i, float x, DType dtype) {
+    if (dtype == DTYPE_BF16) ((bf16 *)grad)[i] = bf16_from_float(bf16_to_float(((bf16 *)grad)[i]) + x);
+    else ((float *)grad)[i] += x;
+}
+
+__global__ static void encoder_forward_kernel(float *out, const int *inp, const void *wte, const void *wpe,
+                                              DType dtype, int BT, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C) return;
     int bt = (int)(i / C), c = (int)(i % C), t = bt % T;
-    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+    out[i] = element(wte, (size_t)inp[bt] * C + c, dtype) + element(wpe, (size_t)t * C + c, dtype);
 }
 
-extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                                     int C) {
+extern "C" void encoder_forward_cuda(float *out, const int *inp, const void *wte, const void *wpe, DType dtype,
+                                     int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<device_blocks(n, 256), 256>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<device_blocks(n, 256), 256>>>(out, inp, wte, wpe, dtype, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -58,15 +67,15 @@ extern "C" void encoder_forward_cuda(float *out, const int *inp, const float *wt
 // block per position in `positions_by_token` (the batch's positions sorted by
 // token); the block that starts a token's run adds that run's rows in position
 // order, one thread per channel.
-__global__ static void wpe_backward_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+__global__ static void wpe_backward_kernel(void *dwpe, DType grad_dtype, const float *dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     float sum = 0.0f;
     for (int b = 0; b < B; b++) sum += dout[(size_t)b * T * C + i];
-    dwpe[i] += sum;
+    add_into(dwpe, i, sum, grad_dtype);
 }
 
-__global__ static void wte_backward_kernel(float *dwte, const float *dout, const int *inp,
+__global__ static void wte_backward_kernel(void *dwte, DType grad_dtype, const float *dout, const int *inp,
                                            const int *positions_by_token, int BT, int C) {
     int first = blockIdx.x;
     int token = inp[positions_by_token[first]];
@@ -75,16 +84,16 @@ __global__ static void wte_backward_kernel(float *dwte, const float *dout, const
         float sum = 0.0f;
         for (int j = first; j < BT && inp[positions_by_token[j]] == token; j++)
             sum += dout[(size_t)positions_by_token[j] * C + c];
-        dwte[(size_t)token * C + c] += sum;
+        add_into(dwte, (size_t)token * C + c, sum, grad_dtype);
     }
 }
 
-extern "C" void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp,
+extern "C" void encoder_backward_cuda(void *dwte, void *dwpe, DType grad_dtype, const float *dout, const int *inp,
                                       const int *positions_by_token, int B, int T, int C) {
     size_t TC = (size_t)T * C;
-    wpe_backward_kernel<<<device_blocks(TC, 256), 256>>>(dwpe, dout, B, T, C);
+    wpe_backward_kernel<<<device_blocks(TC, 256), 256>>>(dwpe, grad_dtype, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
-    wte_backward_kernel<<<B * T, C < 256 ? C : 256>>>(dwte, dout, inp, positions_by_token, B * T, C);
+    wte_backward_kernel<<<B * T, C < 256 ? C : 256>>>(dwte, grad_dtype, dout, inp, positions_by_token, B * T, C);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -17,9 +17,12 @@
 extern "C" {
 #endif
 
-void encoder_forward_cuda(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
-// positions_by_token: (B*T) the positions sorted by token id (gpt2_set_batch makes it).
-void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp,
+// As the CPU's (gpt2_ops.h): the tables of `dtype`, their gradients of grad_dtype, into which each token's (each
+// t's) fp32 sum is added, rounded once where they are bf16. positions_by_token: (B*T) the positions sorted by
+// token id (gpt2_set_batch makes it).
+void encoder_forward_cuda(float *out, const int *inp, const void *wte, const void *wpe, DType dtype, int B, int T,
+                          int C);
+void encoder_backward_cuda(void *dwte, void *dwpe, DType grad_dtype, const float *dout, const int *inp,
                            const int *positions_by_token, int B, int T, int C);
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int B, int T, int C);

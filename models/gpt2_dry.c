@@ -19,7 +19,7 @@ static double unit_forward_flops(const GPT2 *model, int unit) {
 
 // The planner counts the activations of either attention (plan --fused-attention).
 int gpt2_device_fuses_attention(void) { return 1; }
-int gpt2_device_sums_by_token(void) { return 0; }  // nothing is summed
+int gpt2_device_sums_by_token(const GPT2 *model) { return (void)model, 0; }  // nothing is summed
 
 // A bf16 run's product operands are held while the unit runs, as gpt2_cpu.c and
 // gpt2_cuda.cu hold them.

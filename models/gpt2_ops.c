@@ -272,26 +272,80 @@ static void add_column_sums(real_t *sums, const real_t *rows, int R, int cols) {
     }
 }
 
-void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
+void encoder_forward(real_t *out, const int *inp, const void *wte, const void *wpe, DType dtype, int B, int T,
                      int C) {
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             real_t *out_bt = out + ((size_t)b * T + t) * C;
-            const real_t *wte_row = wte + (size_t)inp[b * T + t] * C;
-            const real_t *wpe_row = wpe + (size_t)t * C;
+            size_t token_at = (size_t)inp[b * T + t] * C, t_at = (size_t)t * C;
+#ifndef SHARDLAB_REAL_DOUBLE
+            if (dtype == DTYPE_BF16) {
+                const bf16 *wte_row = (const bf16 *)wte + token_at, *wpe_row = (const bf16 *)wpe + t_at;
+                for (int i = 0; i < C; i++) out_bt[i] = bf16_to_float(wte_row[i]) + bf16_to_float(wpe_row[i]);
+                continue;
+            }
+#endif
+            const real_t *wte_row = (const real_t *)wte + token_at, *wpe_row = (const real_t *)wpe + t_at;
             for (int i = 0; i < C; i++) out_bt[i] = wte_row[i] + wpe_row[i];  // vectorised
         }
     }
+    (void)dtype;
 }
 
-void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int *inp, int B, int T,
-                      int C) {
+#ifndef SHARDLAB_REAL_DOUBLE
+#define SUM_CHUNK 256  // channels summed at a time, on the stack
+
+// row[i] = round(row[i] + the fp32 sum, from 0, of the `count` rows of dout at positions[0..count) (or, positions
+// NULL, at first, first + stride, ...)), for the channels [c0, c0 + n).
+static void add_rounded_row_sum(bf16 *row, const float *dout, const int *positions, int first, int stride,
+                                int count, int c0, int n, int C) {
+    float sum[SUM_CHUNK] = {0};
+    for (int j = 0; j < count; j++) {
+        const float *d = dout + (size_t)(positions ? positions[j] : first + j * stride) * C + c0;
+        for (int i = 0; i < n; i++) sum[i] += d[i];  // vectorised
+    }
+    for (int i = 0; i < n; i++) row[c0 + i] = bf16_from_float(bf16_to_float(row[c0 + i]) + sum[i]);
+}
+
+// bf16 gradients: dwpe's row t sums the B positions (b, t); dwte's row of a token sums its run of
+// positions_by_token. Rows apart, so the threads' split changes no bits.
+static void encoder_backward_bf16(bf16 *dwte, bf16 *dwpe, const float *dout, const int *inp,
+                                  const int *positions_by_token, int B, int T, int C) {
+    int BT = B * T;
+#pragma omp parallel for
+    for (int t = 0; t < T; t++)
+        for (int c0 = 0; c0 < C; c0 += SUM_CHUNK)
+            add_rounded_row_sum(dwpe + (size_t)t * C, dout, NULL, t, T, B, c0, C - c0 < SUM_CHUNK ? C - c0 : SUM_CHUNK,
+                                C);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int first = 0; first < BT; first++) {
+        int token = inp[positions_by_token[first]];
+        if (first > 0 && inp[positions_by_token[first - 1]] == token) continue;  // not the start of a run
+        int count = 1;
+        while (first + count < BT && inp[positions_by_token[first + count]] == token) count++;
+        for (int c0 = 0; c0 < C; c0 += SUM_CHUNK)
+            add_rounded_row_sum(dwte + (size_t)token * C, dout, positions_by_token + first, 0, 0, count, c0,
+                                C - c0 < SUM_CHUNK ? C - c0 : SUM_CHUNK, C);
+    }
+}
+#endif
+
+void encoder_backward(void *dwte, void *dwpe, DType grad_dtype, const real_t *dout, const int *inp,
+                      const int *positions_by_token, int B, int T, int C) {
+#ifndef SHARDLAB_REAL_DOUBLE
+    if (grad_dtype == DTYPE_BF16) {
+        CHECK(positions_by_token, "bf16 embedding gradients need the batch's positions sorted by token");
+        encoder_backward_bf16(dwte, dwpe, dout, inp, positions_by_token, B, T, C);
+        return;
+    }
+#endif
+    (void)grad_dtype, (void)positions_by_token;
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const real_t *dout_bt = dout + ((size_t)b * T + t) * C;
-            real_t *dwte_row = dwte + (size_t)inp[b * T + t] * C;
-            real_t *dwpe_row = dwpe + (size_t)t * C;
+            real_t *dwte_row = (real_t *)dwte + (size_t)inp[b * T + t] * C;
+            real_t *dwpe_row = (real_t *)dwpe + (size_t)t * C;
             for (int i = 0; i < C; i++) {  // vectorised
                 dwte_row[i] += dout_bt[i];
                 dwpe_row[i] += dout_bt[i];

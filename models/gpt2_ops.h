@@ -50,11 +50,15 @@ void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, 
                   float beta, void *C, DType c_dtype, int ldc);
 #endif
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
-void encoder_forward(real_t *out, const int *inp, const real_t *wte, const real_t *wpe, int B, int T,
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], the tables of `dtype` (a bf16 run's as kept, read exactly).
+void encoder_forward(real_t *out, const int *inp, const void *wte, const void *wpe, DType dtype, int B, int T,
                      int C);  // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C)
-void encoder_backward(real_t *dwte, real_t *dwpe, const real_t *dout, const int *inp, int B, int T,
-                      int C);
+// dwte[inp[b,t],:] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:], the gradients of grad_dtype. fp32: each position's
+// row added in turn. bf16: each token's rows (and each t's) summed in fp32 in position order from 0, the sum added
+// and rounded once, as an fp32 copy of the gradient added back would give; positions_by_token (B*T), the batch's
+// positions sorted by token, stably (gpt2_set_batch); unused (may be NULL) with fp32 gradients.
+void encoder_backward(void *dwte, void *dwpe, DType grad_dtype, const real_t *dout, const int *inp,
+                      const int *positions_by_token, int B, int T, int C);
 
 // Normalizes each (b,t) row over C, then scales and shifts. mean and rstd are
 // kept for the backward pass.

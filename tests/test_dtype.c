@@ -284,6 +284,47 @@ START_TEST(test_matmul_rounds_its_operands) {
 }
 END_TEST
 
+// The embedding on bf16 tables as kept: the forward reads exactly the widened
+// values; the backward gives the bits of the fp32 copy it replaces, zeroed,
+// added into position by position, then added to the bf16 gradient and rounded
+// once (the sums run in the same order), with repeated tokens, channels past
+// one summing chunk (C = 300), and a NaN in one position.
+START_TEST(test_encoder_on_bf16_tables_as_kept) {
+    enum { B = 3, T = 5, C = 300, V = 11, BT = B * T };
+    int inp[BT], order[BT];
+    for (int i = 0; i < BT; i++) inp[i] = (i * 7) % 4 + (i == 9 ? 6 : 0);  // tokens 0..3 repeat, 6 once
+    gpt2_positions_by_token(order, inp, BT, V);
+    bf16 *wte = malloc(V * C * sizeof(bf16)), *wpe = malloc(T * C * sizeof(bf16));
+    bf16 *dwte = malloc(V * C * sizeof(bf16)), *dwpe = malloc(T * C * sizeof(bf16));
+    float *wide_wte = malloc(V * C * sizeof(float)), *wide_wpe = malloc(T * C * sizeof(float));
+    float *copy_wte = calloc(V * C, sizeof(float)), *copy_wpe = calloc(T * C, sizeof(float));
+    float *out = malloc(BT * C * sizeof(float)), *want = malloc(BT * C * sizeof(float));
+    float *dout = malloc(BT * C * sizeof(float));
+    fill_bf16(wte, V * C, 1), fill_bf16(wpe, T * C, 2), fill_bf16(dwte, V * C, 3), fill_bf16(dwpe, T * C, 4);
+    for (int i = 0; i < V * C; i++) wide_wte[i] = bf16_to_float(wte[i]);
+    for (int i = 0; i < T * C; i++) wide_wpe[i] = bf16_to_float(wpe[i]);
+    for (int i = 0; i < BT * C; i++) dout[i] = 0.001f * (float)((i * 37) % 101) - 0.05f;  // not bf16 values
+    dout[4 * C + 7] = NAN;
+    encoder_forward(out, inp, wte, wpe, DTYPE_BF16, B, T, C);
+    encoder_forward(want, inp, wide_wte, wide_wpe, DTYPE_FP32, B, T, C);
+    ck_assert_msg(memcmp(out, want, BT * C * sizeof(float)) == 0, "the forward on bf16 tables reads other values");
+    encoder_backward(copy_wte, copy_wpe, DTYPE_FP32, dout, inp, NULL, B, T, C);
+    bf16 *want_wte = malloc(V * C * sizeof(bf16)), *want_wpe = malloc(T * C * sizeof(bf16));
+    for (int i = 0; i < V * C; i++) want_wte[i] = bf16_from_float(bf16_to_float(dwte[i]) + copy_wte[i]);
+    for (int i = 0; i < T * C; i++) want_wpe[i] = bf16_from_float(bf16_to_float(dwpe[i]) + copy_wpe[i]);
+    encoder_backward(dwte, dwpe, DTYPE_BF16, dout, inp, order, B, T, C);
+    for (int i = 0; i < V * C; i++)
+        ck_assert_msg(dwte[i] == want_wte[i], "dwte[%d,%d] = %04x, the fp32 copy's rounding %04x", i / C, i % C,
+                      dwte[i], want_wte[i]);
+    for (int i = 0; i < T * C; i++)
+        ck_assert_msg(dwpe[i] == want_wpe[i], "dwpe[%d,%d] = %04x, the fp32 copy's rounding %04x", i / C, i % C,
+                      dwpe[i], want_wpe[i]);
+    ck_assert(isnan(bf16_to_float(dwpe[4 * C + 7])) && isnan(bf16_to_float(dwte[inp[4] * C + 7])));
+    free(wte), free(wpe), free(dwte), free(dwpe), free(wide_wte), free(wide_wpe), free(copy_wte), free(copy_wpe);
+    free(out), free(want), free(dout), free(want_wte), free(want_wpe);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("dtype");
     TCase *tc = tcase_create("bf16");
@@ -298,6 +339,7 @@ int main(void) {
     tcase_add_test(tc, test_bf16_products_within_the_sums_rounding);
     tcase_add_test(tc, test_bf16_c_is_rounded_once);
     tcase_add_test(tc, test_matmul_rounds_its_operands);
+    tcase_add_test(tc, test_encoder_on_bf16_tables_as_kept);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -69,6 +69,38 @@ static double relative_error(const float *device, const float *cpu, size_t n) {
 
 enum { B = 2, T = 17, C = 48, NH = 3, OC = 80, V = 101, Vp = 128 };
 
+// On bf16 tables, into bf16 gradients (a bf16 run's, as kept): the CPU's bits, the
+// sums running in the same order on both.
+static void check_encoder_bf16(const float *wte, const float *wpe, const float *dout, const int *inp,
+                               const int *order) {
+    size_t n_wte = Vp * C, n_wpe = T * C, n_out = B * T * C;
+    bf16 *wte16 = malloc(n_wte * 2), *wpe16 = malloc(n_wpe * 2), *dwte16 = malloc(n_wte * 2), *dwpe16 = malloc(n_wpe * 2);
+    float *wide = malloc(n_wte * 4), *got = malloc(n_wte * 4), *out = malloc(n_out * 4);
+    for (size_t i = 0; i < n_wte; i++) wte16[i] = bf16_from_float(wte[i]), dwte16[i] = bf16_from_float(wte[i] / 8);
+    for (size_t i = 0; i < n_wpe; i++) wpe16[i] = bf16_from_float(wpe[i]), dwpe16[i] = bf16_from_float(wpe[i] / 8);
+    bf16 *d_wte = device_alloc_as(&mem, MEM_ACTIVATIONS, n_wte, DTYPE_BF16);
+    bf16 *d_wpe = device_alloc_as(&mem, MEM_ACTIVATIONS, n_wpe, DTYPE_BF16);
+    bf16 *d_dwte = device_alloc_as(&mem, MEM_ACTIVATIONS, n_wte, DTYPE_BF16);
+    bf16 *d_dwpe = device_alloc_as(&mem, MEM_ACTIVATIONS, n_wpe, DTYPE_BF16);
+    device_from_host_as(d_wte, wte16, n_wte, DTYPE_BF16), device_from_host_as(d_wpe, wpe16, n_wpe, DTYPE_BF16);
+    device_from_host_as(d_dwte, dwte16, n_wte, DTYPE_BF16), device_from_host_as(d_dwpe, dwpe16, n_wpe, DTYPE_BF16);
+    float *d_out = to_device(out, n_out);
+    encoder_forward(out, inp, wte16, wpe16, DTYPE_BF16, B, T, C);
+    encoder_forward_cuda(d_out, ints_to_device(inp, B * T), d_wte, d_wpe, DTYPE_BF16, B, T, C);
+    device_to_host(got, d_out, n_out);
+    ck_assert_msg(memcmp(got, out, n_out * 4) == 0, "the encoder on bf16 tables: not the CPU's bits");
+    encoder_backward(dwte16, dwpe16, DTYPE_BF16, dout, inp, order, B, T, C);
+    encoder_backward_cuda(d_dwte, d_dwpe, DTYPE_BF16, to_device(dout, n_out), ints_to_device(inp, B * T),
+                          ints_to_device(order, B * T), B, T, C);
+    device_to_host_widened(got, d_dwte, n_wte, DTYPE_BF16);
+    for (size_t i = 0; i < n_wte; i++) wide[i] = bf16_to_float(dwte16[i]);
+    ck_assert_msg(memcmp(got, wide, n_wte * 4) == 0, "bf16 dwte: not the CPU's bits");
+    device_to_host_widened(got, d_dwpe, n_wpe, DTYPE_BF16);
+    for (size_t i = 0; i < n_wpe; i++) wide[i] = bf16_to_float(dwpe16[i]);
+    ck_assert_msg(memcmp(got, wide, n_wpe * 4) == 0, "bf16 dwpe: not the CPU's bits");
+    free(wte16), free(wpe16), free(dwte16), free(dwpe16), free(wide), free(got), free(out);
+}
+
 START_TEST(test_encoder) {
     int inp[B * T];
     int order[B * T];
@@ -78,13 +110,15 @@ START_TEST(test_encoder) {
     float *out = calloc(B * T * C, 4), *dwte = calloc(Vp * C, 4), *dwpe = calloc(T * C, 4);
     float *d_out = to_device(out, B * T * C), *d_dwte = to_device(dwte, Vp * C), *d_dwpe = to_device(dwpe, T * C);
     int *d_inp = ints_to_device(inp, B * T);
-    encoder_forward(out, inp, wte, wpe, B, T, C);
-    encoder_forward_cuda(d_out, d_inp, to_device(wte, Vp * C), to_device(wpe, T * C), B, T, C);
+    encoder_forward(out, inp, wte, wpe, DTYPE_FP32, B, T, C);
+    encoder_forward_cuda(d_out, d_inp, to_device(wte, Vp * C), to_device(wpe, T * C), DTYPE_FP32, B, T, C);
     assert_close("encoder out", d_out, out, B * T * C);
-    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
-    encoder_backward_cuda(d_dwte, d_dwpe, to_device(dout, B * T * C), d_inp, ints_to_device(order, B * T), B, T, C);
+    encoder_backward(dwte, dwpe, DTYPE_FP32, dout, inp, NULL, B, T, C);
+    encoder_backward_cuda(d_dwte, d_dwpe, DTYPE_FP32, to_device(dout, B * T * C), d_inp, ints_to_device(order, B * T),
+                          B, T, C);
     assert_close("dwte", d_dwte, dwte, Vp * C);
     assert_close("dwpe", d_dwpe, dwpe, T * C);
+    check_encoder_bf16(wte, wpe, dout, inp, order);
 }
 END_TEST
 

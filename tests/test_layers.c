@@ -182,7 +182,7 @@ END_TEST
 typedef struct { int B, T, C; int *inp; double *wte, *wpe, *out, *dout; } EncCtx;
 static double enc_loss(void *p) {
     EncCtx *c = p;
-    encoder_forward(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+    encoder_forward(c->out, c->inp, c->wte, c->wpe, DTYPE_FP32, c->B, c->T, c->C);
     return dot(c->out, c->dout, (size_t)c->B * c->T * c->C);
 }
 START_TEST(test_encoder_backward) {
@@ -193,7 +193,7 @@ START_TEST(test_encoder_backward) {
     c.wte = random_array((size_t)V * c.C, 14, 1.0); c.wpe = random_array((size_t)c.T * c.C, 15, 1.0);
     c.dout = random_array(nout, 16, 1.0); c.out = zeros(nout);
     double *dwte = zeros((size_t)V * c.C), *dwpe = zeros((size_t)c.T * c.C);
-    encoder_backward(dwte, dwpe, c.dout, c.inp, c.B, c.T, c.C);
+    encoder_backward(dwte, dwpe, DTYPE_FP32, c.dout, c.inp, NULL, c.B, c.T, c.C);
     check_gradient("dwte", c.wte, (size_t)V * c.C, dwte, enc_loss, &c);
     check_gradient("dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_loss, &c);
 }

@@ -100,11 +100,11 @@ def block_units(sizes):
 UNITS = block_units([1] * L)  # ZeRO-3's and FSDP's units; check_units regroups them
 
 
-def product_weight(i, u):
-    """Whether unit u reads tensor i only as a product's weight (a bf16 run multiplies it as kept): a block's four
-    matrices, and wte in the head (unit 0's lookup reads it as a table)."""
-    name = T[i][0].split(".")[-1]
-    return name in ("qkvw", "attprojw", "fcw", "fcprojw") or (name == "wte" and u != 0)
+def taken_as_kept(i):
+    """Whether the ops take tensor i as the run keeps it (a bf16 run reads it in bf16 and adds into its bf16
+    gradient itself): a block's four matrices (the products' weights), wte (the head's weight, the lookup's
+    table) and wpe."""
+    return T[i][0].split(".")[-1] in ("qkvw", "attprojw", "fcw", "fcprojw", "wte", "wpe")
 numel = [r * c for _, r, c, _ in T]
 
 
@@ -271,8 +271,8 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
     --precision bf16 (docs/precision.md): parameters are pb = 2 bytes where they are kept and moved, gradients
     gb = 2 (--reduce-dtype bf16) or 4 bytes; an fp32 master (4 bytes per kept element) joins the optimizer state;
     while unit u runs, the bf16 parameters its ops read in fp32 are widened into an fp32 copy (params_gathered,
-    4 F(u) bytes, F(u) the elements of the tensors it reads less the products' weights, which its products
-    multiply as kept; none in unit 0's backward, which reads no parameter) and, with bf16 gradients, its
+    4 F(u) bytes, F(u) the elements of the tensors it reads less those its ops take as kept: the products'
+    weights and the embedding's tables, so none in unit 0) and, with bf16 gradients, its
     backward writes an fp32 copy of those gradients (grads_gathered, 4 F(u); with fp32 parameters, of all it
     reads, 4 W(u)). Checked with --prefetch 0 and one micro-batch."""
     mem, calls, gathers, reduces = {}, [], [], []  # (op, count, root): once per step, per micro-batch, per reduce
@@ -280,10 +280,8 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
     pb = 2 if precision == "bf16" else 4
     gb = 2 if (reduce or precision) == "bf16" else 4
     master = 4 if precision == "bf16" else 0
-    F = [sum(numel[i] for i in U if not (pb == 2 and product_weight(i, u))) for u, U in enumerate(UNITS)]
-    widened = {+1: [4 * f if pb == 2 else 0 for f in F]}  # by direction: forward, backward
-    widened[-1] = [0] + widened[+1][1:]
-    widened_params = widened[+1]
+    F = [sum(numel[i] for i in U if not (pb == 2 and taken_as_kept(i))) for U in UNITS]
+    widened_params = [4 * f if pb == 2 else 0 for f in F]
     widened_grads = [4 * f if gb == 2 else 0 for f in F]
     if strategy == "ddp":
         mem = {"params": pb * P, "grads": gb * P, "optim": (8 + master) * P}
@@ -332,7 +330,7 @@ def expected(strategy, n, rank, reshard, accum=1, mode="sync-each", prefetch=0, 
                 peaks["comm_buffers"] = max(peaks["comm_buffers"], pb * (n + 1) * sum(pad(i, n) for i in missing) // n)
             gathered.update(missing)
             peaks["params_gathered"] = max(peaks["params_gathered"],
-                                           pb * sum(lent(i) for i in gathered) + widened[direction][u])
+                                           pb * sum(lent(i) for i in gathered) + widened_params[u])
 
         for u in range(len(UNITS)):  # forward
             gather(u, +1)
