@@ -7,7 +7,8 @@ reads what each ran and printed, and the memory table's cells:
   - every panel's output (--tsv, --timeline, --traffic, --time, --layout; --params's table) is build/plan's for the
     same flags, byte for byte, over the cases below (presets, --dims, --params 7.5e9 at 64 ranks in bf16, hpZ,
     two-hop qgZ, offload, 2^16 ranks, three refused combinations, ...); a refusal shows build/plan's message;
-  - the memory table's cells are the TSV's bytes in MB with three decimals, as build/plan prints them;
+  - the memory table's cells are the TSV's bytes in MB with three decimals, as build/plan prints them (and its
+    MB() on exact ties both ways and on a value just below one);
   - the redraw after a change of --ranks (d12 at 64 ranks, every strategy) and the 2^16-rank page are timed and
     printed (speed is measured, not asserted: docs/web.md);
   - a screenshot of the default page is a picture (many colours, not blank), kept in BUILD/web-test.
@@ -195,6 +196,11 @@ def main():
             browser.call("Page.navigate", url=f"{page}?case={i}#{state}")  # a new address: a fresh page
             browser.evaluate(DRAWN)
             check_case(name, state, json.loads(browser.evaluate(COLLECT)))
+        # MB's roundings, printf's (as Python's format: the double's exact value, an exact tie to the even digit):
+        # exact ties both ways (0.0625, 0.1875, 1.0625 MB), a value just below a tie (240.4775), others
+        sizes = [62500, 187500, 1062500, 240477500, 2500, 1500, 999999500, 13312]
+        got = json.loads(browser.evaluate(f"JSON.stringify({sizes}.map(MB))"))
+        check(got == [f"{b / 1e6:.3f}" for b in sizes], f"the page's MB() rounds as build/plan's printf: {got}")
         browser.call("Page.navigate", url=page + "?changes")
         browser.evaluate(DRAWN)
         redraws = [browser.evaluate(CHANGE % ("--ranks", n, DRAWN)) for n in ("63", "65", "62", "66")]

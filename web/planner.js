@@ -106,11 +106,15 @@ function planArgs(state, panel, takes, leftOut = []) {
 
 // ---------------------------------------------------------------- drawing
 
-// Bytes in MB with three decimals, as build/plan's printf prints them: to the
-// nearest, and an exact tie (toFixed would round it up) to the even last digit.
+// Bytes in MB with three decimals, as build/plan's printf prints them: the
+// double's exact value to the nearest, an exact tie to the even last digit
+// (toFixed would round it up). A double is an exact tie at three decimals only
+// when it is an odd number of sixteenths (odd/2000 with a power-of-two
+// denominator); 240477500 bytes, 240.4775 MB, is a little below its tie, 240.477.
 function MB(bytes) {
-  const thousandths = (bytes / 1e6) * 1000, below = Math.floor(thousandths);
-  if (thousandths - below !== 0.5) return (bytes / 1e6).toFixed(3);
+  const mb = bytes / 1e6, sixteenths = mb * 16;  // exact: times a power of two
+  if (!Number.isInteger(sixteenths) || sixteenths % 2 === 0) return mb.toFixed(3);
+  const below = Math.floor(mb * 1000);  // exact: an odd number of 62.5 thousandths
   return ((below % 2 === 0 ? below : below + 1) / 1000).toFixed(3);
 }
 
