@@ -257,10 +257,9 @@ START_TEST(test_non_blocking_overlaps_work) {
     ck_assert_int_eq(comm_wait(&comm, &ha), 1);
     ck_assert(work > 0);
     ck_assert(!ha.active && !hb.active);
-    for (size_t i = 0; i < n; i++) {
-        ck_assert_float_eq(a[i], (float)(N * (N - 1) / 2));
-        ck_assert_float_eq(b[i], (float)(i % 7));
-    }
+    size_t wrong = 0;  // one assertion for the buffers: each costs Check microseconds of bookkeeping
+    for (size_t i = 0; i < n; i++) wrong += a[i] != (float)(N * (N - 1) / 2) || b[i] != (float)(i % 7);
+    ck_assert_msg(wrong == 0, "%zu of %zu elements are not the sum or the broadcast value", wrong, n);
     ck_assert_int_eq(comm_wait(&comm, &ha), 0);  // waiting twice is harmless: nothing in flight
     free(a);
     free(b);
@@ -356,7 +355,9 @@ START_TEST(test_engine_completes_in_the_background) {
     ck_assert(h.active);  // complete, yet the handle waits for comm_wait
     comm_wait(&comm, &h);
     ck_assert(!h.active);
-    for (size_t i = 0; i < n; i++) ck_assert_float_eq(buf[i], (float)(N * (N - 1) / 2 + N * (int)(i % 5)));
+    size_t wrong = 0;  // one assertion for the buffer: each costs Check microseconds of bookkeeping
+    for (size_t i = 0; i < n; i++) wrong += buf[i] != (float)(N * (N - 1) / 2 + N * (int)(i % 5));
+    ck_assert_msg(wrong == 0, "rank %d: %zu of %zu elements are not the sum", r, wrong, n);
     free(buf);
 }
 END_TEST
@@ -489,7 +490,9 @@ START_TEST(test_node_reductions_sum_in_rank_order) {
         if (r == N - 1) ck_assert(memcmp(got, ref, n * sizeof(float)) == 0);
         memcpy(got, mine, n * sizeof(float));
         comm_all_reduce(&comm, got, n, DTYPE_FP32, COMM_AVG);
-        for (size_t i = 0; i < n; i++) ck_assert(got[i] == ref[i] * (1.0f / (float)N));
+        size_t wrong = 0;  // one assertion for the buffer: each costs Check microseconds of bookkeeping
+        for (size_t i = 0; i < n; i++) wrong += got[i] != ref[i] * (1.0f / (float)N);
+        ck_assert_msg(wrong == 0, "%zu of %zu averages are not the sum times 1/N", wrong, n);
         memcpy(got16, mine16, n * sizeof(bf16));
         comm_all_reduce(&comm, got16, n, DTYPE_BF16, COMM_SUM);
         ck_assert(memcmp(got16, ref16, n * sizeof(bf16)) == 0);
