@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test (make test): the unit tests, then the parts below, side by side
-# in two streams (TEST_JOBS), each part's result and summary printed in order.
+# in streams (TEST_JOBS, default the cores plus one), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
 #   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout zeropp web
 # Ends with "N passed, M failed" and a non-zero status on failure.
@@ -28,7 +28,7 @@ export SHARDLAB_TEST_DATA=$tmp
 part bench "bench_step: the per-op table accounts for the step it timed" bash tests/suites/bench.sh
 run_parts
 
-# Longest first, so that the two streams end together.
+# Longest first, so that the streams end together.
 part strategies "strategies: equivalence, memory and traffic formulas" \
     python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
 part labs "labs: the planted bugs under oneDNN's instruction sets, make check at N = 1..4" \
