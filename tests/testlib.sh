@@ -107,8 +107,8 @@ shared_inputs() {
 # The parts of make test that run side by side: `part KEY NAME COMMAND...` queues
 # one (skipped unless $SUITE is empty or names KEY); `run_parts` runs the queue
 # in $TEST_JOBS streams (default: the machine's cores plus one, since a part
-# spends some of its time waiting on launches, exits and the disk: on 2 cores, 3
-# streams kept them 187% busy where 2 kept them 145%), each stream taking the
+# spends some of its time waiting on launches, exits and the disk, which another
+# stream's work fills), each stream taking the
 # next part not yet started, then prints every part's result and output summary
 # in the queue's order, as if they had run one after another. The parts must not
 # share files: each keeps its own scratch directory.
