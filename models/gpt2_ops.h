@@ -58,7 +58,8 @@ void encoder_forward(real_t *out, const int *inp, const void *wte, const void *w
 // and rounded once, as an fp32 copy of the gradient added back would give; positions_by_token (B*T), the batch's
 // positions sorted by token, stably (gpt2_set_batch); unused (may be NULL) with fp32 gradients.
 void encoder_backward(void *dwte, void *dwpe, DType grad_dtype, const real_t *dout, const int *inp,
-                      const int *positions_by_token, int B, int T, int C);
+                      const int *positions_by_token, int B, int T,
+                      int C);  // dwte (Vp,C), dwpe (maxT,C), dout (B,T,C), inp (B,T)
 
 // Normalizes each (b,t) row over C, then scales and shifts. mean and rstd are
 // kept for the backward pass.
