@@ -415,6 +415,18 @@ lines = [line for line in subprocess.run([f"{BUILD}/plan", "--prefetch", "0", "-
 answers_md = open(os.path.join(src, "docs", "answers.md")).read()
 check(len(lines) == 3 and all(f"\n{line}\n" in answers_md for line in lines),
       f"docs/answers.md prints the planner's lines for d2 at N = 1024: {lines}")
+# docs/answers.md's answer 13 quotes a bf16 FSDP rank's peaks (exercise 13: d2 at N = 2, batch 8 x 64, --prefetch 0)
+answer = " ".join(open(os.path.join(src, "docs", "answers.md")).read().split("**13.**", 1)[-1].split("**14.**")[0]
+                  .split())
+rows = {(s, first): numbers for s, first, _, numbers in
+        plan_rows(["--config", "d2", "--vocab", "256", "--ranks", "2", "--batch", "8", "--seq", "64", "--prefetch", "0",
+                   "--precision", "bf16"])}
+fsdp = rows[("fsdp", 0)]
+quotes = [f"to {fsdp[CATS.index('params')]:,} bytes each", f"to {fsdp[CATS.index('optim')]:,}",
+          f"to {fsdp[CATS.index('params_gathered')]:,}", f"to {fsdp[CATS.index('activations')]:,}",
+          f"to {fsdp[CATS.index('comm_buffers')]:,}", f"The peak: {fsdp[-2]:,}"]
+check(fsdp[CATS.index("grads_gathered")] == fsdp[CATS.index("params_gathered")] and all(q in answer for q in quotes),
+      f"docs/answers.md answer 13 quotes the planner's bf16 FSDP peaks ({quotes})")
 # docs/answers.md's answer 18 quotes the planner's ema bytes for d4 at N = 2
 answer = " ".join(open(os.path.join(src, "docs", "answers.md")).read().split("**18.**", 1)[-1].split())
 ema = {}
