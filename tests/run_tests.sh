@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test (make test): the unit tests, then the parts below, side by side
-# in streams (TEST_JOBS, default the cores plus one), each part's result and summary printed in order.
+# in two streams (TEST_JOBS), each part's result and summary printed in order.
 # SUITE="strategies plan" runs only those parts (make test SUITE=...); the keys:
 #   unit comm cli plain bench strategies training agree tcp plan labs checkpoints compare portable layout zeropp web
 # Ends with "N passed, M failed" and a non-zero status on failure.

@@ -106,9 +106,7 @@ shared_inputs() {
 
 # The parts of make test that run side by side: `part KEY NAME COMMAND...` queues
 # one (skipped unless $SUITE is empty or names KEY); `run_parts` runs the queue
-# in $TEST_JOBS streams (default: the machine's cores plus one, since a part
-# spends some of its time waiting on launches, exits and the disk, which another
-# stream's work fills), each stream taking the
+# in $TEST_JOBS streams (default 2: the machine's cores), each stream taking the
 # next part not yet started, then prints every part's result and output summary
 # in the queue's order, as if they had run one after another. The parts must not
 # share files: each keeps its own scratch directory.
@@ -133,7 +131,7 @@ wanted() {
 }
 
 run_parts() {
-    local n=${#part_names[@]} jobs=${TEST_JOBS:-$(($(nproc) + 1))} s i
+    local n=${#part_names[@]} jobs=${TEST_JOBS:-2} s i
     echo 0 > "$tmp/part_next"
     for s in $(seq "$jobs"); do
         (
