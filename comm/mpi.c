@@ -314,21 +314,6 @@ static void shared_memory_in_session_dir(void) {
         if (setenv(transport[i], session, 0) != 0) fatal("comm: cannot set %s: %s", transport[i], strerror(errno));
 }
 
-// A process started without a launcher (build/train_single, or any trainer run alone) is an MPI
-// singleton. Open MPI 4 would fork a daemon (orted) for it, so that it could spawn or connect to
-// other jobs, and open its UCX transport: 0.4 s before main's first line here, for a rank that
-// talks to no one. Isolated, with the point-to-point layer of the one transport it needs, it
-// starts in 0.07 s. Settings the user made stay theirs; other MPI libraries ignore these names.
-static void singleton_starts_alone(void) {
-    const char *launched[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
-    for (size_t i = 0; i < sizeof launched / sizeof launched[0]; i++)
-        if (getenv(launched[i])) return;
-    const char *alone[][2] = {{"OMPI_MCA_ess_singleton_isolated", "1"}, {"OMPI_MCA_pml", "ob1"},
-                              {"OMPI_MCA_btl", "self"}};
-    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++)
-        if (setenv(alone[i][0], alone[i][1], 0) != 0) fatal("comm: cannot set %s: %s", alone[i][0], strerror(errno));
-}
-
 void comm_init(Comm *comm, int *argc, char ***argv) {
     memset(comm, 0, sizeof *comm);
     const char *mode = getenv("SHARDLAB_COMM_ENGINE");
@@ -339,7 +324,6 @@ void comm_init(Comm *comm, int *argc, char ***argv) {
     int initialized, provided;
     MPI_CHECK(MPI_Initialized(&initialized));
     if (!initialized) {
-        singleton_starts_alone();
         shared_memory_in_session_dir();
         if (threaded) MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
         else MPI_CHECK(MPI_Init(argc, argv));

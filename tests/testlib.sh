@@ -4,6 +4,10 @@
 set -u
 BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun}
+# The programs the tests start without mpirun start Open MPI alone (a singleton):
+# the point-to-point layer the Makefile's MPIRUN picks, ob1, for them too (UCX,
+# Debian's first choice, starts each 0.2 s later and carries nothing here).
+export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 # python3 as the directory of the interpreter it names: a version manager's shim
 # (pyenv's) starts every call 0.4 s later, and the suites call it often.
 PATH="$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
