@@ -21,12 +21,8 @@ OPENBLAS_LIBDIR = $(shell $(PKG_CONFIG) --variable=libdir openblas 2>/dev/null)
 CODEGEN   = -fno-math-errno -fvect-cost-model=dynamic -fopenmp
 CFLAGS   += -std=c11 -I. $(OPT) $(CODEGEN) -Wall -Wextra -D_GNU_SOURCE -MMD -MP \
             $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
-# The layers' matrix products (models/gpt2_ops.c) run on oneDNN, which picks its kernels from the
-# CPU's feature bits at run time; BLAS=openblas runs them on OpenBLAS instead (for comparison:
-# docs/performance.md). OpenBLAS stays linked either way: the layer tests' double build, bench_comm.
-ifeq ($(BLAS),openblas)
-CFLAGS   += -DSHARDLAB_PRODUCTS_OPENBLAS
-endif
+# The layers' matrix products run on oneDNN or OpenBLAS, both linked: models/products.c chooses
+# one per CPU at run time (SHARDLAB_PRODUCTS=onednn|openblas overrides it; docs/performance.md).
 LDLIBS   += -ldnnl $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -Wl,-rpath,$(OPENBLAS_LIBDIR) -fopenmp -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 # mpirun as root needs --allow-run-as-root; more ranks than cores need --oversubscribe.
@@ -159,7 +155,7 @@ gpu-check:
 WEB_CC    ?= clang
 WEB_AR    ?= llvm-ar
 WEB_BUILD  = $(BUILD)/web
-WEB_NATIVE = device/host_memory.c run/threads.c run/train_loop.c models/gpt2_ops.c
+WEB_NATIVE = device/host_memory.c run/threads.c run/train_loop.c models/gpt2_ops.c models/products.c
 WEB_SRCS   = $(filter-out $(MPI_ONLY) $(WEB_NATIVE),$(CORE_SRCS)) $(DRY_ONLY) $(WEB_ONLY)
 WEB_OBJS   = $(WEB_SRCS:%.c=$(WEB_BUILD)/obj/%.o)
 WEB_FLAGS  = --target=wasm32-wasi -std=c11 -I. -O2 -Wall -Wextra -D_GNU_SOURCE -MMD -MP
@@ -300,9 +296,21 @@ fuzz:
 	        $(BUILD)/fuzz/corpus_$$target || exit 1; \
 	done
 
+# The step against the products' engine's own rate, fp32 and bf16, with the engine chosen and each product's
+# entry. ISA=sse41|avx2|avx512 runs it as another CPU family would: oneDNN capped at that instruction set
+# (ONEDNN_MAX_CPU_ISA) and OpenBLAS on the matching kernels (OPENBLAS_CORETYPE), unless the environment
+# sets OPENBLAS_CORETYPE already: some CPUs need theirs (docs/performance.md), and it is kept.
+BENCH_ISA_sse41  = SSE41 Prescott
+BENCH_ISA_avx2   = AVX2 Haswell
+BENCH_ISA_avx512 = AVX512_CORE_BF16 SkylakeX
+BENCH_ENV = $(if $(ISA),$(if $(BENCH_ISA_$(ISA)),ONEDNN_MAX_CPU_ISA=$(word 1,$(BENCH_ISA_$(ISA))) \
+            OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(word 2,$(BENCH_ISA_$(ISA)))},$(error ISA=$(ISA): give sse41, avx2 or avx512)))
 bench: $(BUILD)/bench_step
-	$(BUILD)/bench_step --config d4 --batch 4 --seq 64
-	$(BUILD)/bench_step --config d12 --batch 4 --seq 64
+	@$(BENCH_ENV) sh -c 'echo "bench on$$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2):\
+	    ONEDNN_MAX_CPU_ISA=$${ONEDNN_MAX_CPU_ISA:-(uncapped)} OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-(detected)}"'
+	$(BENCH_ENV) $(BUILD)/bench_step --config d4 --batch 4 --seq 64
+	$(BENCH_ENV) $(BUILD)/bench_step --config d12 --batch 4 --seq 64
+	$(BENCH_ENV) $(BUILD)/bench_step --config d12 --batch 4 --seq 64 --precision bf16
 
 # ZeRO-3 and FSDP with and without prefetch, next to DDP (docs/comparison.md).
 bench-overlap: all

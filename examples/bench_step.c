@@ -1,8 +1,8 @@
 // bench_step: how close a whole training step on the CPU comes to the machine's
 // matrix-multiply rate, and where the step's time goes. Prints the achieved
 // GFLOP/s of forward + backward + AdamW (model FLOPs: 6 * params * tokens +
-// attention) next to the products' engine's GFLOP/s (`product`, models/gpt2_ops.h:
-// oneDNN, or OpenBLAS with BLAS=openblas) on a 1024^3 product measured between the steps, with the
+// attention) next to the products' engine's GFLOP/s (`product`: the engine
+// models/products.c chooses for this CPU) on a 1024^3 product measured between the steps, with the
 // same threads (every core, or OMP_NUM_THREADS), then the best step's time per op
 // kind: forward and backward milliseconds and the share of the step, timed
 // through the model's op_times table (models/gpt2.h) in the same steps. With
@@ -148,13 +148,16 @@ int main(int argc, char **argv) {
     double step_gflops = gpt2_flops_per_step(&config, B, T) / best.step_s / 1e9;
     ProductEngine engine = product_engine();
     printf("%s B=%d T=%d%s %s: %zu params, step %.1f ms (best of %d), %.2f GFLOP/s; %s 1024^3 %.2f GFLOP/s "
-           "(the best of %.1f s runs after each step; %d threads, %s's kernels for %s%s%s, threads by %s); "
-           "step/%s = %.0f%%\n",
+           "(the best of %.1f s runs after each step; %d threads); step/%s = %.0f%%\n",
            config_name, B, T, fused_classifier ? " (fused classifier)" : "", precision, P, 1e3 * best.step_s, steps,
            step_gflops, bf16_run ? "bf16 product" : "sgemm", sgemm_best, SGEMM_SECONDS_PER_STEP,
-           omp_get_max_threads(), engine.engine, engine.kernels, bf16_run ? ", bf16 products on " : "",
-           bf16_run ? engine.bf16_kernels : "", engine.parallel, bf16_run ? "product" : "sgemm",
-           100.0 * step_gflops / sgemm_best);
+           omp_get_max_threads(), bf16_run ? "product" : "sgemm", 100.0 * step_gflops / sgemm_best);
+    printf("products: %s (%s kernels; oneDNN's instruction set here %s; chosen by %s; threads by %s); "
+           "bf16 operands: %s\n",
+           engine.engine, engine.kernels, engine.isa, engine.chosen_by, engine.parallel, engine.bf16_kernels);
+    DType operands = bf16_run ? DTYPE_BF16 : DTYPE_FP32;
+    printf("routes: forward out = inp weight^T: %s; backward dinp = dout weight: %s; dweight += dout^T inp: %s\n",
+           product_route('N', 'T', operands), product_route('N', 'N', operands), product_route('T', 'N', operands));
     gpt2_print_op_times(&best_ops, &best);
     sgemm_free(&sgemm);
     free(tokens);

@@ -1231,7 +1231,14 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
     if engine:
         threads = ", ".join(f"{NAMES.get(s, s)} {logs[s][1]['products']['threads']}" for s in runs
                             if logs[s][1].get("products"))
-        machine += f"; products on {engine['engine']} ({engine['kernels']}); threads a rank: {threads}"
+        precision = logs["single"][1]["config"].get("precision", "fp32")
+        if precision == "bf16":  # what multiplied this run's bf16 operands: oneDNN's bf16 kernel, or widened to fp32
+            products = f"bf16 products on {engine['bf16_kernels']} ({engine['kernels']})"
+        else:
+            products = f"products on {engine['engine']} ({engine['kernels']})"
+        chosen = engine.get("chosen_by", "the rule for this instruction set")
+        machine += (f"; {products}, chosen by {'SHARDLAB_PRODUCTS' if chosen == 'SHARDLAB_PRODUCTS' else 'the rule for ' + engine.get('isa', '?')}"
+                    f" (docs/performance.md); threads a rank: {threads}")
     settings = (f"L={cfg['num_layers']} C={cfg['channels']} NH={cfg['num_heads']} V={cfg['vocab_size']} "
                 f"({cfg['num_params']:,} parameters), global batch {cfg['batch']} x {cfg['seq']} tokens, "
                 f"{cfg['steps']} AdamW steps at lr {cfg['lr']}, seed {cfg['seed']}, {world} ranks")

@@ -100,7 +100,7 @@ def registry(build):
     plan = os.path.join(build, "plan")
     if not os.path.isfile(plan):
         fail(f"{plan} is not there (make builds it): it lists the strategies")
-    r = subprocess.run([plan, "--strategies"], capture_output=True, text=True)
+    r = subprocess.run([plan, "--strategies"], capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         fail(f"{plan} --strategies failed: {r.stderr.strip()[-300:]}")
     out = {}
@@ -240,7 +240,9 @@ def kill_session(sid):
 def run(cmd, log_path, seconds=RUN_SECONDS):
     """Runs cmd in a session of its own; past `seconds` every process of it (mpirun and its ranks) is killed and
     the result has returncode None."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # errors="replace": a student's debug print in another encoding is shown, never a traceback
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                         start_new_session=True)
     try:
         out, err = p.communicate(timeout=seconds)
         code = p.returncode
@@ -282,7 +284,7 @@ class Checks:
 def layout(reference, ranks):
     """[(name, begin, end)] in llm.c's flat order, and {strategy: [(rank, begin, end)]} of who keeps what."""
     out = subprocess.run([f"{reference}/plan", "--config", "d2", "--vocab", "256", "--ranks", str(ranks), "--layout"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, errors="replace", check=True).stdout
     tensors, holds = [], {}
     for f in (line.split("\t") for line in out.splitlines()):
         if f[0] == "tensor":
@@ -428,7 +430,7 @@ def main():
                "where the gradient or traffic check fails too, start there.)")
     plan_args = [*MODEL, "--ranks", str(n), "--batch", str(batch)]
     plan = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--tsv"), "--tsv"], capture_output=True,
-                          text=True)
+                          text=True, errors="replace")
     if plan.returncode != 0:
         fail(f"{o['reference']}/plan: {plan.stderr.strip()}")
     planned = {}
@@ -454,7 +456,7 @@ def main():
                 "or prefetch that never starts, a copy skipped)" if lower else "") +
                f" (build/plan ... --timeline {strategy} shows the planned step event by event)")
     traffic = subprocess.run([f"{o['reference']}/plan", *plan_args, *plan_flags(mine, "--traffic"), "--grad-clip", "1e9",
-                              "--traffic"], capture_output=True, text=True)
+                              "--traffic"], capture_output=True, text=True, errors="replace")
     if traffic.returncode != 0:
         fail(f"{o['reference']}/plan --traffic: {traffic.stderr.strip()}")
     expected = {}

@@ -128,7 +128,7 @@ def build_with(lab_name, lab, student_file, build, trees=None):
     shutil.copyfile(student_file, os.path.join(tree, lab["file"]))  # a new time stamp: it alone recompiles
     trainer = check.registry(os.path.join(ROOT, build))[lab["strategy"]]["trainer"]
     r = subprocess.run(["make", "-C", tree, "GPU=0", "BUILD=build", "build/train_single", f"build/{trainer}",
-                        "build/prepare"], capture_output=True, text=True)
+                        "build/prepare"], capture_output=True, text=True, errors="replace")
     # the compiler names the copy in the tree (ddp/ddp.c:40): name the student's file instead
     errors = [line.replace(os.path.join(tree, lab["file"]), os.path.relpath(student_file, ROOT))
               .replace(lab["file"] + ":", os.path.relpath(student_file, ROOT) + ":")
@@ -153,7 +153,7 @@ def grade(lab_name, lab, student_file, build, mpirun, quiet=False, trees=None):
                str(run["ranks"]), "--args", run.get("args", ""), "--build", lab_build,
                "--reference", os.path.join(ROOT, build), "--mpirun", mpirun, "--json", out,
                "--work", os.path.join(lab_build, "work_" + re.sub(r"\W+", "_", tag))]
-        r = subprocess.run(cmd, capture_output=True, text=True)  # check.py times each run out and ends its ranks
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")  # check.py times each run out and ends its ranks
         if not os.path.exists(out) or os.path.getsize(out) == 0:
             say(f"lab {lab_name}: the check could not run ({tag}): {r.stderr.strip()[-300:]}")
             continue

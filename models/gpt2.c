@@ -361,6 +361,12 @@ void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V) {
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets) {
     int V = model->layout.config.vocab_size;
     size_t n = (size_t)model->B * model->T;
+    if (!inputs) {  // the dry run: a training batch's shapes, no token read or kept
+        model->positions_by_token = NULL;
+        model->inputs = model->batch;
+        model->targets = model->batch + n;
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (inputs[i] < 0 || inputs[i] >= V) fatal("input token id %d is outside the vocab [0, %d)", inputs[i], V);
         if (targets && (targets[i] < 0 || targets[i] >= V))

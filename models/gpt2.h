@@ -278,7 +278,8 @@ float gpt2_dloss(const GPT2 *model);
 // depend on how the work is scheduled.
 void gpt2_positions_by_token(int *order, const int *inputs, size_t n, int V);
 // Copies a host batch to the model's device. inputs, targets: (B,T); targets
-// may be NULL (no loss). Ids are checked < V.
+// may be NULL (no loss). Ids are checked < V. inputs NULL: the dry run's training
+// batch, its shapes alone (the dry device reads no token; none is allocated).
 void gpt2_set_batch(GPT2 *model, const int *inputs, const int *targets);
 void gpt2_forward_unit(GPT2 *model, int unit);
 void gpt2_backward_unit(GPT2 *model, int unit);

@@ -27,25 +27,32 @@ typedef float real_t;
 #endif
 
 // C (M,N) = alpha op(A) op(B) + beta C, row-major, op(X) being X ('N') or X^T ('T'): every matrix product of the
-// layers, on the build's engine (gpt2_ops.c). A (M,K) after op, lda its row stride; B (K,N), ldb; C, ldc.
+// layers, on the engine models/products.c chooses for this CPU. A (M,K) after op, lda its row stride; B (K,N),
+// ldb; C, ldc.
 void product(char transa, char transb, int M, int N, int K, real_t alpha, const real_t *A, int lda, const real_t *B,
              int ldb, real_t beta, real_t *C, int ldc);
-// The engine `product` runs on: its name (OpenBLAS: its build line), the kernels it chose for this CPU (oneDNN:
-// the instruction set, which ONEDNN_MAX_CPU_ISA may cap; OpenBLAS: OPENBLAS_CORETYPE's kernel), and how its
-// threads run ("openmp": the layers' own pool).
-// bf16_kernels: oneDNN's kernel for bf16 products on this CPU, or "loop" where there is none (product_bf16).
+#ifndef SHARDLAB_REAL_DOUBLE
+// The engine the products run on in this process (products.c's rule, or SHARDLAB_PRODUCTS): its name ("oneDNN",
+// "OpenBLAS"), its kernels (oneDNN: the instruction set, which ONEDNN_MAX_CPU_ISA may cap; OpenBLAS: its core's,
+// which OPENBLAS_CORETYPE may set), oneDNN's instruction set here (what the rule reads), what chose it ("the rule
+// for this instruction set" or "SHARDLAB_PRODUCTS"), how its threads run ("openmp": the layers' own pool), and
+// what multiplies bf16 operands ("oneDNN <its kernel>", or "widened to fp32, then <engine>").
 typedef struct {
-    const char *engine, *kernels, *parallel;
-    char bf16_kernels[64];
+    const char *engine, *isa, *chosen_by, *parallel;
+    char kernels[64], bf16_kernels[64];
 } ProductEngine;
 ProductEngine product_engine(void);
+// Chooses the engine now, if no product has yet: a bad SHARDLAB_PRODUCTS or ONEDNN_MAX_CPU_ISA stops here.
+void product_choose(void);
+// The entry a product of these transpositions takes, with fp32 or bf16 operands: "oneDNN matmul" (the primitive),
+// "oneDNN sgemm", "OpenBLAS sgemm", "oneDNN bf16 matmul", or "widened, " and the fp32 entry.
+const char *product_route(char transa, char transb, DType operands);
 // The engine's threads, where it keeps its own count (OpenBLAS); oneDNN follows the OpenMP pool's.
 void product_set_threads(int threads);
-#ifndef SHARDLAB_REAL_DOUBLE
 // C (M,N) = op(A) op(B) + beta C with bf16 operands, accumulated in fp32 (as a GPU's tensor cores multiply), beta 0
-// or 1: oneDNN's matmul where it has a bf16 kernel for this CPU (AVX-512 and up), elsewhere (and with
-// BLAS=openblas) a loop. C is fp32, or bf16 (c_dtype): then each element's fp32 sum, plus C's own value with beta
-// 1, is rounded once into it. Other arguments as product's.
+// or 1: oneDNN's bf16 matmul where the CPU has bf16 instructions (AVX512-BF16, AMX), elsewhere the operands
+// widened to fp32 (exactly) in tiles and multiplied by the fp32 engine. C is fp32, or bf16 (c_dtype): then each
+// element's fp32 sum, plus C's own value with beta 1, is rounded once into it. Other arguments as product's.
 void product_bf16(char transa, char transb, int M, int N, int K, const bf16 *A, int lda, const bf16 *B, int ldb,
                   float beta, void *C, DType c_dtype, int ldc);
 #endif

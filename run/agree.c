@@ -8,6 +8,7 @@
 
 #include "run/checkpoint.h"
 #include "device/device.h"
+#include "models/gpt2_ops.h"
 #include "util/errors.h"
 #include "util/random.h"
 
@@ -117,6 +118,12 @@ static void describe_run(AgreeItem *items, int num_items, const char *strategy, 
     AgreeItem *item = items;
     set_text(item++, "the trainer", strategy);
     set_text(item++, "the device", device_name());
+    char engine[200] = "cuBLAS";  // a GPU's; on a CPU the engine each rank chose (models/products.c)
+    if (strcmp(device_name(), "cpu") == 0) {
+        ProductEngine e = product_engine();
+        snprintf(engine, sizeof engine, "%s %s, bf16 %s", e.engine, e.kernels, e.bf16_kernels);
+    }
+    set_text(item++, "the products' engine", engine);
     for (int i = 0; i < num_flags; i++) describe_flag(item++, &flags[i], given[i]);
     size_t bytes = 0;
     uint64_t h = opts->model_path ? file_digest(opts->model_path, &bytes) : 0;
@@ -188,7 +195,7 @@ void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, con
                    const TrainOptions *opts,
                    const DataLoader *train, const DataLoader *val) {
     if (comm->world == 1) return;
-    int num_settings = 2 + num_flags, num_items = num_settings + NUM_DIGESTS;
+    int num_settings = 3 + num_flags, num_items = num_settings + NUM_DIGESTS;
     AgreeItem *items = xcalloc((size_t)num_items, sizeof *items);
     describe_run(items, num_items, strategy, flags, given, num_flags, opts, train, val);
     size_t *counts = NULL;

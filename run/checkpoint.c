@@ -117,8 +117,9 @@ static int newer_first(const void *pa, const void *pb) {
 // not the step number: a run resumed from an older step keeps what it writes,
 // not the higher steps of the run it branched from. `just_saved`, which `latest`
 // names, is always kept (keep is at least 1). Only what a save makes is removed: real directories
-// (not links) named step_N holding a manifest, and step_N.tmp directories.
-static void prune(const char *dir, int keep, int just_saved) {
+// (not links) named step_N holding a manifest, and step_N.tmp directories; and never a step past
+// `last_step`, the run's last: a branch's directory keeps the later saves of the run it branched from.
+static void prune(const char *dir, int keep, int just_saved, int last_step) {
     DIR *d = opendir(dir);
     if (!d) return;
     SavedCheckpoint *saved = xcalloc(4096, sizeof *saved);
@@ -137,7 +138,8 @@ static void prune(const char *dir, int keep, int just_saved) {
         }
         char manifest[4200];
         xsnprintf(manifest, sizeof manifest, "%s/" MANIFEST_NAME, path);
-        if (e->d_name[used] == '\0' && step != just_saved && count < 4096 && stat(manifest, &manifest_st) == 0) {
+        if (e->d_name[used] == '\0' && step != just_saved && step <= last_step && count < 4096 &&
+            stat(manifest, &manifest_st) == 0) {
             saved[count] = (SavedCheckpoint){.step = step, .written = st.st_mtim};
             snprintf(saved[count++].name, sizeof saved->name, "%s", e->d_name);
         }
@@ -310,6 +312,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
         CkptManifest m = {.world_size = comm->world, .step = step, .data_position = data_position, .seed = seed,
                           .config = layout->config, .ema_decay = opts->ema};
         snprintf(m.strategy, sizeof m.strategy, "%s", strategy->name);
+        snprintf(m.precision, sizeof m.precision, "%s", opts->precision ? opts->precision : "fp32");
         size_t total = 0;
         for (int r = 0; r < comm->world; r++) total += counts[r] / sizeof(CkptPiece);
         m.num_pieces = (int)total;
@@ -360,7 +363,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
         sync_and_close(fd, latest_tmp);
         if (rename(latest_tmp, latest) != 0) fatal("%s: cannot rename: %s", latest_tmp, strerror(errno));
         sync_directory(opts->dir);
-        prune(opts->dir, opts->keep, step);
+        prune(opts->dir, opts->keep, step, opts->last_step);
         ckpt_manifest_free(&m);  // frees `all` too
         free(counts);
     }
@@ -532,7 +535,7 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
 }
 
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, float ema,
-                     CkptManifest *m) {
+                     const char *precision, CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
     checkpoint_resolve(path, dir, sizeof dir);
     xsnprintf(manifest_path, sizeof manifest_path, "%s/" MANIFEST_NAME, dir);
@@ -549,6 +552,11 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
               layout->config.channels, layout->config.vocab_size, layout->config.max_seq_len, resume_with);
     }
     check_pieces(manifest_path, m, layout);
+    // The checkpoint keeps the fp32 master either way, but a bf16 run's state is what its bf16 steps made:
+    // continuing it in fp32 (or an fp32 run in bf16) is another training, not a resume.
+    if (m->precision[0] && precision && strcmp(m->precision, precision) != 0)
+        fatal("%s: the checkpoint was saved by a --precision %s run, this run asks for --precision %s: give "
+              "--precision %s to continue it", manifest_path, m->precision, precision, m->precision);
     if (ema > 0 && m->ema_decay == 0)
         fatal("%s: the checkpoint has no EMA weights (it was saved without --ema): resume it without --ema",
               manifest_path);

@@ -28,7 +28,9 @@ typedef struct {
     const char *dir;        // --ckpt-dir
     int full;               // --save-full
     int keep;               // complete checkpoints to keep, the most recently written (0: all)
+    int last_step;          // --steps: pruning never removes a later step (a branch's: the run it branched from's)
     float ema;              // the run's --ema (0: none): every piece carries the EMA weights too
+    const char *precision;  // the run's --precision, recorded (a resume in another is refused)
     double pause_mid_save_s;  // tests only: a window to kill a rank while a save is in progress
 } CkptSaveOptions;
 
@@ -41,8 +43,9 @@ void checkpoint_resolve(const char *path, char *dir, size_t size);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
 // strategy's rows and step counts, and with `ema` (the run's --ema, 0: none)
 // their EMA: a checkpoint without one, or of another decay, is then refused.
+// A checkpoint of another `precision` (the run's --precision) is refused.
 // Returns the manifest (caller frees).
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, float ema,
-                     CkptManifest *manifest);
+                     const char *precision, CkptManifest *manifest);
 
 #endif

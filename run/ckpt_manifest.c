@@ -60,6 +60,7 @@ static const char *field_form(const char *word) {
         {"strategy", "'strategy NAME'"}, {"world_size", "'world_size N', N from 1 to 2^20"},
         {"step", "'step N', N from 0 to 2^30"}, {"data_position", "'data_position TOKENS'"}, {"seed", "'seed N'"},
         {"ema", "'ema DECAY', once and before the pieces, DECAY in (0, 1) as a float"},
+        {"precision", "'precision fp32' or 'precision bf16', once"},
         {"config", "'config MAX_SEQ_LEN VOCAB LAYERS HEADS CHANNELS PADDED_VOCAB', each at least 1, VOCAB at most "
                    "65536 and PADDED_VOCAB, HEADS dividing CHANNELS (a model build/init_model makes)"},
         {"files", "'files N', once"}, {"file", "'file INDEX NAME BYTES', the indexes in order, after 'files'"},
@@ -130,6 +131,9 @@ int ckpt_manifest_parse(const char *text, size_t len, CkptManifest *m, char *err
         else if (strcmp(word, "data_position") == 0) ok = next_u64(&p, &m->data_position) == 0;
         else if (strcmp(word, "seed") == 0) ok = next_u64(&p, &m->seed) == 0;
         else if (strcmp(word, "ema") == 0) ok = !m->pieces && m->ema_decay == 0 && next_decay(&p, &m->ema_decay);
+        else if (strcmp(word, "precision") == 0)
+            ok = !m->precision[0] && next_word(&p, m->precision, sizeof m->precision) == 0 &&
+                 (strcmp(m->precision, "fp32") == 0 || strcmp(m->precision, "bf16") == 0);
         else if (strcmp(word, "config") == 0)
             ok = next_int(&p, &c->max_seq_len, 1 << 24) == 0 && next_int(&p, &c->vocab_size, 65536) == 0 &&
                  next_int(&p, &c->num_layers, 1 << 16) == 0 && next_int(&p, &c->num_heads, 1 << 16) == 0 &&
@@ -217,6 +221,7 @@ char *ckpt_manifest_text(const CkptManifest *m, size_t *len) {
                           m->strategy, m->world_size, m->step, m->data_position, m->seed, c->max_seq_len,
                           c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
     if (m->ema_decay > 0) n += (size_t)snprintf(text + n, cap - n, "ema %s\n", ckpt_decay_text(m->ema_decay).text);  // before the pieces
+    if (m->precision[0]) n += (size_t)snprintf(text + n, cap - n, "precision %s\n", m->precision);
     n += (size_t)snprintf(text + n, cap - n, "files %d\n", m->num_files);
     for (int f = 0; f < m->num_files; f++)
         n += (size_t)snprintf(text + n, cap - n, "file %d %s %" PRIu64 "\n", f, m->files[f], m->file_sizes[f]);

@@ -5,6 +5,7 @@
 //   strategy fsdp              world_size 4            step 10
 //   data_position 1920         seed 1337               config maxT V L NH C Vp
 //   ema 0.99                   (only when the run kept --ema weights: their decay)
+//   precision bf16             (the run's --precision; a manifest from before it was kept has none)
 //   files 2                    file 0 rank_00000.bin <bytes>   ...
 //   pieces 56                  piece <tensor> <first row> <rows>
 //                                    (<file> <offset> <crc32>) x3 for params, m, v (x4: and the EMA)
@@ -40,6 +41,7 @@ typedef struct {
     uint64_t seed;
     GPT2Config config;
     float ema_decay;          // > 0: the run's --ema; every piece has a fourth part, the EMA of its parameters
+    char precision[8];        // the run's --precision (fp32, bf16), "" when the manifest does not say
     int num_files;
     char (*files)[CKPT_MAX_PATH];  // (num_files) names inside the checkpoint directory
     uint64_t *file_sizes;     // (num_files)

@@ -2,7 +2,9 @@
 // or OpenBLAS's OpenMP build) and the layers' loops (models/gpt2_ops.c) share one
 // OpenMP pool, so one number sets both. With R ranks on a node of C cores, each rank takes max(1, C / R)
 // threads, so that ranks sharing a machine do not oversubscribe its cores;
-// OMP_NUM_THREADS, when set, decides instead.
+// OMP_NUM_THREADS, when set, decides instead (at most 16 a core: more is refused).
+// It also has the products' engine chosen (models/products.c), so that a bad
+// SHARDLAB_PRODUCTS or ONEDNN_MAX_CPU_ISA stops the run before any work.
 #ifndef SHARDLAB_THREADS_H
 #define SHARDLAB_THREADS_H
 

@@ -251,6 +251,68 @@ static int resumes_from_dir(const char *resume, const char *dir) {
     return strcmp(real_checkpoint, real_dir) == 0;
 }
 
+static void canonical_path(const char *path, char *out, size_t size);
+
+// 1 when `name` is what a save names a checkpoint: step_N, or step_N.tmp while it is written.
+static int checkpoint_name(const char *name) {
+    int step, used = 0;
+    return sscanf(name, "step_%d%n", &step, &used) == 1 && (name[used] == '\0' || strcmp(name + used, ".tmp") == 0);
+}
+
+// A --ckpt-dir inside a checkpoint (a step_N, or step_N.tmp, of a directory that holds checkpoints) would be
+// deleted with it when that directory's run prunes it: refused, however the path reaches it (links, "..").
+static void check_not_inside_a_checkpoint(const char *dir) {
+    char path[4400], parent[4400], probe[4500];
+    struct stat st;
+    canonical_path(dir, path, sizeof path);
+    const char *is = "it is";  // the directory itself, then each directory above it
+    for (char *slash = strrchr(path, '/'); slash && slash != path; slash = strrchr(path, '/'), is = "it is inside") {
+        const char *name = slash + 1;
+        *slash = '\0';  // path is now the parent of `name`
+        if (!checkpoint_name(name)) continue;
+        xsnprintf(parent, sizeof parent, "%s", path);
+        xsnprintf(probe, sizeof probe, "%s/latest", parent);
+        int holds_checkpoints = stat(probe, &st) == 0;
+        xsnprintf(probe, sizeof probe, "%s/%s/manifest.txt", parent, name);
+        if (holds_checkpoints || stat(probe, &st) == 0)
+            fatal("--ckpt-dir %s: %s %s/%s, a checkpoint of the run in %s: pruning that run's checkpoints would "
+                  "delete it; give the checkpoints a directory of their own", dir, is, parent, name, parent);
+    }
+}
+
+// A run resumed from step S of --ckpt-dir itself may save any step from S+1 to --steps (a signal's save
+// included). A step_N there in that range belongs to the run this one branches from (it went on past S):
+// a save would replace it, so the branch is refused before it starts, both runs named.
+static void check_branch_writes_nothing_existing(const char *dir, const char *resume, int steps) {
+    if (!resume || !resumes_from_dir(resume, dir)) return;
+    char checkpoint[4096];
+    checkpoint_resolve(resume, checkpoint, sizeof checkpoint);
+    const char *base = strrchr(checkpoint, '/');
+    int from, used = 0;
+    if (sscanf(base ? base + 1 : checkpoint, "step_%d%n", &from, &used) != 1 || (base ? base[1 + used] : 1)) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    int found = 0, first = 0, last = 0;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        used = 0;
+        if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1 || e->d_name[used] != '\0') continue;
+        if (step <= from || step > steps) continue;
+        if (!found || step < first) first = step;
+        if (!found || step > last) last = step;
+        found++;
+    }
+    closedir(d);
+    if (!found) return;
+    char names[64];
+    if (found == 1) xsnprintf(names, sizeof names, "step_%08d", first);
+    else xsnprintf(names, sizeof names, "%d of them, step_%08d to step_%08d", found, first, last);
+    fatal("--resume %s --ckpt-dir %s: this run branches from step %d, and %s holds later checkpoints of the run it "
+          "branches from (%s), which this run's saves (steps %d to %d) would replace: give the branch its own "
+          "--ckpt-dir", resume, dir, from, dir, names, from + 1, steps);
+}
+
 // The --ckpt-dir this run made, removed at exit while it is still empty: a run refused or stopped before its
 // first save leaves no trace. (atexit's callbacks take no argument: hence a variable of this file's own.)
 static char made_ckpt_dir[4200];
@@ -264,13 +326,15 @@ static void take_checkpoint_dir(Run *run) {
     struct stat st;
     if (!dir || run->comm.rank != 0) return;
     check_checkpoint_path_length(dir, run->opts.steps, run->comm.world);
+    check_not_inside_a_checkpoint(dir);
     if (mkdir(dir, 0755) == 0) {
         xsnprintf(made_ckpt_dir, sizeof made_ckpt_dir, "%s", dir);
         atexit(remove_made_ckpt_dir);
     } else if (errno != EEXIST) {
         fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
     }
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
+    if (stat(dir, &st) != 0) fatal("--ckpt-dir %s: %s", dir, strerror(errno));  // a link loop, say
+    if (!S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory (%s)", dir, file_kind(st.st_mode));
     run->ckpt_lock = lock_checkpoint_dir(dir);
 }
 
@@ -291,6 +355,7 @@ static void check_checkpoint_dir(Run *run) {
             fatal("--ckpt-dir %s already holds another run's checkpoints (%s), and --resume %s is not one of them: "
                   "give an empty --ckpt-dir, or --resume from %s to continue its run", dir, latest, resume, dir);
     }
+    check_branch_writes_nothing_existing(dir, resume, run->opts.steps);
     struct stat st;
     comm_metric_max(comm, 0);  // a barrier: the directory exists before anyone looks (take_checkpoint_dir)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) fatal("--ckpt-dir %s: not a directory", dir);
@@ -412,6 +477,18 @@ static void check_outputs_are_their_own(const TrainOptions *o) {
             (ckpt_real[in] == '/' || ckpt_real[in] == '\0'))
             fatal("--ckpt-dir %s: it is %s: give the checkpoints a directory of their own (or the one that holds "
                   "the resumed checkpoint, to continue its run there)", o->ckpt_dir, resumed_from);
+    }
+    for (int i = 0; i < outputs; i++) {
+        // Through a link, the early check would write the target and the final rename replace the link itself
+        // (a dangling one: whatever file takes the target's name later); an output is its own file.
+        struct stat st;
+        char target[4096];
+        if (lstat(files[i].path, &st) == 0 && S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(files[i].path, target, sizeof target - 1);
+            target[n > 0 ? n : 0] = '\0';
+            fatal("%s %s: a symbolic link (to %s): an output is never written through a link; give the file's own "
+                  "path", files[i].flag, files[i].path, target);
+        }
     }
     for (int i = 0; i < outputs; i++) {
         canonical_path(files[i].path, mine, sizeof mine);
@@ -538,7 +615,7 @@ static void setup(Run *run) {
     if (o->resume) {
         CkptManifest m;
         double t0 = timer_now();
-        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema, &m);
+        checkpoint_load(o->resume, &run->strategy, &run->model.layout, &run->comm, o->ema, o->precision, &m);
         if (m.ema_decay > 0 && o->ema == 0 && run->comm.rank == 0)
             fprintf(stderr, "shardlab: note: the checkpoint's EMA weights (--ema %s) are left unread: this run "
                             "keeps none, and its own checkpoints will carry none\n", ckpt_decay_text(m.ema_decay).text);
@@ -749,13 +826,18 @@ static void write_summary(Run *run, double tokens_per_s) {
     fprintf(f, "}, \"blocks_of_unit\": [");  // 0 for the embeddings' unit and the head
     for (int u = 0; u < run->model.layout.num_units; u++)
         fprintf(f, "%s%d", u ? ", " : "", run->model.layout.unit_num_layers[u]);
-    ProductEngine products = product_engine();  // rank 0's, which writes the summary; a GPU's are cuBLAS's
-    if (strcmp(device_name(), "cpu") != 0)
-        products = (ProductEngine){"cuBLAS", device_name(), "cuda streams", .bf16_kernels = "cuBLAS"};
+    // rank 0's engine, which writes the summary (the ranks agree on it: run/agree.c); a GPU's are cuBLAS's
+    ProductEngine products = {"cuBLAS", device_name(), "cuBLAS", "cuda streams", .kernels = "cuBLAS",
+                              .bf16_kernels = "cuBLAS"};
+    if (strcmp(device_name(), "cpu") == 0) products = product_engine();
     fprintf(f, "], \"products\": {\"engine\": ");
     write_json_text(f, products.engine);
     fprintf(f, ", \"kernels\": ");
     write_json_text(f, products.kernels);
+    fprintf(f, ", \"isa\": ");
+    write_json_text(f, products.isa);
+    fprintf(f, ", \"chosen_by\": ");
+    write_json_text(f, products.chosen_by);
     fprintf(f, ", \"bf16_kernels\": ");
     write_json_text(f, products.bf16_kernels);
     fprintf(f, ", \"parallel\": \"%s\", \"threads\": %d}", products.parallel, omp_get_max_threads());
@@ -871,7 +953,8 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
                                 .lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup, .steps = o->steps};
     double tokens_per_step = (double)o->batch * o->seq, total_s = 0;
     int steps_run = 0;
-    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema};
+    CkptSaveOptions save = {.dir = o->ckpt_dir, .full = o->save_full, .keep = o->keep, .ema = o->ema,
+                            .last_step = o->steps, .precision = o->precision};
     test_hooks_init(&run.test_hooks, o->test_nan_at);
     save.pause_mid_save_s = run.test_hooks.save_pause_s;
     run.summary.last_grad_norm = NAN;

@@ -167,6 +167,12 @@ stops_with(r, r"ranks disagree on --quantize-block: rank 0 has 256, rank 1 has \
 r = subprocess.run([*MPIRUN, "-np", "1", TRAINER, *args({})] + [":", "-np", "1", f"{BUILD}/train_zero3", *args({})],
                    capture_output=True, text=True, timeout=60)
 stops_with(r, "ranks disagree on the trainer: rank 0 has 'fsdp', rank 1 has 'zero3'", "two trainers")
+# ranks whose products run on different engines would round differently: named, as a flag is
+r = subprocess.run([*MPIRUN, "-np", "1", "env", "SHARDLAB_PRODUCTS=onednn", TRAINER, *args({})] +
+                   [":", "-np", "1", "env", "SHARDLAB_PRODUCTS=openblas", TRAINER, *args({})],
+                   capture_output=True, text=True, timeout=60)
+stops_with(r, "ranks disagree on the products' engine: rank 0 has 'oneDNN .*', rank 1 has 'OpenBLAS .*'",
+           "two products' engines")
 ddp = [f"{BUILD}/train_ddp", *args({})]
 r = subprocess.run([*MPIRUN, "-np", "1", *ddp, "--zero-stage", "1", ":", "-np", "1", *ddp, "--zero-stage", "2"],
                    capture_output=True, text=True, timeout=60)

@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,9 @@ def train(strategy, n, *args, env=None, timeout=300):
                        env=dict(os.environ, **(env or {})))
     return r
 
+
+def fails_with(r, pattern, what):
+    check(r.returncode != 0 and pattern in r.stderr, f"{what}: {pattern!r} in {r.stderr.strip()[:200]!r}")
 
 def losses(path):
     return {o["step"]: o["loss"] for o in map(json.loads, open(path)) if "step" in o}
@@ -273,26 +277,57 @@ r = train("fsdp", 3, "--steps", "8", *BF16, "--resume", bf_full, "--log", f"{tmp
 check(r.returncode == 0 and sorted(losses(f"{tmp}/bf16_full.jsonl")) == [5, 6, 7, 8],
       "the bf16 full checkpoint resumes into FSDP@3")
 
+# the manifest records the run's precision; a resume in the other is refused both ways, nothing written
+check("precision bf16\n" in open(f"{bf_full}/step_00000004/manifest.txt").read(), "a bf16 manifest says precision bf16")
+r = train("fsdp", 3, "--steps", "8", "--resume", bf_full, "--ckpt-dir", bf_full)
+fails_with(r, "the checkpoint was saved by a --precision bf16 run, this run asks for --precision fp32: give "
+              "--precision bf16 to continue it", "a bf16 checkpoint resumed in fp32")
+check(sorted(os.listdir(bf_full)) == ["latest", "step_00000004"], "the refused resume wrote nothing")
+fp32_ck = f"{tmp}/ck_precision_fp32"
+ok = train("single", 1, "--steps", "2", "--save-every", "2", "--ckpt-dir", fp32_ck).returncode == 0
+check(ok and "precision fp32\n" in open(f"{fp32_ck}/step_00000002/manifest.txt").read(), "an fp32 manifest says so")
+fails_with(train("single", 1, "--steps", "4", *BF16, "--resume", fp32_ck), "saved by a --precision fp32 run, this "
+           "run asks for --precision bf16", "an fp32 checkpoint resumed in bf16")
+
 # ---- --keep: the most recently written checkpoints stay, whatever their steps ----
 keep = f"{tmp}/keep"
 def names(d):
     return sorted(x for x in os.listdir(d) if x != "latest")
 ok = train("single", 1, "--steps", "6", "--save-every", "2", "--keep", "3", "--ckpt-dir", keep).returncode == 0
 check(ok and names(keep) == ["step_00000002", "step_00000004", "step_00000006"], f"--keep 3 keeps 3: {names(keep)}")
-# a branch from step 2 saves step 3: kept, with the newest of the older run's saves
+# a branch from step 2 saves step 3: kept, and every later save of the run it branched from too (pruning never
+# removes a step past the branch's last); the resumed step_2 takes the second of --keep 2's places
+before = {p: open(p, "rb").read() for p in glob.glob(f"{keep}/step_0000000[46]/*")}
 ok = train("single", 1, "--steps", "3", "--resume", f"{keep}/step_00000002", "--ckpt-dir", keep, "--save-every", "1",
            "--keep", "2").returncode == 0
-check(ok and names(keep) == ["step_00000003", "step_00000006"] and open(f"{keep}/latest").read() == "step_00000003\n",
-      f"a run resumed from an older step keeps what it wrote: {names(keep)}")
+check(ok and names(keep) == ["step_00000002", "step_00000003", "step_00000004", "step_00000006"] and
+      open(f"{keep}/latest").read() == "step_00000003\n",
+      f"a branch keeps what it wrote and the later saves of the run it branched from: {names(keep)}")
+check(before == {p: open(p, "rb").read() for p in before}, "the run it branched from: its later saves as they were")
+# a branch that would save a step the run it branched from has saved is refused before it starts, both named
+r = train("single", 1, "--steps", "4", "--resume", f"{keep}/step_00000002", "--ckpt-dir", keep, "--save-every", "1",
+          "--lr", "1e-2")
+fails_with(r, f"--resume {keep}/step_00000002 --ckpt-dir {keep}: this run branches from step 2, and {keep} holds "
+              "later checkpoints of the run it branches from (2 of them, step_00000003 to step_00000004)",
+           "a branch that would replace a later save")
+check(before == {p: open(p, "rb").read() for p in before} and names(keep)[-1] == "step_00000006",
+      "the refused branch changed nothing")
+ok = train("single", 1, "--steps", "4", "--resume", f"{keep}/step_00000003", "--ckpt-dir", keep, "--save-every", "1",
+           "--keep", "1").returncode != 0
+check(ok, "a branch from step 3 would save step 4, which the first run saved: refused")
+shutil.rmtree(f"{keep}/step_00000004"), shutil.rmtree(f"{keep}/step_00000006")
 ok = train("single", 1, "--steps", "4", "--resume", f"{keep}/step_00000003", "--ckpt-dir", keep, "--save-every", "1",
            "--keep", "1").returncode == 0
-check(ok and names(keep) == ["step_00000004"], f"--keep 1 on a branch keeps the checkpoint just written: {names(keep)}")
+check(ok and names(keep) == ["step_00000004"], f"--keep 1 keeps the checkpoint just written: {names(keep)}")
 check(train("single", 1, "--steps", "5", "--resume", keep).returncode == 0, "and latest resumes")
+# a --ckpt-dir inside another run's checkpoint would be deleted with it by that run's pruning: refused, by any path
+nested = f"{keep}/step_00000004/mine"
+for spelling in (nested, f"{keep}/../{os.path.basename(keep)}/step_00000004/mine", f"{keep}/step_00000004"):
+    fails_with(train("single", 1, "--steps", "2", "--ckpt-dir", spelling), "a checkpoint of the run in",
+               f"--ckpt-dir {spelling}: inside a checkpoint")
+check(not os.path.exists(nested), "the refused --ckpt-dir was not made")
 
 # ---- faults ----
-def fails_with(r, pattern, what):
-    check(r.returncode != 0 and pattern in r.stderr, f"{what}: {pattern!r} in {r.stderr.strip()[:200]!r}")
-
 def copy_ckpt(src, name):
     dst = f"{tmp}/{name}"
     subprocess.run(["cp", "-r", src, dst], check=True)
@@ -347,6 +382,8 @@ links = f"{tmp}/outputs_links"
 os.makedirs(links)
 os.symlink(f"{sharded_step}/rank_00000.bin", f"{links}/tr.tsv")
 os.symlink(f"{sharded}/latest", f"{links}/latest.jsonl")
+os.symlink(f"{sharded}/step_00000099", f"{links}/ahead.jsonl")  # dangling: a name the run's saves would make
+os.symlink(f"{sharded_step}/stray.bin", f"{links}/into.bin")  # dangling, into the checkpoint resumed from
 for flags, says, what in (
         (["--resume", full_step, "--out-model", f"{full_step}/model.bin"], "it is inside the checkpoint --resume",
          "--out-model over the full checkpoint resumed from"),
@@ -354,17 +391,22 @@ for flags, says, what in (
          "--out-model over a shard of the checkpoint resumed from"),
         (["--resume", sharded, "--log", f"{sharded_step}/manifest.txt"], "it is inside the checkpoint --resume",
          "--log into the manifest of the checkpoint resumed from"),
-        (["--resume", sharded, "--ckpt-dir", sharded, "--trace", f"{links}/tr"], "rank_00000.bin, a file of",
+        (["--resume", sharded, "--ckpt-dir", sharded, "--trace", f"{links}/tr"], "tr.tsv: a symbolic link (to ",
          "--trace through a link to a shard of --ckpt-dir"),
-        (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest.jsonl"], "latest, a file of",
-         "--log through a link to --ckpt-dir's latest"),
-        (["--resume", sharded, "--ckpt-dir", sharded_step], "it is the checkpoint --resume",
+        (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest.jsonl"],
+         "latest.jsonl: a symbolic link (to ", "--log through a link to --ckpt-dir's latest"),
+        (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/ahead.jsonl"],
+         "ahead.jsonl: a symbolic link (to ", "--log through a dangling link to a checkpoint a save will write"),
+        (["--resume", sharded, "--out-model", f"{links}/into.bin"], "into.bin: a symbolic link (to ",
+         "--out-model through a dangling link into the resumed checkpoint"),
+        (["--resume", sharded, "--ckpt-dir", sharded_step], f"it is {os.path.realpath(sharded_step)}, a checkpoint of",
          "a --ckpt-dir that is the checkpoint resumed from")):
     before = {p: open(p, "rb").read() for p in glob.glob(f"{full}/*/*") + glob.glob(f"{sharded}/*/*") +
               [f"{sharded}/latest"]}
     fails_with(train("fsdp", 3 if "--ckpt-dir" in flags or sharded in flags else 2, "--steps", "12", *flags), says, what)
-    after = {p: open(p, "rb").read() for p in before}
-    check(before == after, f"{what}: every checkpoint file as it was")
+    after = {p: open(p, "rb").read() for p in glob.glob(f"{full}/*/*") + glob.glob(f"{sharded}/*/*") +
+             [f"{sharded}/latest"]}
+    check(before == after, f"{what}: every checkpoint file as it was, and no other")
 
 # every number a manifest gives is checked, naming the manifest and what is wrong
 # (each edit below keeps the manifest's own CRC valid)

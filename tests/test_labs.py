@@ -222,6 +222,19 @@ def main():
           "lab grade: a sum for an average scores exactly 10 of 18 less the losses' points it loses, losing the "
           "gradient and the model at both N"
           + ("" if "10 of 18" in out else ": " + out[-800:]))
+    # a correct file whose debug print is not UTF-8 (one Latin-1 byte, every rank, every step) gets every point
+    latin1 = os.path.join(tmp, "ddp_latin1.c")
+    with open(latin1, "w") as f:
+        f.write("#include <stdio.h>\n" + open(os.path.join(ROOT, "ddp/ddp.c")).read().replace(
+            "static void finish_grads(void *state) {",
+            'static void finish_grads(void *state) {\n    fputs("r\\xe9duction\\n", stdout);'))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "labs", "lab.py"), "grade", "ddp", "--file", latin1,
+                        "--build", BUILD, "--mpirun", MPIRUN], capture_output=True, text=True, errors="replace",
+                       timeout=900)
+    out = r.stdout + r.stderr
+    check("lab ddp: 18 of 18 points" in out and "Traceback" not in out,
+          "lab grade: a correct file that prints a Latin-1 byte scores 18 of 18" + ("" if "18 of 18" in out else
+                                                                                  ": " + out[-800:]))
     # a file that does not compile is named as the student's
     broken = os.path.join(tmp, "broken.c")
     with open(broken, "w") as f:

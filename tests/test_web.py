@@ -196,6 +196,18 @@ def main():
             browser.call("Page.navigate", url=f"{page}?case={i}#{state}")  # a new address: a fresh page
             browser.evaluate(DRAWN)
             check_case(name, state, json.loads(browser.evaluate(COLLECT)))
+        # a switch in the address: 0/false/off/no turn it off, 1/true/on/yes or no value on; anything else is said
+        # on the page and left at its default (off)
+        browser.call("Page.navigate", url=f"{page}?switches#config=d2&ranks=2&recompute=0&offload-optimizer=false"
+                                          "&fused-attention=maybe&fused-classifier=ON")
+        browser.evaluate(DRAWN)
+        got = json.loads(browser.evaluate(COLLECT))
+        flags = {a for p in got["panels"] for a in p["args"]}
+        said = browser.evaluate("(document.getElementById('address-refused') || {}).textContent || ''")
+        check("--recompute" not in flags and "--offload-optimizer" not in flags and "--fused-attention" not in flags
+              and "--fused-classifier" in flags and "#fused-attention=maybe: a switch is on" in said
+              and "recompute" not in said,
+              f"address switches: =0 and =false off, =ON on, =maybe refused on the page ({sorted(flags)}; {said!r})")
         # MB's roundings, printf's (as Python's format: the double's exact value, an exact tie to the even digit):
         # exact ties both ways (0.0625, 0.1875, 1.0625 MB), a value just below a tie (240.4775), others
         sizes = [62500, 187500, 1062500, 240477500, 2500, 1500, 999999500, 13312]

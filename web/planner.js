@@ -64,14 +64,25 @@ const HOST = new Set(["host_optim", "host_staging"]);
 // flag the fragment names without a value is a switch that is on.
 function readState() {
   const state = Object.fromEntries(CONTROLS.map((c) => [c.flag, c.value]));
+  state.refused = [];  // what the address asked that the page cannot take, said on the page
   const decode = (text) => { try { return decodeURIComponent(text); } catch (e) { return text; } };
   for (const part of location.hash.replace(/^#/, "").split("&").filter(Boolean)) {
     const at = part.indexOf("=");
     const flag = "--" + decode(at < 0 ? part : part.slice(0, at));
-    if (flag in state) state[flag] = at < 0 ? "1" : decode(part.slice(at + 1));
+    if (!(flag in state)) continue;
+    const value = at < 0 ? "" : decode(part.slice(at + 1));
+    const control = CONTROLS.find((c) => c.flag === flag);
+    if (control.kind !== "switch") state[flag] = value;
+    else if (SWITCH_ON.includes(value.toLowerCase())) state[flag] = "1";
+    else if (SWITCH_OFF.includes(value.toLowerCase())) state[flag] = null;
+    else state.refused.push(`#${decode(part)}: a switch is on (${SWITCH_ON.filter(Boolean).join(", ")}, or no ` +
+                            `value) or off (${SWITCH_OFF.join(", ")}); left at its default`);
   }
   return state;
 }
+// A switch in the address: "#recompute" or "#recompute=1" is on, "#recompute=0" off.
+const SWITCH_ON = ["", "1", "true", "on", "yes"];
+const SWITCH_OFF = ["0", "false", "off", "no"];
 
 function writeState(state) {
   const parts = CONTROLS.filter((c) => state[c.flag] !== c.value).map((c) => {
@@ -428,6 +439,10 @@ function strategyFlags(module) {
 function main() {
   const module = planModule();
   const state = readState(), takes = strategyFlags(module);
+  if (state.refused.length) {  // said once, above the panels, each with what the page did instead
+    const status = document.getElementById("status");
+    status.before(element("p", { class: "refused", id: "address-refused" }, state.refused.join("; ")));
+  }
   buildControls(state, () => redraw(module, state, takes));
   redraw(module, state, takes);
 }

@@ -49,10 +49,17 @@ then ok "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up t
 else bad "bench_step${fused:+ $fused}: per-op rows for every op kind, adding up to the step"; cat "$tmp/bench"; fi
 done
 # --precision bf16: a bf16 run's step (its products on bf16 operands) against the bf16 products' own rate
+# and the engine that multiplied them, with each product's entry; under AVX2 (no bf16 kernel) the operands widened
+# to fp32 on OpenBLAS, the rule's engine for that instruction set (models/products.c)
 if timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 1 --precision bf16 >"$tmp/bench16" 2>&1 &&
-   head -n 1 "$tmp/bench16" | grep -qE "^d2 B=2 T=32 bf16: .*; bf16 product 1024\^3 .*, bf16 products on [a-z]+.*step/product = "; then
-    ok "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate, their kernel named"
-else bad "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate"; cat "$tmp/bench16"; fi
+   head -n 1 "$tmp/bench16" | grep -qE "^d2 B=2 T=32 bf16: .*; bf16 product 1024\^3 .*step/product = " &&
+   sed -n 2p "$tmp/bench16" | grep -qE "^products: (oneDNN|OpenBLAS) \(.* kernels; .*\); bf16 operands: (oneDNN [a-z]|widened to fp32)" &&
+   sed -n 3p "$tmp/bench16" | grep -qE "^routes: forward out = inp weight\^T: [a-zA-Z0-9 ,]+; backward dinp = dout weight: [a-zA-Z0-9 ,]+; dweight \+= dout\^T inp: " &&
+   env ONEDNN_MAX_CPU_ISA=AVX2 timeout 120 "$BUILD/bench_step" --config d2 --batch 2 --seq 32 --steps 1 --precision bf16 >"$tmp/bench16" 2>&1 &&
+   sed -n 2p "$tmp/bench16" | grep -qE "^products: OpenBLAS .*bf16 operands: widened to fp32, then OpenBLAS$" &&
+   sed -n 3p "$tmp/bench16" | grep -qE "^routes: forward out = inp weight\^T: widened, OpenBLAS sgemm; backward dinp = dout weight: widened, OpenBLAS sgemm; dweight \+= dout\^T inp: widened, OpenBLAS sgemm$"; then
+    ok "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate, their engine and entries named"
+else bad "bench_step --precision bf16: the step of a bf16 run against the bf16 products' rate, their engine and entries named"; cat "$tmp/bench16"; fi
 fails "bench_step --precision fp16 is refused" "--precision" "$BUILD/bench_step" --precision fp16
 
 finish

@@ -41,22 +41,34 @@ else bad "--keep prunes only checkpoints: a link's target and other directories 
 mkfifo "$tmp/fifo_out"
 fails "trainer: --out-model is a FIFO (no hang)" "--out-model $tmp/fifo_out: not a regular file \(a FIFO\)" \
     "${train[@]}" --out-model "$tmp/fifo_out"
-# OpenBLAS's OpenMP build or a refusal naming the package; the summary names the products' engine (oneDNN) and
-# the instruction set it chose, which ONEDNN_MAX_CPU_ISA caps
+# OpenBLAS's OpenMP build or a refusal naming the package; the summary names the products' engine the rule
+# chose for the instruction set (ONEDNN_MAX_CPU_ISA caps it: AVX2 takes OpenBLAS), or SHARDLAB_PRODUCTS
 fails "make: another OpenBLAS than the OpenMP build is refused" "OpenMP build is not installed.*libopenblas-openmp-dev" \
     make --no-print-directory blas-check OPENBLAS_LIBDIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
 fails "make: without oneDNN's header, the build stops naming the package" "oneDNN, the products' engine, is not installed.*libdnnl-dev" \
     make --no-print-directory blas-check CC="gcc -nostdinc"
 if "${train[@]}" --log "$tmp/blas.jsonl" >/dev/null 2>&1 &&
    env ONEDNN_MAX_CPU_ISA=AVX2 "${train[@]}" --log "$tmp/avx2.jsonl" >/dev/null 2>&1 &&
-   python3 - "$tmp/blas.jsonl" "$tmp/avx2.jsonl" <<'PY'
+   env ONEDNN_MAX_CPU_ISA=AVX2 SHARDLAB_PRODUCTS=onednn "${train[@]}" --log "$tmp/forced.jsonl" >/dev/null 2>&1 &&
+   python3 - "$tmp/blas.jsonl" "$tmp/avx2.jsonl" "$tmp/forced.jsonl" <<'PY'
 import json, sys
-own, avx2 = (json.loads(open(path).read().splitlines()[-1])["products"] for path in sys.argv[1:])
-assert own["engine"] == "oneDNN" and own["parallel"] == "openmp" and own["threads"] >= 1 and own["kernels"], own
-assert avx2["kernels"] == "avx2" or own["kernels"] in ("sse41", "avx"), (own, avx2)
+own, avx2, forced = (json.loads(open(path).read().splitlines()[-1])["products"] for path in sys.argv[1:])
+assert own["engine"] in ("oneDNN", "OpenBLAS") and own["parallel"] == "openmp" and own["threads"] >= 1, own
+assert own["chosen_by"] == "the rule for this instruction set" and own["isa"] and own["kernels"], own
+if own["isa"] not in ("sse41", "avx"):
+    assert avx2["isa"] == "avx2" and avx2["engine"] == "OpenBLAS", avx2
+    assert avx2["bf16_kernels"] == "widened to fp32, then OpenBLAS", avx2
+    assert forced == dict(avx2, engine="oneDNN", kernels="avx2", chosen_by="SHARDLAB_PRODUCTS",
+                          bf16_kernels="widened to fp32, then oneDNN"), forced
 PY
-then ok "trainer: the summary names the products' engine (oneDNN), the instruction set it chose, and the threads"
-else bad "trainer: the summary names the products' engine (oneDNN), the instruction set it chose, and the threads"; fi
+then ok "trainer: the summary names the products' engine, what chose it, its kernels, bf16's, and the threads"
+else bad "trainer: the summary names the products' engine, what chose it, its kernels, bf16's, and the threads"; fi
+fails "trainer: a products' engine that does not exist is refused by name" "SHARDLAB_PRODUCTS=blas: the products' engine is onednn or openblas" \
+    env SHARDLAB_PRODUCTS=blas "${train[@]}"
+fails "trainer: an instruction set oneDNN does not know is refused by name" "ONEDNN_MAX_CPU_ISA=avx3: not an instruction set oneDNN knows" \
+    env ONEDNN_MAX_CPU_ISA=avx3 "${train[@]}"
+fails "trainer: OMP_NUM_THREADS far past the cores is refused, not a crash" "OMP_NUM_THREADS=100000: more than 16 threads a core" \
+    env OMP_NUM_THREADS=100000 "${train[@]}"
 fails "trainer: --log is a FIFO (no hang)" "--log $tmp/fifo_out: not a regular file \(a FIFO\)" "${train[@]}" --log "$tmp/fifo_out"
 fails "init_model: --out is a FIFO (no hang)" "fifo_out: not a regular file \(a FIFO\)" "$BUILD/init_model" --layers 1 \
     --heads 1 --channels 4 --vocab 5 --max-seq 2 --out "$tmp/fifo_out"
@@ -157,8 +169,23 @@ fails "trainer: a switch given twice" "^shardlab: --recompute given twice" "${tr
 fails "plan: a flag given twice" "^shardlab: --ranks given twice" "$BUILD/plan" --config d2 --ranks 2 --ranks 3
 # the same file reached through a symbolic link, or a hard link: one file, whatever its names
 printf 'my log\n' > "$tmp/L3.jsonl" && ln -sf "$tmp/L3.jsonl" "$tmp/L3l.jsonl" && ln -f "$tmp/L3.jsonl" "$tmp/L3h.jsonl"
-fails "trainer: --log through a symbolic link to --out-model" "--out-model $tmp/L3.jsonl: that is the file of --log $tmp/L3l.jsonl" \
+fails "trainer: --log through a symbolic link (to --out-model) is refused" "--log $tmp/L3l.jsonl: a symbolic link \(to $tmp/L3.jsonl\)" \
     "${train[@]}" --log "$tmp/L3l.jsonl" --out-model "$tmp/L3.jsonl"
+# an output through a link: the early check would write the target and the final rename replace the link
+mkdir -p "$tmp/lk" && printf 'old' > "$tmp/lk/target.bin" && ln -sf target.bin "$tmp/lk/out.bin" &&
+    ln -sf /proc/self/fd/1 "$tmp/lk/stdout"
+fails "trainer: --out-model through a symbolic link is refused" "--out-model $tmp/lk/out.bin: a symbolic link \(to target.bin\)" \
+    "${train[@]}" --out-model "$tmp/lk/out.bin"
+fails "trainer: --out-model-ema through a symbolic link is refused" "--out-model-ema $tmp/lk/out.bin: a symbolic link" \
+    "${train[@]}" --ema 0.5 --out-model-ema "$tmp/lk/out.bin"
+ln -sf target.bin "$tmp/lk/out.json"
+fails "trainer: --trace's file through a link is refused" "--trace $tmp/lk/out.json: a symbolic link \(to target.bin\)" \
+    "${train[@]}" --trace "$tmp/lk/out"
+fails "trainer: an output linked to the standard output is refused, the link left" "--out-model $tmp/lk/stdout: a symbolic link \(to /proc/self/fd/1\)" \
+    "${train[@]}" --out-model "$tmp/lk/stdout"
+if [ -L "$tmp/lk/out.bin" ] && [ -L "$tmp/lk/stdout" ] && [ "$(cat "$tmp/lk/target.bin")" = old ] &&
+   [ "$(ls "$tmp/lk" | wc -l)" = 4 ]; then ok "the refused links and their target as they were, nothing beside them"
+else bad "the refused links and their target as they were, nothing beside them"; ls -la "$tmp/lk"; fi
 fails "trainer: --out-model a hard link of --log" "--out-model $tmp/L3h.jsonl: that is the file of --log $tmp/L3.jsonl" \
     "${train[@]}" --log "$tmp/L3.jsonl" --out-model "$tmp/L3h.jsonl"
 if [ "$(cat "$tmp/L3.jsonl")" = "my log" ]; then ok "the linked log was left as it was"; else bad "the linked log was left as it was"; fi

@@ -34,7 +34,10 @@ else bad "report: the ZeRO++ plot's rungs each send less across machines than th
 # labels apart; memory_by_category's stacks are the ranks' peak moments
 run "report: every plot's axes labelled, its legend's entries with data, its tick labels apart; the memory stacks happened" \
     python3 tests/check_plots.py "$tmp/runs/tiny"
-if grep -qE "^Machine: .*; products on oneDNN \([a-z0-9_]+\); threads a rank: single [0-9]+, " "$tmp/runs/tiny/report.md"; then
+engine=$(python3 -c 'import json,sys; p = json.loads(open(sys.argv[1]).read().splitlines()[-1])["products"]; print(p["engine"], p["kernels"], p["isa"])' \
+         "$tmp/runs/tiny/single.jsonl" 2>/dev/null)
+read -r engine_name engine_kernels engine_isa <<<"$engine"
+if [ -n "$engine" ] && grep -qE "^Machine: .*; products on $engine_name \($engine_kernels\), chosen by the rule for $engine_isa \(docs/performance.md\); threads a rank: single [0-9]+, " "$tmp/runs/tiny/report.md"; then
     ok "report: the machine line names the products' engine and each run's threads a rank"
 else bad "report: the machine line names the products' engine and each run's threads a rank"; grep "^Machine" "$tmp/runs/tiny/report.md"; fi
 run "report.html rendered by headless Chromium, as a person sees it" bash tests/render_report.sh "$tmp/runs/tiny" \
