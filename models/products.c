@@ -6,8 +6,7 @@
 // measurements of the d12 step on both engines (docs/performance.md):
 //
 //   oneDNN's instruction set     fp32 products   bf16 products
-//   sse41                        oneDNN          widened, then oneDNN
-//   avx, avx2, avx2_vnni         OpenBLAS        widened, then OpenBLAS
+//   sse41, avx, avx2, avx2_vnni  OpenBLAS        widened, then OpenBLAS
 //   avx512_core, _vnni           oneDNN          widened, then oneDNN
 //   avx512_core_bf16, _amx       oneDNN          oneDNN's bf16 matmul
 //
@@ -74,8 +73,9 @@ static void choose(void) {
     check_isa_cap();
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     choice.isa = isa_name(isa);
-    int avx_class = isa == dnnl_cpu_isa_avx || isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni;
-    choice.fp32 = avx_class ? ENGINE_OPENBLAS : ENGINE_ONEDNN;
+    int below_avx512 = isa == dnnl_cpu_isa_sse41 || isa == dnnl_cpu_isa_avx || isa == dnnl_cpu_isa_avx2 ||
+                       isa == dnnl_cpu_isa_avx2_vnni;
+    choice.fp32 = below_avx512 ? ENGINE_OPENBLAS : ENGINE_ONEDNN;
     choice.chosen_by = "the rule for this instruction set";
     const char *forced = getenv("SHARDLAB_PRODUCTS");
     if (forced) {
@@ -209,9 +209,11 @@ void product(char transa, char transb, int M, int N, int K, real_t alpha, const 
 // ---- bf16, widened ----
 
 // The widened path's tiles: op(A) (MC,KC), op(B) (KC,NC) and their fp32 sums
-// (MC,NC), 12 MB at most, the engine's own workspace as OpenBLAS's packing
-// buffers are (kept for the thread's next product; not in the memory account).
-enum { TILE = 1024 };
+// (MC,NC), MC and KC at most 1024 and NC as wide as WORKSPACE_FLOATS then allows
+// (a thin product's whole width: a product split into narrow ones runs slower).
+// The workspace, 16 MB at most, is the engine's own as OpenBLAS's packing buffers
+// are (kept for the thread's next product; not in the memory account).
+enum { TILE = 1024, WORKSPACE_FLOATS = 4 << 20 };
 
 // dst (rows,cols) = src's rows [r0, r0+rows) and columns [c0, c0+cols), widened (exact).
 static void widen(float *dst, const bf16 *src, int ld, int r0, int rows, int c0, int cols) {
@@ -246,7 +248,9 @@ static void product_bf16_widened(char transa, char transb, int M, int N, int K, 
                                  const bf16 *B, int ldb, float beta, void *C, DType c_dtype, int ldc) {
     static _Thread_local float *workspace;
     static _Thread_local size_t workspace_floats;
-    int mc = M < TILE ? M : TILE, nc = N < TILE ? N : TILE, kc = K < TILE ? K : TILE;
+    int mc = M < TILE ? M : TILE, kc = K < TILE ? K : TILE;
+    size_t wide = (WORKSPACE_FLOATS - (size_t)mc * kc) / (size_t)(kc + mc > 0 ? kc + mc : 1);
+    int nc = (size_t)N < wide ? N : (int)wide;
     size_t need = (size_t)mc * kc + (size_t)kc * nc + (size_t)mc * nc;
     if (need > workspace_floats) {
         free(workspace);
@@ -254,12 +258,12 @@ static void product_bf16_widened(char transa, char transb, int M, int N, int K, 
         workspace_floats = need;
     }
     float *a = workspace, *b = a + (size_t)mc * kc, *sums = b + (size_t)kc * nc;
-    for (int m0 = 0; m0 < M; m0 += TILE)
-        for (int n0 = 0; n0 < N; n0 += TILE) {
-            int rows = M - m0 < TILE ? M - m0 : TILE, cols = N - n0 < TILE ? N - n0 : TILE;
+    for (int m0 = 0; m0 < M; m0 += mc)
+        for (int n0 = 0; n0 < N; n0 += nc) {
+            int rows = M - m0 < mc ? M - m0 : mc, cols = N - n0 < nc ? N - n0 : nc;
             if (K == 0) memset(sums, 0, (size_t)rows * cols * sizeof(float));
-            for (int k0 = 0; k0 < K; k0 += TILE) {
-                int depth = K - k0 < TILE ? K - k0 : TILE;
+            for (int k0 = 0; k0 < K; k0 += kc) {
+                int depth = K - k0 < kc ? K - k0 : kc;
                 // op(A)'s tile as stored: (rows,depth), or (depth,rows) transposed; op(B)'s likewise
                 if (transa == 'T') widen(a, A, lda, k0, depth, m0, rows);
                 else widen(a, A, lda, m0, rows, k0, depth);

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Exact on other machines, here (make test-portable): what differs between CPUs is
-# the instruction set oneDNN's product kernels run on (it picks them from the CPU's
-# feature bits; ONEDNN_MAX_CPU_ISA caps them, showing here what an older CPU
-# computes) and the threads a rank gets, so the suite runs under other instruction
+# the products' engine and the instruction set its kernels run on (oneDNN picks them
+# from the CPU's feature bits; ONEDNN_MAX_CPU_ISA caps them, showing here what an older
+# CPU computes, and the engine follows: OpenBLAS below AVX-512) and the threads a rank gets, so the suite runs under other instruction
 # sets and thread counts than the machine's own: every strategy must stay bit for
 # bit its reference (train_single --as-ranks N) under each.
 #   - the equivalence tier (every strategy at N = 2, FSDP at N = 3, against its
 #     reference, with its memory and traffic; DDP, ZeRO-3 and FSDP in bf16, whose
-#     products run on that set's bf16 kernel or, below AVX-512, a loop) under each
+#     products run on that set's bf16 kernel or, without one, widened to fp32) under each
 #     instruction set, with 1, 2 or 3 threads a rank (one count per set: every
 #     count is seen);
 #   - the bf16 products against their error bound (test_dtype) under each set.
@@ -27,5 +27,7 @@ for pair in $isas; do
         SHARDLAB_TEST_QUICK=1 python3 tests/test_strategies.py "$BUILD" "$MPIRUN"
     run "test_dtype, $isa, $threads thread(s)" env ONEDNN_MAX_CPU_ISA=$isa OMP_NUM_THREADS=$threads \
         "$BUILD/tests/test_dtype"
+    run "test_products: the rule's engine and entries, the widened tiles, $isa" env ONEDNN_MAX_CPU_ISA=$isa \
+        OMP_NUM_THREADS=$threads "$BUILD/tests/test_products"
 done
 finish
