@@ -11,6 +11,19 @@ import tempfile
 class Checks:
     def __init__(self, name):
         self.name, self.passed, self.failures, self.scratch_dirs = name, 0, [], []
+        sys.excepthook = self.stopped
+
+    def stopped(self, kind, error, trace):
+        """A driver stopped by an exception still reports its checks so far. A command past its timeout (a hang
+        guard, sized from the work, never a speed test) fails one check that names it."""
+        if isinstance(error, subprocess.TimeoutExpired):
+            command = " ".join(map(str, error.cmd)) if isinstance(error.cmd, (list, tuple)) else str(error.cmd)
+            self.check(False, f"hang guard: `{command[:400]}` ran past its {error.timeout:.0f} s and was stopped")
+        else:
+            import traceback
+            traceback.print_exception(kind, error, trace)
+            self.check(False, f"the driver stopped on {kind.__name__}: {error}")
+        self.finish()
 
     def scratch(self, prefix):
         """A new scratch directory (prefix + random, in $TMPDIR or /tmp): removed when finish() finds every check
@@ -57,9 +70,10 @@ def with_flags(args, *flags):
     return out
 
 
-def run(cmd):
-    """Runs cmd; on failure prints it with the end of its output. Returns the exit status."""
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def run(cmd, timeout=1800):
+    """Runs cmd; on failure prints it with the end of its output. Returns the exit status. timeout: a hang
+    guard (Checks reports the command if it fires), far above any run's time under load."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         print(" ".join(cmd), "\n", r.stdout[-2000:], r.stderr[-2000:])
     return r.returncode

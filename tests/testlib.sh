@@ -23,6 +23,10 @@ failed=0
 tmp=$(mktemp -d /tmp/shardlab_tests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
+# Check's per-test timeouts are hang guards: its default (4 s) and the tests' own, times 10, so that a loaded
+# machine cannot trip them (a test that hangs is still stopped, and named).
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-60} CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-10}
+
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 
@@ -30,7 +34,11 @@ bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 run() {
     local name=$1 start=$SECONDS
     shift
-    if timeout "${RUN_TIMEOUT:-600}" "$@" >"$tmp/out" 2>&1; then ok "$name ($((SECONDS - start)) s)"
+    timeout "${RUN_TIMEOUT:-600}" "$@" >"$tmp/out" 2>&1
+    local status=$?
+    if [ $status -eq 0 ]; then ok "$name ($((SECONDS - start)) s)"
+    elif [ $status -eq 124 ]; then bad "$name: hang guard: \`$*\` ran past ${RUN_TIMEOUT:-600} s and was stopped"
+        tail -n 40 "$tmp/out"
     else bad "$name ($((SECONDS - start)) s)"; tail -n 40 "$tmp/out"; fi
     grep -E '^[0-9]+%: Checks|^[a-z]+: [0-9]+ passed, [0-9]+ failed|^FAIL' "$tmp/out" || true
 }
@@ -143,9 +151,12 @@ run_parts() {
             while :; do
                 i=$(flock "$tmp/part_next" sh -c 'i=$(cat "$1"); echo $((i + 1)) > "$1"; echo $i' _ "$tmp/part_next")
                 [ "$i" -lt "$n" ] || break
-                { time timeout "${RUN_TIMEOUT:-900}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1; } \
+                # a hang guard, three times the longest part's time under load
+                { time timeout "${PART_TIMEOUT:-2700}" bash -c "$(cat "$tmp/part$i.cmd")" > "$tmp/part$i.out" 2>&1; } \
                     2> "$tmp/part$i.time"
                 status=$?
+                [ "$status" -eq 124 ] && echo "FAIL hang guard: the part ran past ${PART_TIMEOUT:-2700} s and was" \
+                    "stopped: $(cat "$tmp/part$i.cmd")" >> "$tmp/part$i.out"
                 echo "$status $(cat "$tmp/part$i.time")" > "$tmp/part$i.rc"
             done
         ) &
