@@ -167,7 +167,7 @@ def peak_where(rank, summary):
 def peak_in_words(rank, summary):
     """peak_where, and what the step's temporaries held at that moment."""
     m = rank["peak_moment"]
-    alive = [f"{m['held'][c] / MB:.1f} MB {c}" for c in TEMPORARY if m["held"][c] > 0]
+    alive = [f"{m['held'][c] / MB:.1f} MB {c}" for c in TEMPORARY if m["held"][c] >= 0.05 * MB]  # as printed
     return peak_where(rank, summary) + (": " + ", ".join(alive) + " alive besides the resident state and the "
                                         "activations" if alive else "")
 
@@ -532,7 +532,8 @@ def plot_sharding(build, cfg, world, logs, data, plots):
     ytics = ", ".join(f"'{s} r{rank}' {row[(s, rank)]}" for s in strategies for rank in range(world))
     total = max(e for _, _, e in tensors) / scale
     padding = " (grey: padding)" if pads else " (no padding: every tensor's rows divide by N)"
-    gnuplot(f"""set title "Who keeps what between steps, N = {world}: DDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices{padding}"
+    # two lines: one would be wider than the plot (1100 px at gnuplot's title font)
+    gnuplot(f"""set title "Who keeps what between steps, N = {world}{padding}\\nDDP replicas, ZeRO-1/2 flat ranges, ZeRO-3 whole tensors by owner, FSDP dim-0 slices"
 set xlabel "parameter index in llm.c's order (millions; thin lines: tensor borders)"
 set ylabel "strategy, rank"
 set xrange [0:{total}]
@@ -883,8 +884,9 @@ def prediction_words(cells):
                   "counts the more the fewer steps it ran, and other work on the machine, or ranks sharing cores "
                   "unevenly, slows it further.")
     if any(r > 2 for r in off.values()):
-        words += (" Above: the run went faster than one rank's measured rate allows, so train_single's own steps, "
-                  "the calibration, ran slower than usual (the machine was busier then).")
+        words += (" Above: the run went faster than one rank's measured rate allows; the model takes that rate from "
+                  "train_single's fastest step, so the calibration ran slower than these runs, for a cause these "
+                  "runs did not measure.")
     return words + " Read the predictions for how the strategies compare, not for this machine's level."
 
 
@@ -1034,8 +1036,9 @@ def caption(name, run=None):
     """The sentence under a picture (a timeline's for every strategy); a comparison in it is computed from the
     data the picture draws."""
     if name.startswith("timeline_"):
-        return ("One step of every rank on a shared clock: compute bars, the collectives each rank issued, and "
-                "how long it waited for them; a collective drawn under a compute bar is hidden by it.")
+        return ("One step of every rank on a shared clock: compute bars on each rank's line, the collectives it had "
+                "in flight in a thin row above them, and its waits for them in a row below: a collective in flight "
+                "above a compute bar was hidden behind that compute.")
     if name == "zeropp" and run and os.path.exists(os.path.join(run, "data", "zeropp.tsv")):
         most, fsdp, zeropp = zeropp_claims(os.path.join(run, "data", "zeropp.tsv"))
         at = (f"{most[1]} sends most at N = 64 and at N = 384" if most[1] == most[2] else
@@ -1147,6 +1150,14 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                          f"docs/precision.md) the single-rank loss stays within {diff:.1e} (relative) of the same "
                          f"run in fp32 at every step: final {logs['single'][0][-1]['loss']:.4f} against "
                          f"{fp32[-1]['loss']:.4f}.")
+        rate = {k: statistics.median([x["tokens_per_s"] for x in steps[1:] if x.get("tokens_per_s")] or [0])
+                for k, steps in (("bf16", logs["single"][0]), ("fp32", fp32))}
+        if rate["bf16"] > 0 and rate["fp32"] > 0:  # the same run in both precisions, their median steps
+            products = logs["single"][1].get("products", {}).get("bf16_kernels", "?")
+            ratio = rate["bf16"] / rate["fp32"]
+            sentences.append(f"On this CPU bf16 was {'faster' if ratio > 1 else 'slower'} than fp32: the single-rank "
+                             f"run's median step {rate['bf16']:.0f} tokens/s in bf16 against {rate['fp32']:.0f} in "
+                             f"fp32 ({ratio:.2f}x; bf16 products on {products}).")
     if row[base]["sent"] > 0:
         sentences.append(f"The price is traffic: per step each rank sends "
                          + ", ".join(f"{row[s]['sent']:.1f} MB ({NAMES[s]}, {row[s]['sent'] / row[base]['sent']:.2f}x)"
@@ -1198,20 +1209,12 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
         strategies_speed = []
     if strategies_speed:
         f_summary = speed_source[fastest][1]
-        t, n = slowest_time(f_summary), max(len(speed_source[fastest][0]), 1)
-        def per_step(s, part):
-            return slowest_time(speed_source[s][1])[part] / max(len(speed_source[s][0]), 1)
-        waits = {s: per_step(s, "comm_wait_s") for s in strategies}
-        rest = {s: per_step(s, "compute_s") + per_step(s, "optim_s") for s in strategies}
-        why = ("it waits least for communication" if min(waits, key=waits.get) == fastest else
-               "its compute and optimizer take least" if min(rest, key=rest.get) == fastest else
-               "neither its waiting nor its compute is the least alone, their sum is")
+        tokens_per_step = f_summary["config"]["batch"] * f_summary["config"]["seq"]
         sentences.append(f"Fastest at {f_summary['world_size']} ranks on {f_summary.get('cores_on_node', '?')} cores, "
                          f"beyond the noise (its steps' middle half {spread(fastest)[0]:.0f}-{spread(fastest)[1]:.0f} "
-                         f"tokens/s, above every other's): "
-                         f"{NAMES[fastest]}, {median(fastest):.0f} tokens/s (its median step), a step of "
-                         f"{1e3 * t.get('step_s', 0) / n:.1f} ms ({1e3 * t['compute_s'] / n:.1f} ms computing, "
-                         f"{1e3 * t['comm_wait_s'] / n:.1f} ms waiting): {why} (the Speed table).")
+                         f"tokens/s, above every other's): {NAMES[fastest]}, its median step "
+                         f"{1e3 * tokens_per_step / median(fastest):.1f} ms, {median(fastest):.0f} tokens/s (the Speed "
+                         "table's runs, their steps after the first).")
     for s in (s for s in strategies if placements[s] == "whole_tensors"):
         held = [r["mem"]["params"]["peak"] for r in logs[s][1]["ranks"]]
         imbalance = max(held) / (sum(held) / len(held)) if sum(held) else 1.0

@@ -967,7 +967,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (time_mode) {
-        if (!(tokens_per_s > 0)) fatal("--time needs --tokens-per-s R: one rank's measured tokens/s on this model");
+        if (!(tokens_per_s > 0))
+            fatal("--time needs --tokens-per-s R above 0: one rank's measured tokens/s on this model (%s)",
+                  cli_given(&spec, "--tokens-per-s") ? "0 given" : "none given");
         Machine machine = {.ranks_per_node = ranks_per_node, .compute_slots = compute_slots,
                            .across = parse_link(across, "--across"), .host = parse_link(host_link, "--host-link"),
                            .host_memory = cpu_adam * 1e9};

@@ -35,33 +35,11 @@
 #include "device/mem_timeline.h"
 #include "run/options.h"
 #include "run/passes.h"
+#include "run/stop_signals.h"
 #include "run/test_hooks.h"
 #include "util/timer.h"
 #include "run/threads.h"
 #include "run/trace.h"
-
-// SIGINT, SIGTERM or SIGUSR1: the loop finishes the step, saves and stops. SIGUSR1
-// is the one Open MPI's mpirun forwards to the ranks and then waits for, so the job
-// ends with status 0 (SIGTERM or SIGINT to mpirun aborts the job).
-// No handler runs: the three stay blocked in every thread and the loop takes a
-// pending one between steps. A handler's frame is written below the interrupted
-// thread's stack pointer, and oneDNN's JIT gemm kernels (2.x) point theirs into a
-// heap workspace while they run: a signal there corrupts the heap.
-// Blocked first thing, before MPI and OpenMP start threads, which inherit the mask.
-static void stop_signals_block(sigset_t *stop) {
-    CHECK(sigemptyset(stop) == 0 && sigaddset(stop, SIGINT) == 0 && sigaddset(stop, SIGTERM) == 0 &&
-          sigaddset(stop, SIGUSR1) == 0, "sigaddset: %s", strerror(errno));
-    int err = pthread_sigmask(SIG_BLOCK, stop, NULL);
-    CHECK(err == 0, "pthread_sigmask: %s", strerror(err));
-}
-
-// The stop signal pending for this process, taken (0 if none).
-static int stop_signal_take(const sigset_t *stop) {
-    struct timespec no_wait = {0, 0};
-    int signal_number = sigtimedwait(stop, NULL, &no_wait);
-    CHECK(signal_number > 0 || errno == EAGAIN || errno == EINTR, "sigtimedwait: %s", strerror(errno));
-    return signal_number > 0 ? signal_number : 0;
-}
 
 // What rank 0 puts in the summary line for each rank.
 typedef struct {
@@ -611,6 +589,7 @@ static void setup(Run *run) {
                config.vocab_size, run->model.layout.num_params, o->batch, o->seq, o->grad_accum, run->model.B,
                o->seq, dtype_name(run->model.param_dtype), dtype_name(run->model.grad_dtype), run->threads, run->cores,
                run->comm.local_size);
+    fflush(stdout);  // said before the first step, which may take long
     run->first_step = 1;
     if (o->resume) {
         CkptManifest m;
@@ -914,9 +893,11 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     run.plugin = plugin;
     run.ckpt_lock = -1;
     run.as_ranks = 1;
-    sigset_t stop_signals;
-    stop_signals_block(&stop_signals);
+    // static: the waiting thread reads it as long as the process lives, past this function's return
+    static StopSignals stop_signals;
+    stop_signals_start(&stop_signals);
     comm_init(&run.comm, &argc, &argv);
+    atomic_store(&stop_signals.rank, run.comm.rank);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
     // Each rank parses its own command line, silently. The job's outcome is the
     // worst of them (ERROR over HELP over RUN: a rank started with other flags must
@@ -975,7 +956,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
             fatal("step %d: the gradient norm is %g; stopping without saving%s", step, norm,
                   last_good_checkpoint(&run, said, sizeof said));
         // any rank signalled (during this step, or before the first): all stop together
-        int stop = comm_metric_max(&run.comm, stop_signal_take(&stop_signals)) > 0;
+        int stop = comm_metric_max(&run.comm, stop_signals_take(&stop_signals)) > 0;
         if (o->ckpt_dir && ((o->save_every && step % o->save_every == 0) || stop || step == o->steps)) {
             double t0 = timer_now();
             checkpoint_save(&save, &run.strategy, &run.model.layout, &run.comm, step, run.train.position, o->seed);

@@ -287,7 +287,7 @@ def check_speed_claim(run, failures):
     'no one of them is the fastest' only where they overlap; 'too few' only below four timed steps."""
     report = open(os.path.join(run, "report.md")).read()
     strategies = table(os.path.join(run, "data", "plan.tsv"))[0][1:]
-    sources = {}
+    sources, tokens_per_step = {}, {}
     for where in (os.path.join(run, "speed"), run):
         if all(os.path.exists(os.path.join(where, f"{s}.jsonl")) for s in strategies):
             logs = {s: [json.loads(x) for x in open(os.path.join(where, f"{s}.jsonl"))] for s in strategies}
@@ -296,13 +296,14 @@ def check_speed_claim(run, failures):
                 continue  # time-sliced runs: the report times none of them (its speed runs, or nothing)
             world = last.get("world_size")
             rates = {}
+            tokens_per_step.setdefault(world, last["config"]["batch"] * last["config"]["seq"])
             for s in strategies:  # the first step warms up: left out, as the report does
                 steps = [x["tokens_per_s"] for x in logs[s] if "step" in x and not x.get("summary")
                          and x.get("tokens_per_s")]
                 rates[s] = sorted(steps[1:])
             sources.setdefault(world, rates)
-    fastest = re.search(r"Fastest at (\d+) ranks.*?middle half (\d+)-(\d+) tokens/s.*?\): (.+?), (\d+) tokens/s "
-                        r"\(its median step\)", report)
+    fastest = re.search(r"Fastest at (\d+) ranks.*?middle half (\d+)-(\d+) tokens/s.*?\): (.+?), its median step "
+                        r"([\d.]+) ms, (\d+) tokens/s", report)
     overlap = re.search(r"At (\d+) ranks the strategies' step rates overlap", report)
     few = re.search(r"The shortest speed run timed (\d+) step\(s\) after its first: too few", report)
     if len(strategies) < 2 or not sources:
@@ -326,13 +327,44 @@ def check_speed_claim(run, failures):
     best = max(strategies, key=lambda s: statistics.median(rates[s]))
     apart = all(quart[s][1] < quart[best][0] for s in strategies if s != best)
     if fastest:
-        low, high, median = int(fastest.group(2)), int(fastest.group(3)), int(fastest.group(5))
+        low, high, median = int(fastest.group(2)), int(fastest.group(3)), int(fastest.group(6))
+        step_ms = float(fastest.group(5))  # the median step's time: the same steps' measure as its tokens/s
         named = fastest.group(4).lower().replace("-", "")  # the registry's title (ZeRO-3): the name, less case and hyphen
         if not apart or named != best or (low, high) != tuple(round(x) for x in quart[best]) or \
-                abs(median - statistics.median(rates[best])) > 0.5:
+                abs(median - statistics.median(rates[best])) > 0.5 or \
+                abs(step_ms - 1e3 * tokens_per_step[world] / statistics.median(rates[best])) > 0.051:
             failures.append(f"report: '{fastest.group(0)[:120]}' against the steps' quartiles {quart}")
     elif apart:
         failures.append(f"report: says the rates overlap; {best}'s steps lie above every other's {quart}")
+
+
+def check_bf16_against_fp32(run, failures):
+    """A bf16 comparison with its fp32 twin (single_fp32.jsonl) says whether bf16 was faster or slower on this
+    machine, with both median step rates and what multiplied the bf16 products, as the two runs logged them; the
+    machine line names the bf16 products' engine as it ran."""
+    twin = os.path.join(run, "single_fp32.jsonl")
+    report = open(os.path.join(run, "report.md")).read()
+    said = re.search(r"On this CPU bf16 was (faster|slower) than fp32: the single-rank run's median step (\d+) "
+                     r"tokens/s in bf16 against (\d+) in fp32 \(([\d.]+)x; bf16 products on (.+?)\)\.", report)
+    if not os.path.exists(twin):
+        if said:
+            failures.append("report: a bf16 against fp32 sentence without an fp32 twin")
+        return
+    if not said:
+        failures.append("report: a bf16 comparison that does not say whether bf16 was faster than fp32 here")
+        return
+    logs = {}
+    for name, path in (("bf16", os.path.join(run, "single.jsonl")), ("fp32", twin)):
+        lines = [json.loads(x) for x in open(path)]
+        logs[name] = (statistics.median([x["tokens_per_s"] for x in lines if "step" in x and not x.get("summary")
+                                         and x.get("tokens_per_s")][1:]), lines[-1])
+    bf16, fp32 = logs["bf16"][0], logs["fp32"][0]
+    kernels = logs["bf16"][1]["products"]["bf16_kernels"]
+    if (said.group(1) == "faster") != (bf16 > fp32) or abs(int(said.group(2)) - bf16) > 0.5 or \
+            abs(int(said.group(3)) - fp32) > 0.5 or said.group(5) != kernels:
+        failures.append(f"report: '{said.group(0)}' against the runs' medians {bf16:.1f} and {fp32:.1f}, {kernels}")
+    if f"bf16 products on {kernels} (" not in report:
+        failures.append(f"report: the machine line does not name the bf16 products' engine as it ran ({kernels})")
 
 
 def check_prediction_words(run, failures):
@@ -376,6 +408,7 @@ def main():
     check_captions(run, failures)
     check_computed_captions(run, failures)
     check_speed_claim(run, failures)
+    check_bf16_against_fp32(run, failures)
     check_prediction_words(run, failures)
     check_legends_outside(failures)
     for f in failures:

@@ -14,7 +14,7 @@ int main(int argc, char **argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     comm.debug_checks = 1;
-    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|int8-sum|rank-exit|rank-exit-in-flight");
+    if (argc != 2) fatal("usage: comm_misuse counts|null|root|divisible|int8-sum|split-past-world|rank-exit|rank-exit-in-flight");
     const char *mode = argv[1];
     float buf[64] = {0}, out[64];
     if (strcmp(mode, "counts") == 0) {
@@ -27,6 +27,9 @@ int main(int argc, char **argv) {
         comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4 + 1, DTYPE_FP32, COMM_SUM);
     } else if (strcmp(mode, "int8-sum") == 0) {
         comm_reduce_scatter(&comm, buf, out, (size_t)comm.world * 4, DTYPE_INT8, COMM_SUM);
+    } else if (strcmp(mode, "split-past-world") == 0) {  // every rank a member, the group one rank too long
+        Comm group;
+        comm_split(&comm, 0, 1, comm.world + 1, 0, &group);
     } else if (strcmp(mode, "rank-exit") == 0) {
         if (comm.rank == 1) fatal("rank 1 stops on purpose");
         sleep(1);

@@ -6,6 +6,7 @@ import array
 import glob
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -384,6 +385,8 @@ os.symlink(f"{sharded_step}/rank_00000.bin", f"{links}/tr.tsv")
 os.symlink(f"{sharded}/latest", f"{links}/latest.jsonl")
 os.symlink(f"{sharded}/step_00000099", f"{links}/ahead.jsonl")  # dangling: a name the run's saves would make
 os.symlink(f"{sharded_step}/stray.bin", f"{links}/into.bin")  # dangling, into the checkpoint resumed from
+os.link(f"{sharded_step}/rank_00000.bin", f"{links}/trh.tsv")  # hard links: no link to refuse, the same files
+os.link(f"{sharded}/latest", f"{links}/latest_hard.jsonl")
 for flags, says, what in (
         (["--resume", full_step, "--out-model", f"{full_step}/model.bin"], "it is inside the checkpoint --resume",
          "--out-model over the full checkpoint resumed from"),
@@ -395,6 +398,10 @@ for flags, says, what in (
          "--trace through a link to a shard of --ckpt-dir"),
         (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest.jsonl"],
          "latest.jsonl: a symbolic link (to ", "--log through a link to --ckpt-dir's latest"),
+        (["--resume", sharded, "--ckpt-dir", sharded, "--trace", f"{links}/trh"], "rank_00000.bin, a file of",
+         "--trace a hard link of a shard of --ckpt-dir"),
+        (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/latest_hard.jsonl"], "latest, a file of",
+         "--log a hard link of --ckpt-dir's latest"),
         (["--resume", sharded, "--ckpt-dir", sharded, "--log", f"{links}/ahead.jsonl"],
          "ahead.jsonl: a symbolic link (to ", "--log through a dangling link to a checkpoint a save will write"),
         (["--resume", sharded, "--out-model", f"{links}/into.bin"], "into.bin: a symbolic link (to ",
@@ -579,19 +586,24 @@ while time.time() < deadline and (not os.path.exists(f"{tmp}/term.jsonl") or '"s
 pids = [x for x in subprocess.run(["pgrep", "-f", f"train_zero3.*{term}"], capture_output=True, text=True).stdout.split()
         if int(x) != p.pid]
 # No thread takes a stop signal while it runs: a handler's frame on a thread inside
-# oneDNN's JIT gemm (its stack pointer on the heap) corrupts the heap. The loop
-# takes them between steps.
+# oneDNN's JIT gemm (its stack pointer on the heap) corrupts the heap. One thread of
+# each rank waits for them (sigwaitinfo, which lifts them from its mask while it
+# waits: run/stop_signals.c), named so; every other thread blocks them.
 stop_mask = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGUSR1 - 1))
-unblocked = []
+unblocked, waiters = [], {}
 for pid in pids:
     for task in glob.glob(f"/proc/{pid}/task/*/status"):
         try:
             blocked = int(next(line for line in open(task) if line.startswith("SigBlk:")).split()[1], 16)
+            name = open(task.replace("/status", "/comm")).read().strip()
         except (OSError, StopIteration):
             continue  # a thread that ended meanwhile
-        if blocked & stop_mask != stop_mask:
+        if name == "stop-signals":
+            waiters[pid] = waiters.get(pid, 0) + 1
+        elif blocked & stop_mask != stop_mask:
             unblocked.append(task)
-check(pids and not unblocked, f"every thread of every rank blocks SIGINT, SIGTERM and SIGUSR1 ({unblocked})")
+check(pids and not unblocked and all(waiters.get(pid) == 1 for pid in pids),
+      f"every thread of every rank blocks SIGINT, SIGTERM and SIGUSR1 but its one waiting thread ({unblocked}, {waiters})")
 if pids:
     os.kill(int(pids[-1]), signal.SIGTERM)
 try:
@@ -605,10 +617,31 @@ term_summary = term_log[-1]
 check(term_summary.get("stopped_by_signal") is True and term_summary["last_step"] == term_log[-2]["step"] and
       os.path.exists(f"{term}/step_{term_summary['last_step']:08d}/manifest.txt"),
       "a stopped run's summary says so, and its last step is logged and saved")
+check(re.search(r"shardlab: (rank \d: )?SIGTERM taken: stopping after this step, then saving", err) is not None,
+      f"the rank the signal went to says it took it ({err[-300:]!r})")
 saved_step = int(open(f"{term}/latest").read().strip().split("_")[1]) if os.path.exists(f"{term}/latest") else -1
 check(saved_step > 0 and train("zero3", 2, "--steps", str(saved_step + 1), "--resume", term).returncode == 0,
       "SIGTERM's checkpoint is complete")
 
+
+# A signal is said at once, and a second one too (a step, or a large model's setup, may take minutes): one
+# process, SIGINT and SIGTERM once it has said what it trains; it stops after the step in progress, saved
+sig = f"{tmp}/sig_twice"
+p = subprocess.Popen([f"{BUILD}/train_single"] + [a for a in COMMON if a != "--quiet"] +
+                     ["--steps", "100000", "--ckpt-dir", sig], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+first = p.stdout.readline()  # the setup's line, flushed before the first step
+p.send_signal(signal.SIGINT)  # two kinds: two of one kind may arrive as one (a pending signal is not queued)
+p.send_signal(signal.SIGTERM)
+try:
+    out, err = p.communicate(timeout=120)
+except subprocess.TimeoutExpired:
+    p.kill()
+    out, err = "", "hung"
+stopped = re.search(r"stopped by a signal after step (\d+) of", out)
+check(p.returncode == 0 and re.search(r"shardlab: SIG(INT|TERM) taken: stopping after this step", err)
+      and re.search(r"shardlab: SIG(INT|TERM): already stopping after this step", err) and stopped is not None
+      and os.path.exists(f"{sig}/step_{int(stopped[1]):08d}/manifest.txt"),
+      f"SIGINT and SIGTERM: both said at once, the run stopped and saved ({p.returncode}, {first!r}, {err[-300:]!r})")
 
 # A save that runs out of space fails naming the file, and the previous checkpoint
 # stays complete and resumable: a 16 MB tmpfs, in a mount namespace of the test's

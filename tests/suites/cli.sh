@@ -354,7 +354,12 @@ fails "plan: --timeline with a flag the strategy does not take" "--prefetch: ddp
     "$BUILD/plan" --config d2 --ranks 2 --timeline ddp --prefetch 2
 fails "plan: --grad-clip where it changes nothing" "--grad-clip: it adds the norm's all-reduce, which only --traffic" \
     "$BUILD/plan" --config d2 --ranks 2 --grad-clip 1
-fails "plan: --time without a compute rate" "--time needs --tokens-per-s" "$BUILD/plan" --config d2 --ranks 4 --time
+# the planner plans shapes, not buffers: a batch of 2^32 tokens is planned in a 2 GB address space, at once
+if (ulimit -v 2000000; timeout 30 "$BUILD/plan" --dims 1,1,1 --vocab 1 --ranks 1 --batch 65536 --seq 65536 --tsv) \
+   >"$tmp/out" 2>&1 && grep -q "^fsdp" "$tmp/out"; then ok "plan: 2^32 tokens a step planned without allocating them"
+else bad "plan: 2^32 tokens a step planned without allocating them"; tail -3 "$tmp/out"; fi
+fails "plan: --time without a compute rate" "--time needs --tokens-per-s R above 0: .*\(none given\)" "$BUILD/plan" --config d2 --ranks 4 --time
+fails "plan: --time with a rate of 0" "--time needs --tokens-per-s R above 0: .*\(0 given\)" "$BUILD/plan" --config d2 --ranks 4 --time --tokens-per-s 0
 fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS" "$BUILD/plan" --config d2 --ranks 4 --time \
     --tokens-per-s 1000 --within 5us
 fails "plan: --calibrate on a file without timings" "no bench_comm timings" "$BUILD/plan" --config d2 --ranks 4 --time \

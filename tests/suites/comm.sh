@@ -22,6 +22,8 @@ fails "a null buffer" "null buffer" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" nul
 fails "an unknown root" "root outside" $MPIRUN -np 2 "$BUILD/tests/comm_misuse" root
 fails "reduce_scatter count not divisible" "not divisible by the 4 ranks" $MPIRUN -np 4 "$BUILD/tests/comm_misuse" divisible
 fails "a sum of int8 codes" "cannot be summed" $MPIRUN -np 2 "$BUILD/tests/comm_misuse" int8-sum
+fails "a group that runs past the world" "comm_split: rank [0-2] is not in the group 0 \+ 1 k, k < 4, of 3 ranks" \
+    $MPIRUN -np 3 "$BUILD/tests/comm_misuse" split-past-world
 fails "a rank exits mid-run" "rank 1 stops on purpose" $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit
 fails "a rank exits with a collective in flight" "rank 1 stops on purpose, its all-reduce in flight" \
     $MPIRUN -np 3 "$BUILD/tests/comm_misuse" rank-exit-in-flight

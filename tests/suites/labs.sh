@@ -88,7 +88,11 @@ if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "ma
    ! grep -q "wire_all_gather_start(&s->wire" "$tmp/labtree/labs/work/fsdp/fsdp.c"
 then ok "lab-start: the working copy has the lab's functions emptied to a TODO"
 else bad "lab-start: the working copy has the lab's functions emptied to a TODO"; cat "$tmp/out"; fi
-fails "lab-start: an existing working copy is kept" "exists: your work is kept" python3 "$tmp/labtree/labs/lab.py" start fsdp
+cp "$tmp/labtree/labs/work/fsdp/fsdp.c" "$tmp/fsdp_before.c"
+if python3 "$tmp/labtree/labs/lab.py" start fsdp >"$tmp/out" 2>&1 && grep -q "exists: your work is kept" "$tmp/out" &&
+   cmp -s "$tmp/labtree/labs/work/fsdp/fsdp.c" "$tmp/fsdp_before.c"
+then ok "lab-start again: the working copy is kept, said, and the command succeeds"
+else bad "lab-start again: the working copy is kept, said, and the command succeeds"; cat "$tmp/out"; fi
 # a hung run whose processes outlive SIGTERM (a rank that ignores it, as a stuck one may): the grader kills its
 # whole session past the timeout, mpirun or not, and returns
 marker="shardlab_hang_$$"
