@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/errors.h"
 
@@ -17,9 +19,11 @@ static void stop_set(sigset_t *set) {
 // The waiting thread: each stop signal is counted and said at once, in one line
 // on stderr (the step in progress may take minutes, the setup of a large model too).
 // Under mpirun a forwarded SIGUSR1 reaches every rank: only rank 0 (or a process
-// whose rank is not known yet) says it; a signal sent to one rank is said by it.
+// whose rank is not known yet) says it; a signal sent to one rank is said by it; the
+// SIGTERM with which mpirun ends an aborted job's ranks is not said.
 static void *wait_for_stops(void *arg) {
     StopSignals *stop = arg;
+    int launched_by_mpirun = getenv("OMPI_COMM_WORLD_SIZE") != NULL;  // Open MPI's, set in every rank it starts
     sigset_t set;
     stop_set(&set);
     for (;;) {
@@ -31,6 +35,10 @@ static void *wait_for_stops(void *arg) {
         }
         int before = atomic_fetch_add(&stop->taken, 1), rank = atomic_load(&stop->rank);
         if (signal_number == SIGUSR1 && rank > 0) continue;
+        // mpirun ends the ranks of a job it aborts (another rank's error, said already) with SIGTERM: not a stop
+        // anyone asked for, and nothing to say
+        if (launched_by_mpirun && signal_number != SIGUSR1 && info.si_code == SI_USER && info.si_pid == getppid())
+            continue;
         char line[200];
         char who[32] = "";
         if (rank > 0) snprintf(who, sizeof who, "rank %d: ", rank);
