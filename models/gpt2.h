@@ -297,8 +297,8 @@ int gpt2_device_sums_by_token(const GPT2 *model);
 // those up around them.
 void gpt2_device_forward(GPT2 *model, int unit);
 void gpt2_device_backward(GPT2 *model, int unit);
-// A bf16 run multiplies bf16 operands (a GPU's tensor cores, oneDNN's bf16 kernels
-// on a CPU: models/bf16_products.h): the weight as kept, and the activations each
+// A bf16 run multiplies bf16 operands (a GPU's tensor cores; on a CPU oneDNN's bf16 kernels, or
+// the operands widened to fp32: models/products.c, bf16_products.h): the weight as kept, and the activations each
 // product first rounds into a buffer of their own, each part GPT2_OPERAND_ALIGN
 // elements aligned (128 bytes, so that cuBLAS may take its fastest kernels).
 // Elements of a product of (rows, C) by (OC, C): its inp (rows, C), and in the

@@ -255,6 +255,10 @@ def check_qgz_hops(tmp, common, ref):
         if result is None:
             continue
         check_qgz_hops_wire(tag, result[1], n, h, bits, DEFAULT_BLOCK)
+        # no replica groups (--shard-group): nothing moves between them, the second hop included
+        across = [(r["rank"], op) for r in result[1]["ranks"] for op, c in r["comm_across_last_step"].items()
+                  if c["calls"] or c["bytes_sent"] or c["bytes_recv"]]
+        check(not across, f"{tag}: no traffic counted across replica groups without --shard-group ({across[:4]})")
         if n == 6:
             check_planned(tag, result[1], n, common, flags)
         last, want = losses(result)[-1], losses(ref)[-1]
