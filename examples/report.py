@@ -108,9 +108,12 @@ def stacked_bars(tsv, columns, palette, title, ylabel, xlabel, out_dir, name):
     lists the columns top of the stack first, as the memory step's does."""
     series = ", ".join(f"'{tsv}' using {k + 2}{':xtic(1)' if k == 0 else ''} lc rgb '{palette[k]}' title '{c}'"
                        for k, c in enumerate(columns))
+    stacks = [sum(float(x) for x in line.split("\t")[1:]) for line in open(tsv) if not line.startswith("#")]
+    top = 1.1 * max(stacks, default=0) or 1  # headroom: the tallest bar stops below the frame
     gnuplot(f"""set title "{title}"
 set ylabel "{ylabel}"
 set xlabel "{xlabel}"
+set yrange [0:{top}]
 set style data histograms
 set style histogram rowstacked
 set style fill solid 0.9 border -1
