@@ -240,9 +240,13 @@ static int checkpoint_name(const char *name) {
 // A --ckpt-dir inside a checkpoint (a step_N, or step_N.tmp, of a directory that holds checkpoints) would be
 // deleted with it when that directory's run prunes it: refused, however the path reaches it (links, "..").
 static void check_not_inside_a_checkpoint(const char *dir) {
-    char path[4400], parent[4400], probe[4500];
+    char path[PATH_MAX > 4400 ? PATH_MAX : 4400], parent[4400], probe[4500];
     struct stat st;
-    canonical_path(dir, path, sizeof path);
+    if (!realpath(dir, path)) canonical_path(dir, path, sizeof path);  // a link itself resolved too, when it exists
+    xsnprintf(probe, sizeof probe, "%s/manifest.txt", path);
+    if (stat(probe, &st) == 0)
+        fatal("--ckpt-dir %s: it is %s, a checkpoint (it holds a manifest): give the checkpoints a directory of "
+              "their own", dir, path);
     const char *is = "it is";  // the directory itself, then each directory above it
     for (char *slash = strrchr(path, '/'); slash && slash != path; slash = strrchr(path, '/'), is = "it is inside") {
         const char *name = slash + 1;

@@ -323,10 +323,13 @@ check(ok and names(keep) == ["step_00000004"], f"--keep 1 keeps the checkpoint j
 check(train("single", 1, "--steps", "5", "--resume", keep).returncode == 0, "and latest resumes")
 # a --ckpt-dir inside another run's checkpoint would be deleted with it by that run's pruning: refused, by any path
 nested = f"{keep}/step_00000004/mine"
-for spelling in (nested, f"{keep}/../{os.path.basename(keep)}/step_00000004/mine", f"{keep}/step_00000004"):
-    fails_with(train("single", 1, "--steps", "2", "--ckpt-dir", spelling), "a checkpoint of the run in",
+os.symlink(f"{keep}/step_00000004", f"{tmp}/link_to_step")  # the link's own name is no checkpoint's
+for spelling in (nested, f"{keep}/../{os.path.basename(keep)}/step_00000004/mine", f"{keep}/step_00000004",
+                 f"{tmp}/link_to_step", f"{tmp}/link_to_step/mine"):
+    fails_with(train("single", 1, "--steps", "2", "--ckpt-dir", spelling), f"--ckpt-dir {spelling}: it is",
                f"--ckpt-dir {spelling}: inside a checkpoint")
-check(not os.path.exists(nested), "the refused --ckpt-dir was not made")
+check(not os.path.exists(nested) and sorted(os.listdir(f"{keep}/step_00000004")) == ["manifest.txt", "rank_00000.bin"],
+      "the refused --ckpt-dirs were not made, nothing was written into the checkpoint")
 
 # ---- faults ----
 def copy_ckpt(src, name):
@@ -406,7 +409,7 @@ for flags, says, what in (
          "ahead.jsonl: a symbolic link (to ", "--log through a dangling link to a checkpoint a save will write"),
         (["--resume", sharded, "--out-model", f"{links}/into.bin"], "into.bin: a symbolic link (to ",
          "--out-model through a dangling link into the resumed checkpoint"),
-        (["--resume", sharded, "--ckpt-dir", sharded_step], f"it is {os.path.realpath(sharded_step)}, a checkpoint of",
+        (["--resume", sharded, "--ckpt-dir", sharded_step], f"it is {os.path.realpath(sharded_step)}, a checkpoint (it holds a manifest)",
          "a --ckpt-dir that is the checkpoint resumed from")):
     before = {p: open(p, "rb").read() for p in glob.glob(f"{full}/*/*") + glob.glob(f"{sharded}/*/*") +
               [f"{sharded}/latest"]}
