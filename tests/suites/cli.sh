@@ -354,6 +354,13 @@ fails "plan: --timeline with a flag the strategy does not take" "--prefetch: ddp
     "$BUILD/plan" --config d2 --ranks 2 --timeline ddp --prefetch 2
 fails "plan: --grad-clip where it changes nothing" "--grad-clip: it adds the norm's all-reduce, which only --traffic" \
     "$BUILD/plan" --config d2 --ranks 2 --grad-clip 1
+# --prefetch past the units: the window is the units of blocks (d2: 2), said by the trainer and the planner
+if timeout 60 $MPIRUN -np 2 "$BUILD/train_fsdp" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 1 \
+       --prefetch 9 >"$tmp/out" 2>&1 &&
+   grep -q "fsdp: --prefetch 9 reaches past the model's 2 unit(s) of blocks: prefetching 2 unit(s) ahead" "$tmp/out" &&
+   "$BUILD/plan" --config d2 --ranks 2 --prefetch 9 | grep -q "^the strategies that gather by unit: 2 unit(s) of blocks, prefetching 2$"
+then ok "--prefetch 9 on d2: prefetching 2 units ahead, the trainer's note and the planner's header"
+else bad "--prefetch 9 on d2: prefetching 2 units ahead, the trainer's note and the planner's header"; tail -3 "$tmp/out"; fi
 # the planner plans shapes, not buffers: a batch of 2^32 tokens is planned in a 2 GB address space, at once
 if (ulimit -v 2000000; timeout 30 "$BUILD/plan" --dims 1,1,1 --vocab 1 --ranks 1 --batch 65536 --seq 65536 --tsv) \
    >"$tmp/out" 2>&1 && grep -q "^fsdp" "$tmp/out"; then ok "plan: 2^32 tokens a step planned without allocating them"
