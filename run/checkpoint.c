@@ -112,6 +112,13 @@ static int newer_first(const void *pa, const void *pb) {
     return (a->step < b->step) - (a->step > b->step);
 }
 
+int checkpoint_name_kind(const char *name, int *step) {
+    int used = 0;
+    if (sscanf(name, "step_%d%n", step, &used) != 1) return CKPT_NAME_OTHER;
+    if (name[used] == '\0') return CKPT_NAME_STEP;
+    return strcmp(name + used, ".tmp") == 0 ? CKPT_NAME_TMP : CKPT_NAME_OTHER;
+}
+
 // Keeps the `keep` most recently written complete checkpoints and removes the
 // others, and any .tmp directory a save that never finished left behind. Recency,
 // not the step number: a run resumed from an older step keeps what it writes,
@@ -127,18 +134,18 @@ static void prune(const char *dir, int keep, int just_saved, int last_step) {
     struct dirent *e;
     char path[4096];
     while ((e = readdir(d))) {
-        int step, used = 0;
-        if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1) continue;
+        int step, kind = checkpoint_name_kind(e->d_name, &step);
+        if (kind == CKPT_NAME_OTHER) continue;
         xsnprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st, manifest_st;
         if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || strlen(e->d_name) >= sizeof saved->name) continue;
-        if (strcmp(e->d_name + used, ".tmp") == 0) {
+        if (kind == CKPT_NAME_TMP) {
             remove_tree(path);
             continue;
         }
         char manifest[4200];
         xsnprintf(manifest, sizeof manifest, "%s/" MANIFEST_NAME, path);
-        if (e->d_name[used] == '\0' && step != just_saved && step <= last_step && count < 4096 &&
+        if (step != just_saved && step <= last_step && count < 4096 &&
             stat(manifest, &manifest_st) == 0) {
             saved[count] = (SavedCheckpoint){.step = step, .written = st.st_mtim};
             snprintf(saved[count++].name, sizeof saved->name, "%s", e->d_name);

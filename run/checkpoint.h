@@ -40,6 +40,10 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
 // path: a checkpoint directory, or a --ckpt-dir whose `latest` names one; dir
 // gets the checkpoint directory itself (exits if there is none).
 void checkpoint_resolve(const char *path, char *dir, size_t size);
+// What a save names the entry `name` of a --ckpt-dir: CKPT_NAME_STEP (step_N, a checkpoint), CKPT_NAME_TMP
+// (step_N.tmp, one being written), or CKPT_NAME_OTHER; *step gets N.
+enum { CKPT_NAME_OTHER, CKPT_NAME_STEP, CKPT_NAME_TMP };
+int checkpoint_name_kind(const char *name, int *step);
 // path: a checkpoint directory, or a --ckpt-dir holding `latest`. Fills the
 // strategy's rows and step counts, and with `ema` (the run's --ema, 0: none)
 // their EMA: a checkpoint without one, or of another decay, is then refused.

@@ -231,16 +231,10 @@ static int resumes_from_dir(const char *resume, const char *dir) {
 
 static void canonical_path(const char *path, char *out, size_t size);
 
-// 1 when `name` is what a save names a checkpoint: step_N, or step_N.tmp while it is written.
-static int checkpoint_name(const char *name) {
-    int step, used = 0;
-    return sscanf(name, "step_%d%n", &step, &used) == 1 && (name[used] == '\0' || strcmp(name + used, ".tmp") == 0);
-}
-
 // A --ckpt-dir inside a checkpoint (a step_N, or step_N.tmp, of a directory that holds checkpoints) would be
 // deleted with it when that directory's run prunes it: refused, however the path reaches it (links, "..").
 static void check_not_inside_a_checkpoint(const char *dir) {
-    char path[PATH_MAX > 4400 ? PATH_MAX : 4400], parent[4400], probe[4500];
+    char path[PATH_MAX > 4400 ? PATH_MAX : 4400], probe[4500];
     struct stat st;
     if (!realpath(dir, path)) canonical_path(dir, path, sizeof path);  // a link itself resolved too, when it exists
     xsnprintf(probe, sizeof probe, "%s/manifest.txt", path);
@@ -251,14 +245,14 @@ static void check_not_inside_a_checkpoint(const char *dir) {
     for (char *slash = strrchr(path, '/'); slash && slash != path; slash = strrchr(path, '/'), is = "it is inside") {
         const char *name = slash + 1;
         *slash = '\0';  // path is now the parent of `name`
-        if (!checkpoint_name(name)) continue;
-        xsnprintf(parent, sizeof parent, "%s", path);
-        xsnprintf(probe, sizeof probe, "%s/latest", parent);
+        int step;
+        if (checkpoint_name_kind(name, &step) == CKPT_NAME_OTHER) continue;
+        xsnprintf(probe, sizeof probe, "%s/latest", path);
         int holds_checkpoints = stat(probe, &st) == 0;
-        xsnprintf(probe, sizeof probe, "%s/%s/manifest.txt", parent, name);
+        xsnprintf(probe, sizeof probe, "%s/%s/manifest.txt", path, name);
         if (holds_checkpoints || stat(probe, &st) == 0)
             fatal("--ckpt-dir %s: %s %s/%s, a checkpoint of the run in %s: pruning that run's checkpoints would "
-                  "delete it; give the checkpoints a directory of their own", dir, is, parent, name, parent);
+                  "delete it; give the checkpoints a directory of their own", dir, is, path, name, path);
     }
 }
 
@@ -270,17 +264,15 @@ static void check_branch_writes_nothing_existing(const char *dir, const char *re
     char checkpoint[4096];
     checkpoint_resolve(resume, checkpoint, sizeof checkpoint);
     const char *base = strrchr(checkpoint, '/');
-    int from, used = 0;
-    if (sscanf(base ? base + 1 : checkpoint, "step_%d%n", &from, &used) != 1 || (base ? base[1 + used] : 1)) return;
+    int from;
+    if (checkpoint_name_kind(base ? base + 1 : checkpoint, &from) != CKPT_NAME_STEP) return;
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     int found = 0, first = 0, last = 0;
     while ((e = readdir(d)) != NULL) {
         int step;
-        used = 0;
-        if (sscanf(e->d_name, "step_%d%n", &step, &used) != 1 || e->d_name[used] != '\0') continue;
-        if (step <= from || step > steps) continue;
+        if (checkpoint_name_kind(e->d_name, &step) != CKPT_NAME_STEP || step <= from || step > steps) continue;
         if (!found || step < first) first = step;
         if (!found || step > last) last = step;
         found++;
