@@ -53,11 +53,15 @@ static void *wait_for_stops(void *arg) {
     return NULL;
 }
 
-void stop_signals_start(StopSignals *stop) {
+void stop_signals_block(void) {
     sigset_t set;
     stop_set(&set);
     int err = pthread_sigmask(SIG_BLOCK, &set, NULL);
     CHECK(err == 0, "pthread_sigmask: %s", strerror(err));
+}
+
+void stop_signals_start(StopSignals *stop) {
+    int err;
     atomic_init(&stop->taken, 0);
     atomic_init(&stop->rank, -1);
     stop->counted = 0;

@@ -24,10 +24,13 @@ typedef struct {
     int counted;       // of them, those stop_signals_take has returned (the loop's alone)
 } StopSignals;
 
-// Blocks the three in the calling thread (first thing in main, before MPI and
-// OpenMP start threads, which inherit the mask) and starts the thread that waits
-// for them. A signal in the process's first milliseconds, before main runs (the
-// dynamic loader, the libraries' own start), still takes its default action.
+// Blocks the three in the calling thread: first thing in main, before MPI and
+// OpenMP start threads, which inherit the mask. A signal in the process's first
+// milliseconds, before main runs (the dynamic loader, the libraries' own start),
+// still takes its default action.
+void stop_signals_block(void);
+// Starts the thread that waits for them, once MPI has started (no thread of ours
+// runs through MPI's start); one sent before stays pending until then.
 void stop_signals_start(StopSignals *stop);
 // The signals taken since the last call (0 if none); the loop calls it between steps.
 int stop_signals_take(StopSignals *stop);

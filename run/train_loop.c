@@ -891,8 +891,9 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     run.as_ranks = 1;
     // static: the waiting thread reads it as long as the process lives, past this function's return
     static StopSignals stop_signals;
-    stop_signals_start(&stop_signals);
+    stop_signals_block();
     comm_init(&run.comm, &argc, &argv);
+    stop_signals_start(&stop_signals);
     atomic_store(&stop_signals.rank, run.comm.rank);
     run.threads = threads_configure(run.comm.local_size, &run.cores);
     // Each rank parses its own command line, silently. The job's outcome is the
