@@ -155,7 +155,7 @@ gpu-check:
 WEB_CC    ?= clang
 WEB_AR    ?= llvm-ar
 WEB_BUILD  = $(BUILD)/web
-WEB_NATIVE = device/host_memory.c run/threads.c run/train_loop.c run/stop_signals.c models/gpt2_ops.c models/products.c
+WEB_NATIVE = device/host_memory.c run/threads.c run/train_loop.c run/stop_signals.c run/serve.c models/gpt2_ops.c models/products.c
 WEB_SRCS   = $(filter-out $(MPI_ONLY) $(WEB_NATIVE),$(CORE_SRCS)) $(DRY_ONLY) $(WEB_ONLY)
 WEB_OBJS   = $(WEB_SRCS:%.c=$(WEB_BUILD)/obj/%.o)
 WEB_FLAGS  = --target=wasm32-wasi -std=c11 -I. -O2 -Wall -Wextra -D_GNU_SOURCE -MMD -MP

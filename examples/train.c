@@ -3,6 +3,10 @@
 // Makefile builds this file once for each folder with a plugin.c, as
 // build/train_ddp, build/train_zero3, build/train_fsdp, build/train_single.
 //   mpirun -np 4 build/train_fsdp --config d2 --vocab 256 --data runs/data --steps 20
+// The test drivers start each job once and send it many runs: --serve (run/serve.h).
+#include <string.h>
+
+#include "run/serve.h"
 #include "run/train_loop.h"
 
 #ifndef STRATEGY
@@ -12,6 +16,8 @@
 StrategyPlugin PLUGIN_OF(STRATEGY)(void);
 
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0)  // one job, many runs (run/serve.h)
+        return train_serve(argv[2], &argc, &argv, PLUGIN_OF(STRATEGY));
     StrategyPlugin plugin = PLUGIN_OF(STRATEGY)();
     int status = train_main(argc, argv, &plugin);
     strategy_plugin_free(&plugin);

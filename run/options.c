@@ -156,8 +156,9 @@ static const char *idle_flag_problem(const TrainOptions *o, const CliSpec *spec)
 
 OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
                             const StrategyPlugin *plugin, int argc, char **argv, int speak, int *given) {
-    char about[64];
-    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy", plugin->name);
+    char about[256];
+    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy.\n  --serve SOCKET, alone: runs the command "
+             "lines sent to SOCKET one after another in this one job (run/serve.h)", plugin->name);
     CliSpec spec = {
         .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
         .about = about, .options = flags, .num_options = num_flags, .given = given,

@@ -61,6 +61,11 @@ void stop_signals_block(void) {
 }
 
 void stop_signals_start(StopSignals *stop) {
+    if (stop->started) {  // a later run of the same job (--serve): the thread waits already
+        stop->counted = atomic_load(&stop->taken);
+        return;
+    }
+    stop->started = 1;
     int err;
     atomic_init(&stop->taken, 0);
     atomic_init(&stop->rank, -1);

@@ -22,6 +22,7 @@ typedef struct {
     atomic_int taken;  // stop signals taken so far, by the waiting thread
     atomic_int rank;   // this process's rank once known (-1 before), for its line
     int counted;       // of them, those stop_signals_take has returned (the loop's alone)
+    int started;       // the thread runs (a job that serves many runs starts it once)
 } StopSignals;
 
 // Blocks the three in the calling thread: first thing in main, before MPI and
@@ -30,7 +31,9 @@ typedef struct {
 // still takes its default action.
 void stop_signals_block(void);
 // Starts the thread that waits for them, once MPI has started (no thread of ours
-// runs through MPI's start); one sent before stays pending until then.
+// runs through MPI's start); one sent before stays pending until then. Called
+// again (the next run of a job that serves many, run/serve.h), it only forgets
+// the stops taken between the runs.
 void stop_signals_start(StopSignals *stop);
 // The signals taken since the last call (0 if none); the loop calls it between steps.
 int stop_signals_take(StopSignals *stop);

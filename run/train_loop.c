@@ -287,15 +287,20 @@ static void check_branch_writes_nothing_existing(const char *dir, const char *re
           "--ckpt-dir", resume, dir, from, dir, names, from + 1, steps);
 }
 
-// The --ckpt-dir this run made, removed at exit while it is still empty: a run refused or stopped before its
-// first save leaves no trace. (atexit's callbacks take no argument: hence a variable of this file's own.)
+// The --ckpt-dir this run made, removed at exit (or at the run's end, when the job serves more runs) while it is
+// still empty: a run refused or stopped before its first save leaves no trace. (atexit's callbacks take no
+// argument: hence a variable of this file's own.)
 static char made_ckpt_dir[4200];
-static void remove_made_ckpt_dir(void) { rmdir(made_ckpt_dir); }
+static void remove_made_ckpt_dir(void) {
+    if (made_ckpt_dir[0]) rmdir(made_ckpt_dir);
+    made_ckpt_dir[0] = 0;
+}
 
 // Rank 0 makes the checkpoint directory and locks it, first of all: a second run on the directory is told it
 // is in use before its ranks read the checkpoints there, which the first run may be saving (its ranks could
 // find different ones).
 static void take_checkpoint_dir(Run *run) {
+    static int registered;  // atexit's callback, once a process: a job that serves many runs makes many
     const char *dir = run->opts.ckpt_dir;
     struct stat st;
     if (!dir || run->comm.rank != 0) return;
@@ -303,7 +308,7 @@ static void take_checkpoint_dir(Run *run) {
     check_not_inside_a_checkpoint(dir);
     if (mkdir(dir, 0755) == 0) {
         xsnprintf(made_ckpt_dir, sizeof made_ckpt_dir, "%s", dir);
-        atexit(remove_made_ckpt_dir);
+        if (!registered++) atexit(remove_made_ckpt_dir);
     } else if (errno != EEXIST) {
         fatal("--ckpt-dir %s: cannot create the directory: %s", dir, strerror(errno));
     }
@@ -1009,6 +1014,7 @@ int train_main(int argc, char **argv, const StrategyPlugin *plugin) {
     trace_free(&run.trace);
     mem_timeline_free(&run.timeline);
     if (run.ckpt_lock >= 0) close(run.ckpt_lock);  // unlocks --ckpt-dir
+    remove_made_ckpt_dir();
     comm_finalize(&run.comm);
     return 0;
 }

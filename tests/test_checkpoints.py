@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 
-from testlib import Checks
+from testlib import Checks, run_captured
 import time
 import zlib
 
@@ -35,8 +35,7 @@ def launch(strategy, n):
 
 
 def train(strategy, n, *args, env=None, timeout=300):
-    r = subprocess.run(launch(strategy, n) + COMMON + list(args), capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, **(env or {})))
+    r = run_captured(launch(strategy, n) + COMMON + list(args), timeout=timeout, env=dict(os.environ, **(env or {})))
     return r
 
 
@@ -128,8 +127,7 @@ check(resume_matches(full, "zero3", 2), "full checkpoint resumes into ZeRO-3@2 w
 full_zero = f"{tmp}/full_zero2"
 check(train("zero2", 3, "--steps", "10", "--ckpt-dir", full_zero, "--save-full").returncode == 0, "ZeRO-2@3 --save-full")
 check(resume_matches(full_zero, "zero1", 2), "ZeRO-2's full checkpoint resumes into ZeRO-1@2 with matching losses")
-r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"],
-                   capture_output=True, text=True)
+r = run_captured([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"])
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
 
 # ---- hybrid sharding: the first group writes the slices, every group reads them ----
@@ -187,8 +185,7 @@ check(ok and sorted(os.listdir(f"{ema_full}/step_00000010")) == ["ema.bin", "man
       and "\nema 0.9\n" in open(f"{ema_full}/step_00000010/manifest.txt").read(),
       "--ema --save-full: ema.bin beside model.bin and optimizer.bin, and the manifest gives the decay")
 check(ema_matches(ema_full, "fsdp", 2), "--ema's full checkpoint resumes into FSDP@2: the uninterrupted EMA")
-r = subprocess.run([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{ema_full}/step_00000010/ema.bin", "--steps", "1"],
-                   capture_output=True, text=True)
+r = run_captured([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{ema_full}/step_00000010/ema.bin", "--steps", "1"])
 check(r.returncode == 0, "ema.bin is an llm.c model file (train_single --model reads it)")
 r = train("fsdp", 2, "--steps", "20", *EMA, "--resume", f"{tmp}/ck_fsdp2")
 check(r.returncode != 0 and "the checkpoint has no EMA weights (it was saved without --ema)" in r.stderr,
@@ -355,8 +352,8 @@ manifest = glob.glob(f"{bad}/step_*/manifest.txt")[0]
 text = open(manifest).read().replace("data_position", "data_pusition")
 open(manifest, "w").write(text)
 fails_with(train("fsdp", 3, "--steps", "12", "--resume", bad), "manifest.txt: checksum mismatch", "an edited manifest")
-r = subprocess.run(launch("single", 1) + ["--config", "d4", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16",
-                                          "--steps", "12", "--resume", base, "--quiet"], capture_output=True, text=True)
+r = run_captured(launch("single", 1) + ["--config", "d4", "--vocab", "256", "--data", DATA, "--batch", "12", "--seq", "16",
+                                        "--steps", "12", "--resume", base, "--quiet"])
 fails_with(r, "checkpoint is for L=2", "a checkpoint of another model")
 fails_with(r, "resume it with --config d2 --vocab 256", "a checkpoint of another model: the flags that make its model")
 fails_with(train("single", 1, "--steps", "12", "--resume", f"{tmp}/nothing"), "no checkpoint here", "no checkpoint")

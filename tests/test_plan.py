@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import sys
 
-from testlib import Checks
+from testlib import Checks, run_captured
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "labs"))
 from lab import sources as lab_sources  # noqa: E402  what the trainers are built from
@@ -85,9 +85,9 @@ for n in (1, 2, 3, 4):
         trainer = [f"{BUILD}/train_{strategy}"]
         if strategy in ("zero1", "zero2"):
             trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
-        r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256",
+        r = run_captured([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256",
                             "--data", DATA, "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet",
-                            "--log", log], capture_output=True, text=True)
+                            "--log", log])
         check(r.returncode == 0, f"{strategy} N={n} runs: {r.stderr[-300:]}")
         if r.returncode != 0:
             continue
@@ -129,9 +129,8 @@ def check_variant(variant, n, strategies, batch=24):
             trainer = [f"{BUILD}/train_ddp", "--zero-stage", strategy[-1]]
         tag = " ".join([strategy, f"N={n}", *flags])
         log = os.path.join(tmp, "variant.jsonl")
-        r = subprocess.run([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
-                            "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log],
-                           capture_output=True, text=True)
+        r = run_captured([*MPIRUN, "-np", str(n), *trainer, "--config", "d2", "--vocab", "256", "--data", DATA,
+                            "--batch", str(batch), "--seq", "16", "--steps", "2", "--quiet", *flags, "--log", log])
         check(r.returncode == 0, f"{tag} runs: {r.stderr[-300:]}")
         if r.returncode != 0:
             continue
@@ -220,8 +219,8 @@ for n in (2, 3):
     args = ["--config", "d2", "--vocab", "256", "--batch", "12", "--seq", "16"]
     want = plan_rows([*args, "--ranks", str(n), "--reshard-after-forward", "0"])[-1][3]
     log = os.path.join(tmp, f"keep{n}.jsonl")
-    r = subprocess.run([*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", *args, "--data", DATA, "--steps", "2", "--quiet",
-                        "--reshard-after-forward", "0", "--log", log], capture_output=True, text=True)
+    r = run_captured([*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", *args, "--data", DATA, "--steps", "2", "--quiet",
+                        "--reshard-after-forward", "0", "--log", log])
     check(r.returncode == 0, f"fsdp N={n} --reshard-after-forward 0 runs: {r.stderr[-300:]}")
     if r.returncode == 0:
         summary = json.loads(open(log).read().splitlines()[-1])
@@ -243,9 +242,8 @@ for n in (1, 3):
     check(plain["fsdp"][act] - recomputed["fsdp"][act] == saved,
           f"plan --recompute N={n}: activations {plain['fsdp'][act]} -> {recomputed['fsdp'][act]} (saves {saved})")
     log = os.path.join(tmp, f"recompute{n}.jsonl")
-    r = subprocess.run([*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", "--config", "d2", "--vocab", "256", "--data", DATA,
-                        "--batch", "12", "--seq", "16", "--steps", "1", "--quiet", "--recompute", "--log", log],
-                       capture_output=True, text=True)
+    r = run_captured([*MPIRUN, "-np", str(n), f"{BUILD}/train_fsdp", "--config", "d2", "--vocab", "256", "--data", DATA,
+                        "--batch", "12", "--seq", "16", "--steps", "1", "--quiet", "--recompute", "--log", log])
     check(r.returncode == 0, f"fsdp N={n} --recompute runs: {r.stderr[-300:]}")
     if r.returncode == 0:
         summary = json.loads(open(log).read().splitlines()[-1])

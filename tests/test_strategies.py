@@ -50,7 +50,7 @@ import subprocess
 import sys
 import time
 
-from testlib import Checks, read_log, run, with_flags, write_learnable_shard
+from testlib import Checks, read_log, run, run_captured, with_flags, write_learnable_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "labs"))
 from check import reference_flags  # noqa: E402  the one place that knows how each strategy averages
@@ -520,11 +520,10 @@ def check_accumulation(tmp, model, data):
         check_rank_formulas(tag, summary, strategy, n, reshard, accum, mode, prefetch)
     for launch, bad in (([], ["--batch", "12", "--grad-accum", "5"]), ([*MPIRUN, "-np", "4"], ["--batch", "8", "--grad-accum", "4"])):
         trainer = "train_single" if not launch else "train_fsdp"
-        r = subprocess.run([*launch, f"{BUILD}/{trainer}", *common[:6], *bad, "--steps", "1"],
-                           capture_output=True, text=True, timeout=120)
+        r = run_captured([*launch, f"{BUILD}/{trainer}", *common[:6], *bad, "--steps", "1"], timeout=120)
         check(r.returncode != 0 and "do not split into" in r.stdout + r.stderr,
               f"{trainer} {' '.join(bad)}: refused, naming the flag ({(r.stdout + r.stderr).strip()[-160:]!r})")
-    r = subprocess.run([f"{BUILD}/train_single", *common[:4], "--accum-mode", "later"], capture_output=True, text=True)
+    r = run_captured([f"{BUILD}/train_single", *common[:4], "--accum-mode", "later"])
     check(r.returncode != 0 and "--accum-mode: give sync-each or no-sync" in r.stdout + r.stderr,
           "--accum-mode later is refused")
 
@@ -584,7 +583,7 @@ def check_precision(tmp, common):
         check(moved["bf16"] == [b // 2 for b in moved["fp32"]] and sum(moved["fp32"]) > 0,
               f"{strategy} N=4: a bf16 {op} sends half the bytes of an fp32 one ({moved})")
     for flag, value in (("--precision", "fp16"), ("--reduce-dtype", "half")):
-        r = subprocess.run([f"{BUILD}/train_single", *common[:4], flag, value], capture_output=True, text=True)
+        r = run_captured([f"{BUILD}/train_single", *common[:4], flag, value])
         check(r.returncode != 0 and f"{flag}: give fp32 or bf16" in r.stdout + r.stderr, f"{flag} {value} is refused")
 
 
@@ -661,8 +660,7 @@ def check_hybrid(tmp, common, ref_steps, ref_params):
         norms[name] = [x["grad_norm"] for x in read_log(log)[0]]
     worst = max(abs(a - b) / b for a, b in zip(norms["hybrid"], norms["single"]))
     check(worst <= 1e-5, f"fsdp N=4 --shard-group 2 --grad-clip: train_single's norms (worst {worst:.1e})")
-    r = subprocess.run([*MPIRUN, "-np", "4", f"{BUILD}/train_fsdp", *common, "--shard-group", "3"],
-                       capture_output=True, text=True, timeout=120)
+    r = run_captured([*MPIRUN, "-np", "4", f"{BUILD}/train_fsdp", *common, "--shard-group", "3"], timeout=120)
     check(r.returncode != 0 and "--shard-group 3 does not divide the 4 ranks" in r.stdout + r.stderr,
           "--shard-group 3 at N = 4 is refused")
 
@@ -705,12 +703,11 @@ def check_units(tmp, common, ref_steps, ref_params):
             result = run_logged(tag, strategy_command(strategy, 3, [*flags, *deep_common]),
                                 os.path.join(tmp, "units_l3.jsonl"), os.path.join(tmp, "units_l3.bin"))
             check_matches_reference(tag, result, deep_common, strategy, 3, flags)
-    r = subprocess.run([*MPIRUN, "-np", "2", f"{BUILD}/train_fsdp", *common, "--unit-blocks", "2", "--wrap-min-params",
-                        "5"], capture_output=True, text=True, timeout=120)
+    r = run_captured([*MPIRUN, "-np", "2", f"{BUILD}/train_fsdp", *common, "--unit-blocks", "2", "--wrap-min-params",
+                        "5"], timeout=120)
     check(r.returncode != 0 and "--unit-blocks and --wrap-min-params both set the units" in r.stdout + r.stderr,
           "--unit-blocks with --wrap-min-params is refused")
-    r = subprocess.run([*MPIRUN, "-np", "2", f"{BUILD}/train_ddp", *common, "--unit-blocks", "2"], capture_output=True,
-                       text=True, timeout=120)
+    r = run_captured([*MPIRUN, "-np", "2", f"{BUILD}/train_ddp", *common, "--unit-blocks", "2"], timeout=120)
     check(r.returncode != 0 and "unknown flag '--unit-blocks'" in r.stdout + r.stderr,
           "train_ddp refuses --unit-blocks (its buckets are the units of one block)")
 
@@ -814,7 +811,7 @@ def check_ema(tmp, model, common, ref_steps):
           "--out-model-ema it rounded; FSDP@3's both bit for bit train_single --as-ranks 3's")
     for bad, message in ((["--eval-ema"], "--eval-ema validates the EMA weights: it needs --ema DECAY"),
                          (["--out-model-ema", os.path.join(tmp, "x.bin")], "--out-model-ema writes the EMA weights")):
-        r = subprocess.run([f"{BUILD}/train_single", *common, *bad], capture_output=True, text=True)
+        r = run_captured([f"{BUILD}/train_single", *common, *bad])
         check(r.returncode != 0 and message in r.stderr, f"{' '.join(bad[:1])} without --ema is refused")
 
 
@@ -1140,8 +1137,7 @@ def check_offload(tmp, common):
                                     ("zero3 N=2 --grad-clip 0.5", "zero3", 2, ["--prefetch", "1", "--grad-clip", "0.5"]),
                                     ("zero1 N=3 --grad-clip 0.5", "zero1", 3, ["--grad-clip", "0.5"])):
         pair(tag, strategy, n, flags)
-    r = subprocess.run([f"{BUILD}/train_single", *common, "--offload-optimizer", "--ema", "0.9"], capture_output=True,
-                       text=True)
+    r = run_captured([f"{BUILD}/train_single", *common, "--offload-optimizer", "--ema", "0.9"])
     check(r.returncode != 0 and "--offload-optimizer with --ema" in r.stderr,
           f"--offload-optimizer with --ema is refused, naming both: {r.stderr.strip()[-200:]!r}")
 
@@ -1190,7 +1186,7 @@ def check_reference(common, ref_steps, ref_params):
     for bad, says in ((["--as-groups", "2"], "give it too"), (["--as-ranks", "4", "--as-groups", "3"], "must divide"),
                       (["--as-reduce", "use"], "unknown"),
                       (["--as-ranks", "5"], "not divisible by the number of ranks (5, --as-ranks)")):
-        r = subprocess.run([f"{BUILD}/train_single", *common, *bad], capture_output=True, text=True, timeout=60)
+        r = run_captured([f"{BUILD}/train_single", *common, *bad], timeout=60)
         check(r.returncode != 0 and says in r.stderr, f"train_single {' '.join(bad)} is refused: {says}")
 
 

@@ -47,7 +47,7 @@ import shutil
 import subprocess
 import sys
 
-from testlib import Checks, read_log, run, write_learnable_shard
+from testlib import Checks, read_log, run, run_captured, write_learnable_shard
 
 sys.argv = sys.argv[:3]  # test_strategies' model and formulas, read with its arguments
 import test_strategies as ts  # noqa: E402
@@ -432,7 +432,7 @@ def check_hpz_zero3(tmp, common):
     if (4, 2) in traffic:
         check_planned("zero3 N=4 --secondary-shard-group 2", traffic[(4, 2)], 4, common, ["--secondary-shard-group", "2"],
                       "zero3")
-    r = subprocess.run(zero3(2, *common, "--secondary-shard-group", "2"), capture_output=True, text=True, timeout=120)
+    r = run_captured(zero3(2, *common, "--secondary-shard-group", "2"), timeout=120)
     says = "makes one node of all 2 ranks"
     check(r.returncode != 0 and r.stderr.count(says) == 1, f"zero3 --secondary-shard-group 2 at N=2: refused once, "
           f"saying '{says}' ({r.stderr.strip()[:160]})")
@@ -509,7 +509,7 @@ def check_qgz_zero3(tmp, common, ref):
             check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
     for flags, says in ((["--quantize-grads", "int8", "--quantize-grads-node", "2"], "makes one node of all 2 ranks"),
                         (["--quantize-block", "64"], "neither of which is given")):
-        r = subprocess.run(zero3(2, *common, *flags), capture_output=True, text=True, timeout=120)
+        r = run_captured(zero3(2, *common, *flags), timeout=120)
         check(r.returncode != 0 and r.stderr.count(says) == 1,
               f"zero3 {' '.join(flags)}: refused once, saying '{says}' ({r.stderr.strip()[:160]})")
 
@@ -567,7 +567,7 @@ def check_refusals(tmp, common):
                         (["--shard-min-numel", "1000000000", "--secondary-shard-group", "1"],
                          "--secondary-shard-group changes how slices travel, and there are none"),
                         (["--shard-min-numel", "1000000000", "--shard-group", "1"], "--shard-group changes how")):
-        r = subprocess.run(fsdp(2, *common, *flags), capture_output=True, text=True, timeout=120)
+        r = run_captured(fsdp(2, *common, *flags), timeout=120)
         check(r.returncode != 0 and says in r.stderr and r.stderr.count(says) == 1,
               f"fsdp {' '.join(flags)}: refused once, saying '{says}' ({r.stderr.strip()[:160]})")
 
