@@ -88,7 +88,7 @@ CUDA_PROGRAMS = $(TRAINERS) llmc_check init_model
 CUDA_BINS = $(CUDA_PROGRAMS:%=$(CUDA_BUILD)/%) $(CUDA_BUILD)/bench_gpu $(CUDA_BUILD)/test_gpu \
             $(CUDA_BUILD)/test_comm_gpu
 
-.PHONY: all blas-check gpu web deps test test-quick test-portable test-plain test-asan test-asan-quick test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
+.PHONY: all blas-check gpu web deps test test-quick test-plants test-portable test-plain test-asan test-asan-quick test-tsan-comm test-gpu bench vec-check bench-gpu gpu-check bench-overlap compare fuzz clean \
         check lab-start lab-grade lab-selftest
 all: blas-check $(PROGRAM_BINS) $(TEST_BINS) web $(if $(filter 1,$(GPU)),gpu)
 
@@ -243,6 +243,13 @@ $(BUILD)/tests/test_layers: $(BUILD)/obj/f64/tests/test_layers.o $(BUILD)/obj/f6
 test: deps
 	$(MAKE) all
 	BUILD=$(BUILD) MPIRUN="$(MPIRUN)" SUITE="$(SUITE)" bash tests/run_tests.sh
+
+# Every planted bug of docs/testing.md's tables (tests/plants.txt), each planted alone into a copy of the
+# tree, where the part of make test the table names must go red (tests/plants.py; hours on 2 cores, run on
+# demand, neither by make test nor by CI). PLANTS="word ..." plants those whose names hold one of the words.
+test-plants: deps
+	$(MAKE) all
+	python3 tests/plants.py $(BUILD)
 
 # The fast tier, a few minutes: unit tests, the diffs, and every strategy at N = 2
 # against train_single (tests/run_quick.sh). `make test` runs all of it and more.

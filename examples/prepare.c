@@ -30,6 +30,22 @@ static void make_directories(const char *path) {
     }
 }
 
+// The outputs are written beside and renamed over (PATH.tmp, then PATH): the text read must be none of them,
+// by its identity (a link, another spelling), or it would be replaced by tokens.
+static void check_text_is_no_output(const char *text_path, const char *out) {
+    static const char *const names[] = {"train.bin", "val.bin", "tokenizer.txt"};
+    struct stat text, st;
+    if (stat(text_path, &text) != 0) fatal("--text %s: %s", text_path, strerror(errno));
+    for (int i = 0; i < 3; i++)
+        for (int tmp = 0; tmp < 2; tmp++) {
+            char path[4200];
+            xsnprintf(path, sizeof path, "%s/%s%s", out, names[i], tmp ? ".tmp" : "");
+            if (stat(path, &st) == 0 && st.st_dev == text.st_dev && st.st_ino == text.st_ino)
+                fatal("--text %s: that is %s, which --out %s writes: give the text a path outside it, or another "
+                      "--out", text_path, path, out);
+        }
+}
+
 int main(int argc, char **argv) {
     const char *text_path = NULL, *kind = NULL, *vocab = NULL, *out = NULL;
     const CliOption options[] = {
@@ -68,6 +84,7 @@ int main(int argc, char **argv) {
         tokens[i] = (uint16_t)ids[i];
     }
     make_directories(out);
+    check_text_is_no_output(text_path, out);
     size_t train = count - count / 10;
     char path[4096];
     snprintf(path, sizeof path, "%s/train.bin", out);

@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import os
+import re
 import shlex
 import struct
 import shutil
@@ -66,6 +67,11 @@ def fail(msg):
     sys.exit(2)
 
 
+def is_whole(text):
+    """ASCII digits alone (str.isdigit also takes '²' and '١', which int() refuses)."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
 def parse_args(argv):
     if "--help" in argv or "-h" in argv:
         print(__doc__.split("\n", 1)[1])
@@ -79,9 +85,11 @@ def parse_args(argv):
             fail(f"unknown argument '{flag}' (check.py --help)")
         if i + 1 >= len(argv):
             fail(f"{flag} needs a value")
+        if flag in argv[:i:2]:  # which of two would count is a guess, as for the trainers
+            fail(f"{flag} given twice")
         opts[flag[2:]] = argv[i + 1]
         i += 2
-    if not (opts["ranks"] or "").isdigit() or not 1 <= int(opts["ranks"]) <= 16:
+    if not is_whole(opts["ranks"] or "") or not 1 <= int(opts["ranks"]) <= 16:
         fail(f"--ranks: give a number of ranks from 1 to 16 (got {opts['ranks']})")
     opts["ranks"] = int(opts["ranks"])
     opts["reference"] = opts["reference"] or opts["build"]
@@ -156,7 +164,7 @@ def split_args(text, strategy, n, build=None):
         fail(f"--args {text!r}: {e}")
     mine, single, i = [], [], 0
     group = flag_value(flags, "--shard-group", str(n))  # hpZ's and qgZ's nodes are of the ranks that shard
-    sharding = int(group) if group.isdigit() and 0 < int(group) <= n and n % int(group) == 0 else n
+    sharding = int(group) if is_whole(group) and 0 < int(group) <= n and n % int(group) == 0 else n
     while i < len(flags):
         flag = flags[i]
         if flag not in FLAGS:
@@ -172,7 +180,7 @@ def split_args(text, strategy, n, build=None):
             if values == "fraction":
                 good = value is not None and is_fraction(value, FRACTION_MOST[flag])
             else:
-                good = value is not None and (value in values if isinstance(values, tuple) else value.isdigit() and (
+                good = value is not None and (value in values if isinstance(values, tuple) else is_whole(value) and (
                     values == "count" or int(value) >= 1) and (values != "group" or n % int(value) == 0) and (
                     values != "node" or (int(value) > 0 and sharding % int(value) == 0 and int(value) < sharding)))
             if not good:
@@ -219,7 +227,7 @@ def reference_flags(strategy, n, flags, build=None):
 def run_seconds():
     """SHARDLAB_CHECK_TIMEOUT: the seconds after which a run has hung, a whole number from 1 to 86400 (default 120)."""
     text = os.environ.get("SHARDLAB_CHECK_TIMEOUT", "120")
-    if not (text.isdigit() and 1 <= int(text) <= 86400):
+    if not (is_whole(text) and 1 <= int(text) <= 86400):
         fail(f"SHARDLAB_CHECK_TIMEOUT is {text!r}: give the seconds a run may take, a whole number from 1 to 86400")
     return int(text)
 
@@ -237,9 +245,18 @@ def kill_session(sid):
             pass
 
 
+def hung(seconds):
+    return f"\ncheck: stopped after {seconds} s: the run never finished (a wait that nothing completes, or ranks " \
+           "that call different collectives?)\n"
+
+
 def run(cmd, log_path, seconds=RUN_SECONDS):
     """Runs cmd in a session of its own; past `seconds` every process of it (mpirun and its ranks) is killed and
     the result has returncode None."""
+    if os.environ.get("SHARDLAB_SERVE_DIR"):  # under make test: a trainer's run in a job started once
+        served = run_served(cmd, log_path, seconds)
+        if served:
+            return served
     # errors="replace": a student's debug print in another encoding is shown, never a traceback
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                          start_new_session=True)
@@ -254,11 +271,26 @@ def run(cmd, log_path, seconds=RUN_SECONDS):
             pass
         kill_session(p.pid)
         out, err = p.communicate()
-        code, err = None, err + f"\ncheck: stopped after {seconds} s: the run never finished (a wait that nothing " \
-                                 "completes, or ranks that call different collectives?)\n"
+        code, err = None, err + hung(seconds)
     with open(log_path, "w") as f:
         f.write(" ".join(shlex.quote(c) for c in cmd) + "\n" + out + err)
     return subprocess.CompletedProcess(cmd, code, out, err)
+
+
+def run_served(cmd, log_path, seconds):
+    """run's result, a trainer's run sent to a job started once (tests/serve.py), as make test's parts do; None
+    for a command that runs no trainer."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from serve import run_captured, trainer_at
+    if trainer_at(cmd) is None:
+        return None
+    try:
+        r = run_captured(cmd, timeout=seconds)
+    except subprocess.TimeoutExpired:  # the job and every process of it are killed
+        r = subprocess.CompletedProcess(cmd, None, "", hung(seconds))
+    with open(log_path, "w") as f:
+        f.write(" ".join(shlex.quote(c) for c in cmd) + "\n" + r.stdout + r.stderr)
+    return r
 
 
 def read_log(path):

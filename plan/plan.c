@@ -22,6 +22,7 @@
 // collectives in one step; --timeline one rank's step of memory, event by event.
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -730,10 +731,18 @@ static void print_rows_note(const PlanShape *shape) {
 // --dims L,NH,C: a GPT-2 of those sizes, llm.c's vocab padding, room for 1024 tokens or T.
 static GPT2Config dims_config(const char *dims, int vocab, int T) {
     GPT2Config c;
-    char end;
-    if (sscanf(dims, "%d,%d,%d%c", &c.num_layers, &c.num_heads, &c.channels, &end) != 3 || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0)
-        fatal("--dims '%s': give L,NH,C, three positive whole numbers (blocks, heads, channels), e.g. 12,12,768", dims);
+    int *sizes[3] = {&c.num_layers, &c.num_heads, &c.channels};
+    const char *at = dims;
+    for (int i = 0; i < 3; i++) {  // strtol, not sscanf's %d: a number past INT_MAX is refused, not wrapped
+        char *end;
+        errno = 0;
+        long v = at[0] >= '0' && at[0] <= '9' ? strtol(at, &end, 10) : -1;
+        if (v <= 0 || errno || v > INT_MAX || *end != (i < 2 ? ',' : '\0'))
+            fatal("--dims '%s': give L,NH,C, three positive whole numbers (blocks, heads, channels) below 2^31, "
+                  "e.g. 12,12,768", dims);
+        *sizes[i] = (int)v;
+        at = end + 1;
+    }
     if (c.channels % c.num_heads != 0)
         fatal("--dims '%s': %d heads do not divide %d channels", dims, c.num_heads, c.channels);
     c.max_seq_len = T > 1024 ? T : 1024;

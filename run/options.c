@@ -113,6 +113,8 @@ static const char *shared_problem(const TrainOptions *o) {
     if (!o->config_name == !o->model_path) problem = "give exactly one of --config dN and --model FILE.bin";
     else if (o->model_path && o->vocab_size) problem = "--vocab goes with --config; a --model file has its own vocab";
     else if (!o->data_dir) problem = "--data DIR is required (make one with build/prepare)";
+    else if (o->trace_prefix && !o->trace_prefix[0])
+        problem = "--trace '': give a path prefix (PREFIX.json and PREFIX.tsv are written)";
     else if ((o->save_every || o->save_full) && !o->ckpt_dir) problem = "--save-every and --save-full need --ckpt-dir DIR";
     else if (strcmp(o->lr_schedule, "constant") != 0 && strcmp(o->lr_schedule, "cosine") != 0)
         problem = "--lr-schedule: give constant or cosine";
@@ -157,8 +159,8 @@ static const char *idle_flag_problem(const TrainOptions *o, const CliSpec *spec)
 OptionsResult options_parse(const TrainOptions *o, const CliOption *flags, int num_flags,
                             const StrategyPlugin *plugin, int argc, char **argv, int speak, int *given) {
     char about[256];
-    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy.\n  --serve SOCKET, alone: runs the command "
-             "lines sent to SOCKET one after another in this one job (run/serve.h)", plugin->name);
+    snprintf(about, sizeof about, "trains GPT-2 with the %s strategy.\n  --serve DIR, alone: runs the command "
+             "lines sent to its sockets in DIR one after another, in this one job (run/serve.h)", plugin->name);
     CliSpec spec = {
         .synopsis = "(--config d2|d4|d6|d12 [--vocab V] | --model FILE.bin) --data DIR [options]",
         .about = about, .options = flags, .num_options = num_flags, .given = given,

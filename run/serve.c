@@ -16,23 +16,26 @@
 
 enum { MAX_FIELDS = 4096 };
 
-static int connect_to(const char *path, int rank) {
+// DIR/rankR, listening: bound and listening under another name first, then renamed, so that a client
+// that finds the name can connect (between bind and listen a connection is refused).
+static int listen_at(const char *dir, int rank, char *path, size_t size) {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof address.sun_path)
-        fatal("--serve %s: a socket's path is at most %zu bytes", path, sizeof address.sun_path - 1);
-    strcpy(address.sun_path, path);
+    char bound[4200];
+    xsnprintf(path, size, "%s/rank%d", dir, rank);
+    xsnprintf(bound, sizeof bound, "%s/.rank%d", dir, rank);
+    if (strlen(bound) >= sizeof address.sun_path)
+        fatal("--serve %s: a socket's path is at most %zu bytes, and %s is longer", dir, sizeof address.sun_path - 1,
+              bound);
+    strcpy(address.sun_path, bound);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CHECK(fd >= 0, "--serve: socket: %s", strerror(errno));
-    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0)
-        fatal("--serve %s: cannot connect: %s", path, strerror(errno));
-    FILE *out = fdopen(dup(fd), "w");
-    CHECK(out && fprintf(out, "%d\n", rank) > 0 && fclose(out) == 0, "--serve %s: cannot write: %s", path,
-          strerror(errno));
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 16) != 0 || rename(bound, path) != 0)
+        fatal("--serve %s: cannot listen at %s: %s", dir, path, strerror(errno));
     return fd;
 }
 
 // The next request's bytes (*size of them, NUL-terminated fields), or NULL when
-// the client is done (a request of size 0, or the socket closed).
+// the job is to end (a request of size 0, or nothing sent).
 static char *read_request(FILE *in, size_t *size) {
     char line[32];
     if (!fgets(line, sizeof line, in)) return NULL;
@@ -63,16 +66,26 @@ static void restore(int fd, int saved) {
     CHECK(dup2(saved, fd) == fd && close(saved) == 0, "--serve: dup2: %s", strerror(errno));
 }
 
-int train_serve(const char *socket_path, int *argc, char ***argv, StrategyPlugin (*make_plugin)(void)) {
+int train_serve(const char *dir, int *argc, char ***argv, StrategyPlugin (*make_plugin)(void)) {
     stop_signals_block();  // before MPI starts its threads, as train_main does
     Comm job;              // MPI, once for every run: each run's comm_init finds it started
     comm_init(&job, argc, argv);
-    int fd = connect_to(socket_path, job.rank);
-    FILE *in = fdopen(fd, "r"), *answer = fdopen(dup(fd), "w");
-    CHECK(in && answer, "--serve: fdopen: %s", strerror(errno));
-    char *request, *fields[MAX_FIELDS + 1];
-    size_t size;
-    while ((request = read_request(in, &size))) {
+    char path[4200];
+    int listener = listen_at(dir, job.rank, path, sizeof path);
+    char *fields[MAX_FIELDS + 1];
+    for (;;) {
+        int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);  // no CPU while no client asks
+        if (fd < 0 && errno == EINTR) continue;
+        CHECK(fd >= 0, "--serve: accept: %s", strerror(errno));
+        FILE *in = fdopen(fd, "r"), *answer = fdopen(dup(fd), "w");
+        CHECK(in && answer, "--serve: fdopen: %s", strerror(errno));
+        size_t size;
+        char *request = read_request(in, &size);
+        if (!request) {
+            fclose(answer);
+            fclose(in);
+            break;
+        }
         int count = 0;
         for (char *f = request; f < request + size; f += strlen(f) + 1) {
             if (count == MAX_FIELDS) fatal("--serve: a request of more than %d fields", MAX_FIELDS);
@@ -87,11 +100,12 @@ int train_serve(const char *socket_path, int *argc, char ***argv, StrategyPlugin
         restore(2, err);
         restore(1, out);
         free(request);
-        CHECK(fprintf(answer, "%d\n", status) > 0 && fflush(answer) == 0, "--serve: cannot answer: %s",
+        CHECK(fprintf(answer, "%d\n", status) > 0 && fclose(answer) == 0, "--serve: cannot answer: %s",
               strerror(errno));
+        fclose(in);
     }
-    fclose(answer);
-    fclose(in);
+    close(listener);
+    unlink(path);
     comm_finalize(&job);
     return 0;
 }

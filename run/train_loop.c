@@ -393,14 +393,18 @@ typedef struct {
     char path[4200];
 } RunFile;
 
+// The run's files, its outputs first (*outputs of them): the models' PATH.tmp too, which is written and then
+// renamed over PATH (replace_begin in errors.h).
 static int run_files(const TrainOptions *o, RunFile *files, int *outputs) {
+    enum { OUTPUTS = 7 };
     const char *given[][3] = {  // flag, path, suffix
-        {"--out-model", o->out_model, ""}, {"--out-model-ema", o->out_model_ema, ""}, {"--log", o->log_path, ""},
-        {"--trace", o->trace_prefix, ".json"}, {"--trace", o->trace_prefix, ".tsv"},
+        {"--out-model", o->out_model, ""}, {"--out-model", o->out_model, ".tmp"},
+        {"--out-model-ema", o->out_model_ema, ""}, {"--out-model-ema", o->out_model_ema, ".tmp"},
+        {"--log", o->log_path, ""}, {"--trace", o->trace_prefix, ".json"}, {"--trace", o->trace_prefix, ".tsv"},
         {"--model", o->model_path, ""}, {"--data", o->data_dir, "/train.bin"}, {"--data", o->data_dir, "/val.bin"}};
     int n = 0;
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
-        if (i == 5) *outputs = n;
+        if (i == OUTPUTS) *outputs = n;
         if (!given[i][1]) continue;
         files[n].flag = given[i][0];
         xsnprintf(files[n++].path, sizeof files->path, "%s%s", given[i][1], given[i][2]);
@@ -440,9 +444,9 @@ static void check_not_among(const char *flag, const char *path, const char *dir,
 // the checkpoints keep in --ckpt-dir (latest and the step_N directories; a save
 // replaces and prunes them).
 static void check_outputs_are_their_own(const TrainOptions *o) {
-    RunFile files[8];
+    RunFile files[10];
     int outputs = 0, n = run_files(o, files, &outputs);
-    char mine[4400], other[4400], dir[4400], resumed[4096] = "", resumed_dir[PATH_MAX] = "", resumed_from[4200];
+    char mine[4400], other[4400], dir[4400], resumed[4096] = "", resumed_dir[PATH_MAX] = "", resumed_from[8400];
     if (o->ckpt_dir) canonical_path(o->ckpt_dir, dir, sizeof dir);
     if (o->resume) {
         checkpoint_resolve(o->resume, resumed, sizeof resumed);

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from serve import kill_session
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PART_TIMEOUT = 2700  # a hang guard: three times the longest part's time under load
 
@@ -72,11 +74,17 @@ def plant_one(plant, build):
         if made.returncode != 0:
             return "caught", "the build fails: " + (made.stderr.strip().splitlines() or ["?"])[-1][:200]
         started = time.time()
+        # in a session of its own: a hang, or this script stopped, takes every process of the part with it
+        p = subprocess.Popen(["make", "-C", tree, "BUILD=build", "GPU=0", "test", f"SUITE={plant['part']}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                             start_new_session=True)
         try:
-            r = subprocess.run(["make", "-C", tree, "BUILD=build", "GPU=0", "test", f"SUITE={plant['part']}"],
-                               capture_output=True, text=True, timeout=PART_TIMEOUT)
+            out, _ = p.communicate(timeout=PART_TIMEOUT)
         except subprocess.TimeoutExpired:
             return "caught", f"the part ran past {PART_TIMEOUT} s (a hang guard)"
+        finally:
+            kill_session(p.pid)
+        r = subprocess.CompletedProcess(p.args, p.returncode, out, "")
         took = time.time() - started
         last = [l for l in r.stdout.splitlines() if re.match(r"^\d+ passed, \d+ failed$", l)]
         first_fail = next((l for l in r.stdout.splitlines() if l.startswith(("FAIL", "not ok"))), "")

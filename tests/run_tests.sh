@@ -14,11 +14,22 @@ export BUILD MPIRUN  # the parts read them
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/shardlab_scratch.XXXXXX")
 export TMPDIR=$scratch
 
+# The machine's busy CPU seconds (every process's, the jobs started once included, which a part's own count
+# leaves out: they outlive the process that started them), from /proc/stat's ticks.
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+started_ticks=$(busy_ticks) started_s=$SECONDS
+
 if wanted unit; then run_unit_tests; fi
 
 # Open MPI keeps allocations until exit by design: leak checks (under
 # AddressSanitizer) stay on for the unit tests above and off from here on.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+
+# The trainers' runs of every part go to jobs started once for their launcher (tests/serve.py), which live
+# here until the parts are done.
+export SHARDLAB_SERVE_DIR=$scratch/jobs
+mkdir "$SHARDLAB_SERVE_DIR"
+trap 'python3 tests/serve.py end "$SHARDLAB_SERVE_DIR"; rm -rf "$tmp"' EXIT  # testlib.sh's, and the jobs
 
 # The inputs several parts train on, made once.
 shared_inputs
@@ -58,6 +69,7 @@ part tcp "the network path: TCP gives the shared-memory run's results" \
     python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"
 run_parts
 
+python3 tests/serve.py end "$SHARDLAB_SERVE_DIR"
 if [ "$failed" -eq 0 ]; then  # else the failed parts' files stay, for a look
     # Open MPI's session directory there (ompi.HOST.UID; prte.* or pmix-* in Open MPI 5) is its own
     left=$(cd "$scratch" && find . -mindepth 1 -maxdepth 1 ! -name 'ompi.*' ! -name 'prte.*' ! -name 'pmix-*' | head -n 5)
@@ -67,4 +79,5 @@ if [ "$failed" -eq 0 ]; then  # else the failed parts' files stay, for a look
 else
     echo "the failed parts' files are kept in $scratch"
 fi
+echo "make test: $((SECONDS - started_s)) s, $((($(busy_ticks) - started_ticks) / $(getconf CLK_TCK))) s of the machine's CPU"
 finish

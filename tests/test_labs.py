@@ -222,7 +222,8 @@ def main():
           "lab grade: a sum for an average scores exactly 10 of 18 less the losses' points it loses, losing the "
           "gradient and the model at both N"
           + ("" if "10 of 18" in out else ": " + out[-800:]))
-    # a correct file whose debug print is not UTF-8 (one Latin-1 byte, every rank, every step) gets every point
+    # a correct file whose debug print is not UTF-8 (one Latin-1 byte, every rank, every step) gets every point,
+    # graded as a student's make check grades it: every run started on its own (no jobs started once)
     latin1 = os.path.join(tmp, "ddp_latin1.c")
     with open(latin1, "w") as f:
         f.write("#include <stdio.h>\n" + open(os.path.join(ROOT, "ddp/ddp.c")).read().replace(
@@ -230,7 +231,7 @@ def main():
             'static void finish_grads(void *state) {\n    fputs("r\\xe9duction\\n", stdout);'))
     r = subprocess.run([sys.executable, os.path.join(ROOT, "labs", "lab.py"), "grade", "ddp", "--file", latin1,
                         "--build", BUILD, "--mpirun", MPIRUN], capture_output=True, text=True, errors="replace",
-                       timeout=900)
+                       timeout=900, env={k: v for k, v in os.environ.items() if k != "SHARDLAB_SERVE_DIR"})
     out = r.stdout + r.stderr
     check("lab ddp: 18 of 18 points" in out and "Traceback" not in out,
           "lab grade: a correct file that prints a Latin-1 byte scores 18 of 18" + ("" if "18 of 18" in out else

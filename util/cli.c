@@ -104,8 +104,8 @@ static int takes_value(const CliSpec *spec, const char *arg) {
 
 CliResult cli_parse(const CliSpec *spec, int argc, char **argv, int speak) {
     const char *program = argv[0];
-    for (int i = 1; i < argc; i++) {
-        if (!is_help(argv[i])) continue;
+    for (int i = 1; i < argc; i++) {  // --help as a flag, not as a flag's value (--log -h names a file)
+        if (!is_help(argv[i]) || (i > 1 && takes_value(spec, argv[i - 1]))) continue;
         if (speak) print_usage(spec, program);
         return CLI_HELP;
     }

@@ -16,6 +16,12 @@ run "prepare gpt2" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer gpt2 --v
 if [ "$(echo -n 'Hello world' | "$BUILD/tokenize" --tokenizer gpt2 --vocab models/gpt2_vocab)" = "15496 995" ]; then
     ok "tokenize prints ids"; else bad "tokenize prints ids"; fi
 fails "prepare: unreadable text" "/nonexistent.txt: cannot open" "$BUILD/prepare" --text /nonexistent.txt --tokenizer byte --out "$tmp/x"
+cp "$tmp/small.txt" "$tmp/text_in_out.txt" && mkdir -p "$tmp/tio" && ln -f "$tmp/text_in_out.txt" "$tmp/tio/train.bin"
+fails "prepare: a --text that is one of --out's files is refused" \
+    "--text $tmp/tio/train.bin: that is $tmp/tio/train.bin, which --out $tmp/tio writes" \
+    "$BUILD/prepare" --text "$tmp/tio/train.bin" --tokenizer byte --out "$tmp/tio"
+if cmp -s "$tmp/small.txt" "$tmp/tio/train.bin"; then ok "prepare: the refused text is as it was"
+else bad "prepare: the refused text is as it was"; fi
 fails "prepare: unknown tokenizer" "unknown tokenizer 'bpe'" "$BUILD/prepare" --text "$tmp/small.txt" --tokenizer bpe --out "$tmp/x"
 fails "tokenize: bad vocab dir" "/nonexistent/encoder.json" "$BUILD/tokenize" --tokenizer gpt2 --vocab /nonexistent
 train=("$BUILD/train_single" --config d2 --vocab 256 --data "$tmp/byte" --batch 2 --seq 16 --steps 2 --quiet)
@@ -186,6 +192,30 @@ fails "trainer: an output linked to the standard output is refused, the link lef
 if [ -L "$tmp/lk/out.bin" ] && [ -L "$tmp/lk/stdout" ] && [ "$(cat "$tmp/lk/target.bin")" = old ] &&
    [ "$(ls "$tmp/lk" | wc -l)" = 4 ]; then ok "the refused links and their target as they were, nothing beside them"
 else bad "the refused links and their target as they were, nothing beside them"; ls -la "$tmp/lk"; fi
+# a --ckpt-dir of over 2,000 characters saves, and resumes (the checkpoint's path is said twice in a message)
+deep="$tmp"; for i in $(seq 11); do deep="$deep/$(printf 'd%.0s' $(seq 190))"; done; mkdir -p "$deep"
+if "${train[@]}" --ckpt-dir "$deep/ck" --save-every 1 >"$tmp/out" 2>&1 &&
+   "${train[@]:0:11}" --steps 3 --quiet --ckpt-dir "$deep/ck" --resume "$deep/ck" >"$tmp/out" 2>&1 &&
+   [ -d "$deep/ck/step_00000003" ]; then ok "a --ckpt-dir of ${#deep} characters saves and resumes"
+else bad "a --ckpt-dir of ${#deep} characters saves and resumes"; head -3 "$tmp/out"; fi
+rm -rf "$tmp/$(printf 'd%.0s' $(seq 190))"
+fails "trainer: an empty --trace is refused" "--trace '': give a path prefix" "${train[@]}" --trace ""
+# --out-model is written to PATH.tmp, then renamed over PATH: PATH.tmp is an output too
+printf 'precious' > "$tmp/lk/precious.txt" && ln -sf precious.txt "$tmp/lk/o.bin.tmp"
+fails "trainer: --out-model whose PATH.tmp is a symbolic link is refused" \
+    "--out-model $tmp/lk/o.bin.tmp: a symbolic link \(to precious.txt\)" "${train[@]}" --out-model "$tmp/lk/o.bin"
+fails "trainer: --log at --out-model's PATH.tmp is refused" "that is the file of --log $tmp/lk/m.bin.tmp" \
+    "${train[@]}" --log "$tmp/lk/m.bin.tmp" --out-model "$tmp/lk/m.bin"
+"$BUILD/init_model" --layers 1 --heads 1 --channels 4 --vocab 256 --max-seq 16 --out "$tmp/lk/start.bin" > /dev/null &&
+    cp "$tmp/lk/start.bin" "$tmp/lk/start_before.bin" && ln -f "$tmp/lk/start.bin" "$tmp/lk/next.bin.tmp"
+fails "trainer: --out-model whose PATH.tmp is a hard link of --model is refused" \
+    "--out-model $tmp/lk/next.bin.tmp: that is the file of --model $tmp/lk/start.bin" \
+    "${train[@]:0:1}" --model "$tmp/lk/start.bin" "${train[@]:5}" --out-model "$tmp/lk/next.bin"
+if [ "$(cat "$tmp/lk/precious.txt")" = precious ] && [ -L "$tmp/lk/o.bin.tmp" ] && [ ! -e "$tmp/lk/o.bin" ] &&
+   cmp -s "$tmp/lk/start.bin" "$tmp/lk/start_before.bin" && [ ! -e "$tmp/lk/m.bin.tmp" ]; then
+    ok "the refused PATH.tmp outputs: the link, its target and the model as they were"
+else bad "the refused PATH.tmp outputs: the link, its target and the model as they were"; ls -la "$tmp/lk"; fi
+rm -f "$tmp/lk/precious.txt" "$tmp/lk/o.bin.tmp" "$tmp/lk/start.bin" "$tmp/lk/start_before.bin" "$tmp/lk/next.bin.tmp"
 fails "trainer: --out-model a hard link of --log" "--out-model $tmp/L3h.jsonl: that is the file of --log $tmp/L3.jsonl" \
     "${train[@]}" --log "$tmp/L3.jsonl" --out-model "$tmp/L3h.jsonl"
 if [ "$(cat "$tmp/L3.jsonl")" = "my log" ]; then ok "the linked log was left as it was"; else bad "the linked log was left as it was"; fi
@@ -309,6 +339,10 @@ else bad "plan: the refusal prints no row before it: $(head -c 200 "$tmp/out")";
 # --dims L,NH,C: a GPT-2 of those sizes, where no file holds the model; planned as a file of those sizes is
 fails "plan: --dims of two numbers" "--dims '40,32': give L,NH,C, three positive whole numbers" \
     "$BUILD/plan" --dims 40,32 --ranks 2
+fails "plan: --dims past 2^31 is refused, not wrapped" "--dims '4294967297,2,16': give L,NH,C" \
+    "$BUILD/plan" --dims 4294967297,2,16 --ranks 2
+fails "plan: a flag's value that reads like --help is the value" "-h: cannot open" \
+    "$BUILD/plan" --config d2 --ranks 2 --time --tokens-per-s 1000 --calibrate -h
 fails "plan: --dims with trailing text" "--dims '4,4,256x': give L,NH,C" "$BUILD/plan" --dims 4,4,256x --ranks 2
 fails "plan: --dims whose heads do not divide the channels" "3 heads do not divide 64 channels" \
     "$BUILD/plan" --dims 4,3,64 --ranks 2

@@ -13,6 +13,11 @@ fails "check.py: an unknown strategy" "--strategy: give one of ddp, zero1, zero2
     --strategy zero4 --ranks 2
 fails "check.py: no ranks" "--ranks: give a number of ranks from 1 to 16" python3 labs/check.py --strategy fsdp --ranks 0
 fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.py --strategy fsdp --ranks 2 --bogus 1
+fails "check.py: --ranks in digits that are not ASCII" "--ranks: give a number of ranks from 1 to 16 \(got ²\)" \
+    python3 labs/check.py --strategy fsdp --ranks ²
+fails "check.py: a flag given twice" "--ranks given twice" python3 labs/check.py --strategy fsdp --ranks 2 --ranks 3
+fails "check.py: a count in digits that are not ASCII" "--args: --grad-accum ١: give a whole number >= 1" \
+    python3 labs/check.py --strategy zero3 --ranks 2 --args "--grad-accum ١"
 fails "check.py: an --ema that single precision makes 0" "--args: --ema 1e-400: give a number in \[0, 0.999999\] that single precision keeps" \
     python3 labs/check.py --strategy fsdp --ranks 2 --args "--ema 1e-400"
 for timeout in "" abc 2.5 0 -5; do
