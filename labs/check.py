@@ -253,7 +253,8 @@ def hung(seconds):
 def run(cmd, log_path, seconds=RUN_SECONDS):
     """Runs cmd in a session of its own; past `seconds` every process of it (mpirun and its ranks) is killed and
     the result has returncode None."""
-    if os.environ.get("SHARDLAB_SERVE_DIR"):  # under make test: a trainer's run in a job started once
+    # under make test: a trainer's run in a job started once (unless SHARDLAB_TEST_SERVE=0)
+    if os.environ.get("SHARDLAB_SERVE_DIR") and os.environ.get("SHARDLAB_TEST_SERVE") != "0":
         served = run_served(cmd, log_path, seconds)
         if served:
             return served

@@ -191,10 +191,9 @@ static int report_differences(const AgreeItem *all, int num_items, int num_setti
     return differences;
 }
 
-void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, const int *given, int num_flags,
-                   const TrainOptions *opts,
-                   const DataLoader *train, const DataLoader *val) {
-    if (comm->world == 1) return;
+int ranks_agree(Comm *comm, const char *strategy, const CliOption *flags, const int *given, int num_flags,
+                const TrainOptions *opts, const DataLoader *train, const DataLoader *val) {
+    if (comm->world == 1) return 1;
     int num_settings = 3 + num_flags, num_items = num_settings + NUM_DIGESTS;
     AgreeItem *items = xcalloc((size_t)num_items, sizeof *items);
     describe_run(items, num_items, strategy, flags, given, num_flags, opts, train, val);
@@ -205,8 +204,5 @@ void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, con
     free(all);
     free(counts);
     // rank 0 has printed before this collective, so the message is out before any rank exits
-    if (comm_metric_max(comm, differences) > 0) {
-        fflush(stdout);
-        exit(1);
-    }
+    return comm_metric_max(comm, differences) == 0;
 }

@@ -20,10 +20,10 @@
 
 // Every rank calls this once, after parsing its options and loading its data
 // and before the strategy's first collective. val is NULL when no validation
-// set is used. Returns only when all ranks agree.
+// set is used. Returns 1 when all ranks agree; else 0 on every rank, rank 0 having
+// said where they differ.
 // flags: (num_flags) the table that parsed the command line (options_flags); given: which of them it gave.
-void agree_or_exit(Comm *comm, const char *strategy, const CliOption *flags, const int *given, int num_flags,
-                   const TrainOptions *opts,
-                   const DataLoader *train, const DataLoader *val);
+int ranks_agree(Comm *comm, const char *strategy, const CliOption *flags, const int *given, int num_flags,
+                const TrainOptions *opts, const DataLoader *train, const DataLoader *val);
 
 #endif

@@ -562,8 +562,14 @@ static void setup(Run *run) {
     run->have_val = o->eval_every > 0 && stat(path, &st) == 0;
     if (o->eval_every > 0 && !run->have_val) fatal("%s: missing, but --eval-every asks for validation", path);
     if (run->have_val) loader_init(&run->val, path, config.vocab_size, o->batch, o->seq, run->comm.rank, world);
-    agree_or_exit(&run->comm, run->plugin->name, run->flags, run->given, run->num_flags, o, &run->train,
-                  run->have_val ? &run->val : NULL);
+    if (!ranks_agree(&run->comm, run->plugin->name, run->flags, run->given, run->num_flags, o, &run->train,
+                     run->have_val ? &run->val : NULL)) {
+        // the --ckpt-dir rank 0 made goes first: mpirun may kill it as soon as another rank has exited
+        remove_made_ckpt_dir();
+        comm_metric_max(&run->comm, 0);  // a barrier
+        fflush(stdout);
+        exit(1);
+    }
     check_outputs(run);
 
     gpt2_init(&run->model, config, o->batch / ranks / o->grad_accum, o->seq, o->recompute,

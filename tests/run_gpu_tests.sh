@@ -13,6 +13,8 @@ cuda=$BUILD/cuda
 # plain fp32 products: with TF32 a product's rounding depends on its shape, and
 # ranks multiply smaller batches than the single-rank reference
 export NVIDIA_TF32_OVERRIDE=0
+# every run on its own: a job that serves many runs (tests/serve.py) has not run on a GPU yet
+export SHARDLAB_TEST_SERVE=0
 run "CUDA layers against the CPU" "$cuda/test_gpu"
 for n in 1 2 3; do run "collectives on device buffers, $n rank(s)" $MPIRUN -np $n "$cuda/test_comm_gpu"; done
 for ref in tests/data/torch_*; do

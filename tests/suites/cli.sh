@@ -199,6 +199,15 @@ if "${train[@]}" --ckpt-dir "$deep/ck" --save-every 1 >"$tmp/out" 2>&1 &&
    [ -d "$deep/ck/step_00000003" ]; then ok "a --ckpt-dir of ${#deep} characters saves and resumes"
 else bad "a --ckpt-dir of ${#deep} characters saves and resumes"; head -3 "$tmp/out"; fi
 rm -rf "$tmp/$(printf 'd%.0s' $(seq 190))"
+# without --resume: a --ckpt-dir holding step_N directories (and no latest) is this run's, and --log a hard link
+# of one of their files would be overwritten, then pruned
+mkdir -p "$tmp/ckl/step_00000001" && echo manifest > "$tmp/ckl/step_00000001/manifest.txt" &&
+    ln -f "$tmp/ckl/step_00000001/manifest.txt" "$tmp/ckl_log.jsonl"
+fails "trainer: --log a hard link into --ckpt-dir's checkpoints, without --resume" \
+    "--log $tmp/ckl_log.jsonl: that is $tmp/ckl/step_00000001/manifest.txt, a file of the checkpoints of --ckpt-dir" \
+    "${train[@]}" --ckpt-dir "$tmp/ckl" --log "$tmp/ckl_log.jsonl"
+if [ "$(cat "$tmp/ckl/step_00000001/manifest.txt")" = manifest ]; then ok "the linked checkpoint file as it was"
+else bad "the linked checkpoint file as it was"; fi
 fails "trainer: an empty --trace is refused" "--trace '': give a path prefix" "${train[@]}" --trace ""
 # --out-model is written to PATH.tmp, then renamed over PATH: PATH.tmp is an output too
 printf 'precious' > "$tmp/lk/precious.txt" && ln -sf precious.txt "$tmp/lk/o.bin.tmp"
