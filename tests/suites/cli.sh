@@ -208,6 +208,7 @@ fails "trainer: --log a hard link into --ckpt-dir's checkpoints, without --resum
     "${train[@]}" --ckpt-dir "$tmp/ckl" --log "$tmp/ckl_log.jsonl"
 if [ "$(cat "$tmp/ckl/step_00000001/manifest.txt")" = manifest ]; then ok "the linked checkpoint file as it was"
 else bad "the linked checkpoint file as it was"; fi
+fails "trainer: --serve with other flags is refused" "--serve DIR is given alone" "${train[@]}" --serve "$tmp/jobs"
 fails "trainer: an empty --trace is refused" "--trace '': give a path prefix" "${train[@]}" --trace ""
 # --out-model is written to PATH.tmp, then renamed over PATH: PATH.tmp is an output too
 printf 'precious' > "$tmp/lk/precious.txt" && ln -sf precious.txt "$tmp/lk/o.bin.tmp"
