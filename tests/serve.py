@@ -211,6 +211,21 @@ def evict(base, keep):
             lock.close()
 
 
+def alone(cmd, timeout, env):
+    """cmd started on its own, as subprocess.run starts it."""
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def free_twin(base, key):
+    """The directory of the first of key's jobs no other client holds, and its lock; (None, None) if all are busy."""
+    for twin in range(TWINS):
+        job = os.path.join(base, f"{key}.{twin}")
+        lock = locked(job)
+        if lock:
+            return job, lock
+    return None, None
+
+
 def trainer_at(cmd):
     """The index of the trainer in cmd, or None if it runs none."""
     return next((i for i, x in enumerate(cmd) if TRAINER.search(str(x))), None)
@@ -222,21 +237,17 @@ def run_captured(cmd, timeout=1800, env=None):
     cmd = [str(x) for x in cmd]
     at = trainer_at(cmd)
     if at is None or os.environ.get("SHARDLAB_TEST_SERVE") == "0":
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        return alone(cmd, timeout, env)
     launcher, environment = cmd[:at + 1], env or dict(os.environ)
     kept = sorted((k, v) for k, v in environment.items() if k not in VOLATILE)
     key = hashlib.sha1(repr((launcher, os.getcwd(), kept)).encode()).hexdigest()[:16]
     base = jobs_dir()
-    for twin in range(TWINS):
-        job = os.path.join(base, f"{key}.{twin}")
-        lock = locked(job)
-        if lock:
-            break
-    else:  # every twin busy: on its own
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    job, lock = free_twin(base, key)
+    if not job:  # every twin busy: on its own
+        return alone(cmd, timeout, env)
     try:
         os.utime(os.path.join(job, "lock"))
-        for attempt in range(2):
+        for _ in range(2):  # a job found gone before the run was sent: once more, in a fresh one
             if not alive(job):
                 evict(base, job)
                 if not start(job, launcher, environment):  # it did not start: the command on its own says why
@@ -246,7 +257,7 @@ def run_captured(cmd, timeout=1800, env=None):
                 return request(job, launcher, cmd, cmd[at], cmd[at + 1:], timeout)
             except JobGone:
                 end(job, kill=True)
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        return alone(cmd, timeout, env)
     finally:
         lock.close()
 
