@@ -1160,7 +1160,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
             ratio = rate["bf16"] / rate["fp32"]
             sentences.append(f"On this CPU bf16 was {'faster' if ratio > 1 else 'slower'} than fp32: the single-rank "
                              f"run's median step {rate['bf16']:.0f} tokens/s in bf16 against {rate['fp32']:.0f} in "
-                             f"fp32 ({ratio:.2f}x; bf16 products on {products}).")
+                             f"fp32 ({ratio:.2f}x; bf16 products: {products}).")
     if row[base]["sent"] > 0:
         sentences.append(f"The price is traffic: per step each rank sends "
                          + ", ".join(f"{row[s]['sent']:.1f} MB ({NAMES[s]}, {row[s]['sent'] / row[base]['sent']:.2f}x)"
@@ -1239,7 +1239,7 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
                             if logs[s][1].get("products"))
         precision = logs["single"][1]["config"].get("precision", "fp32")
         if precision == "bf16":  # what multiplied this run's bf16 operands: oneDNN's bf16 kernel, or widened to fp32
-            products = f"bf16 products on {engine['bf16_kernels']} ({engine['kernels']})"
+            products = f"bf16 products: {engine['bf16_kernels']} ({engine['kernels']})"
         else:
             products = f"products on {engine['engine']} ({engine['kernels']})"
         chosen = engine.get("chosen_by", "the rule for this instruction set")

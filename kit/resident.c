@@ -307,6 +307,8 @@ void resident_unit_final(Resident *r, int unit) {
 static void offloaded_step(Resident *r, int num_tensors, AdamWConfig config) {
     CHECK(!r->run->offload_early || memcmp(&r->run->offload_early->config, &config, sizeof config) == 0,
           "resident_step: the step's AdamW settings are not those its offloaded updates began with");
+    CHECK(!r->run->offload_early || r->down_from == 0, "resident_step: units 0..%d were not updated as the "
+          "backward made their gradients (resident_unit_final), only now", r->down_from - 1);
     offload_down_to(r, 0, config);
     update_reduced_unit(r, config);
     for (int t = 0; t < num_tensors; t++)

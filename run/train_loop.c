@@ -383,7 +383,7 @@ static void canonical_path(const char *path, char *out, size_t size) {
 // link, another spelling): the same device and inode.
 static int same_file(const char *a, const char *b) {
     struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && same_file_stat(&sa, &sb);
 }
 
 // The run's files, by flag: the outputs first (the first `outputs` of them), then
@@ -429,7 +429,7 @@ static void check_not_among(const char *flag, const char *path, const char *dir,
         struct stat st;
         if (lstat(sub, &st) != 0) continue;
         if (S_ISDIR(st.st_mode) && depth > 1) check_not_among(flag, path, sub, depth - 1, whose);
-        else if (S_ISREG(st.st_mode) && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+        else if (S_ISREG(st.st_mode) && same_file_stat(&st, &out)) {
             closedir(d);
             fatal("%s %s: that is %s, a file of %s: give the output a path of its own", flag, path, sub, whose);
         }

@@ -345,7 +345,7 @@ def check_bf16_against_fp32(run, failures):
     twin = os.path.join(run, "single_fp32.jsonl")
     report = open(os.path.join(run, "report.md")).read()
     said = re.search(r"On this CPU bf16 was (faster|slower) than fp32: the single-rank run's median step (\d+) "
-                     r"tokens/s in bf16 against (\d+) in fp32 \(([\d.]+)x; bf16 products on (.+?)\)\.", report)
+                     r"tokens/s in bf16 against (\d+) in fp32 \(([\d.]+)x; bf16 products: (.+?)\)\.", report)
     if not os.path.exists(twin):
         if said:
             failures.append("report: a bf16 against fp32 sentence without an fp32 twin")
@@ -363,7 +363,7 @@ def check_bf16_against_fp32(run, failures):
     if (said.group(1) == "faster") != (bf16 > fp32) or abs(int(said.group(2)) - bf16) > 0.5 or \
             abs(int(said.group(3)) - fp32) > 0.5 or said.group(5) != kernels:
         failures.append(f"report: '{said.group(0)}' against the runs' medians {bf16:.1f} and {fp32:.1f}, {kernels}")
-    if f"bf16 products on {kernels} (" not in report:
+    if f"bf16 products: {kernels} (" not in report:
         failures.append(f"report: the machine line does not name the bf16 products' engine as it ran ({kernels})")
 
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +88,28 @@ START_TEST(test_a_regular_file_opens) {
 }
 END_TEST
 
+// One file is one inode on one device: the same inode number on another file system (a tmpfs beside the disk
+// numbers its files from 1 again) is another file, which --ckpt-dir's and the outputs' checks must not refuse.
+START_TEST(test_one_file_is_one_inode_on_one_device) {
+    struct stat disk = {.st_dev = makedev(254, 0), .st_ino = 1234}, same = disk, other_device = disk,
+                other_inode = disk;
+    other_device.st_dev = makedev(0, 26);
+    other_inode.st_ino = 1235;
+    ck_assert_int_eq(same_file_stat(&disk, &same), 1);
+    ck_assert_int_eq(same_file_stat(&disk, &other_device), 0);
+    ck_assert_int_eq(same_file_stat(&disk, &other_inode), 0);
+    char path[64];  // and a real file against itself, by stat() and fstat()
+    snprintf(path, sizeof path, "/tmp/shardlab_same_%d", (int)getpid());
+    FILE *f = xfopen(path, "wb");
+    struct stat by_path, by_fd;
+    ck_assert_int_eq(stat(path, &by_path), 0);
+    ck_assert_int_eq(fstat(fileno(f), &by_fd), 0);
+    ck_assert_int_eq(same_file_stat(&by_path, &by_fd), 1);
+    xfclose(f, path);
+    unlink(path);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("errors");
     TCase *tc = tcase_create("fatal and files");
@@ -94,6 +117,7 @@ int main(void) {
     tcase_add_test(tc, test_a_directory_is_not_read_as_a_file);
     tcase_add_test(tc, test_a_fifo_is_refused_without_waiting);
     tcase_add_test(tc, test_a_regular_file_opens);
+    tcase_add_test(tc, test_one_file_is_one_inode_on_one_device);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -678,6 +678,16 @@ for n in (100, 148, 149, 1000, 1 << 20):
     check(sorted(zero) == ["zero1", "zero2"] and all(z[0] == 4 * n * R and z[4] == 8 * R for z in zero.values())
           and zero["zero1"][2] == 4 * P and zero["zero2"][2] == 4 * R,
           f"plan --ranks {n}: ZeRO-1/2 keep params 4 N R, optim 8 R, grads 4 P (ZeRO-1) or 4 R (ZeRO-2)")
+# Ranks that own nothing share a row only when every category is alike, not the totals alone: under qgZ
+# with hpZ on pairs, d2's ranks 28..31 (of 32; d2 has 28 tensors) hold the same total and reserved bytes,
+# but at two places of a pair (r % 2), in different categories: four rows, alternating.
+rows = plan_rows(["--config", "d2", "--ranks", "32", "--quantize-grads", "int8", "--secondary-shard-group", "2"])
+idle = [(first, last, numbers) for strategy, first, last, numbers in rows if strategy == "zero3" and first >= 28]
+check([(first, last) for first, last, _ in idle] == [(r, r) for r in range(28, 32)]
+      and idle[0][2][-2:] == idle[1][2][-2:] and idle[0][2] != idle[1][2]
+      and idle[0][2] == idle[2][2] and idle[1][2] == idle[3][2],
+      "plan d2 N = 32, qgZ and hpZ 2: ZeRO-3's ranks 28..31, equal totals in different categories, keep a row "
+      f"each: {[(first, last) for first, last, _ in idle]}")
 # --dims makes room for the run's sequence: above 1024 tokens wpe grows with it, 4 C bytes a position (fp32)
 dims = ["--dims", "2,2,64", "--vocab", "256", "--ranks", "1", "--batch", "1"]
 params = {}

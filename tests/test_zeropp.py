@@ -394,7 +394,7 @@ def check_hpz(tmp, common):
     runs += [(4, 2, ["--prefetch", "2"]), (4, 2, ["--prefetch", "0"]), (4, 1, ["--shard-group", "2"]),
              (2, 1, ["--precision", "bf16"]), (2, 1, ["--grad-accum", "2"]),
              (2, 1, ["--grad-accum", "2", "--accum-mode", "no-sync"]), (3, 1, ["--shard-min-numel", "200"]),
-             (4, 2, ["--quantize-weights", "int8"])]
+             (4, 2, ["--quantize-weights", "int8"]), (4, 2, ["--eval-every", "1"])]
     check_hpz_bitwise(tmp, common, "fsdp", fsdp, runs, check_hpz_traffic)
 
 
@@ -427,7 +427,8 @@ def check_hpz_zero3(tmp, common):
     runs = [(n, m, []) for n in (2, 3, 4) for m in range(1, n) if n % m == 0]
     runs += [(4, 2, ["--prefetch", "2"]), (4, 2, ["--prefetch", "0"]), (2, 1, ["--precision", "bf16"]),
              (3, 1, ["--grad-accum", "2"]), (3, 1, ["--grad-accum", "2", "--accum-mode", "no-sync"]),
-             (4, 2, ["--quantize-weights", "int8"]), (2, 1, ["--quantize-weights", "int8", "--prefetch", "0"])]
+             (4, 2, ["--quantize-weights", "int8"]), (2, 1, ["--quantize-weights", "int8", "--prefetch", "0"]),
+             (2, 1, ["--eval-every", "1"])]
     traffic = check_hpz_bitwise(tmp, common, "zero3", zero3, runs, check_hpz_zero3_traffic)
     if (4, 2) in traffic:
         check_planned("zero3 N=4 --secondary-shard-group 2", traffic[(4, 2)], 4, common, ["--secondary-shard-group", "2"],

@@ -101,6 +101,10 @@ const char *file_kind(mode_t mode) {
     return "not a plain file";
 }
 
+int same_file_stat(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
 // Files are read whole or by offset, so they must be regular files. O_NONBLOCK
 // keeps open() from waiting for a writer when the path is a FIFO; fstat then
 // tells what it is before any read.

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -47,6 +48,9 @@ long xfsize(FILE *f, const char *path);
 
 // "a directory", "a FIFO", ... for what stat() found that is not a regular file.
 const char *file_kind(mode_t mode);
+// 1 if two stat() results are one file: the same inode on the same device (an inode number alone repeats from
+// one file system to the next).
+int same_file_stat(const struct stat *a, const struct stat *b);
 
 // snprintf that exits instead of truncating (for file paths).
 void xsnprintf(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
