@@ -226,13 +226,17 @@ START_TEST(test_split_groups) {
     float want = 0;  // the sum of the ranks of r's parity
     for (int q = r % 2; q < N; q += 2) want += (float)q;
     for (int i = 0; i < 6; i++) ck_assert_float_eq(buf[i], want + (float)(members * i));
+    float mean[6];  // a group's average divides by the group's ranks, not the world's
+    for (int i = 0; i < 6; i++) mean[i] = (float)(r + i);
+    comm_all_reduce(&group, mean, 6, DTYPE_FP32, COMM_AVG);
+    for (int i = 0; i < 6; i++) ck_assert_float_eq_tol(mean[i], (want + (float)(members * i)) / (float)members, 1e-5);
     uint64_t sent, recv;
-    comm_ring_bytes(COMM_ALL_REDUCE, 6, DTYPE_FP32, group.rank, group.world, 0, &sent, &recv);
+    comm_ring_bytes(COMM_ALL_REDUCE, 6, DTYPE_FP32, group.rank, group.world, 0, &sent, &recv);  // each of the two
     CommStats parent = comm_stats_diff(&comm.stats, &before), across = comm_stats_diff(&comm.across, &across_before);
-    ck_assert_uint_eq(group.stats.ops[COMM_ALL_REDUCE].bytes_sent, sent);
-    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].bytes_sent, sent);
-    ck_assert_uint_eq(across.ops[COMM_ALL_REDUCE].bytes_sent, sent);
-    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].calls, 1);
+    ck_assert_uint_eq(group.stats.ops[COMM_ALL_REDUCE].bytes_sent, 2 * sent);
+    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].bytes_sent, 2 * sent);
+    ck_assert_uint_eq(across.ops[COMM_ALL_REDUCE].bytes_sent, 2 * sent);
+    ck_assert_uint_eq(parent.ops[COMM_ALL_REDUCE].calls, 2);
     comm_free_group(&group);
     comm_barrier(&comm);  // the parent still works
 }

@@ -220,14 +220,15 @@ def grad_norms(result):
 
 def check_exact_blocks(tmp, common, name, trainer):
     """With blocks of one number (a block's scale is its number over Q, its code Q, and x' = Q·scale: |x' - x| <=
-    2u|x|), qgZ's first step, in one hop and in two at N = 4, has the gradient norm of the strategy's plain run to
-    1e-4 (a gradient averaged over anything but N would be off by a factor) and moves the model as it does."""
+    2u|x|), qgZ's first step, int8 in one hop and in two and int4 in one at N = 4, has the gradient norm of the
+    strategy's plain run to 1e-4 (a gradient averaged over anything but N would be off by a factor) and moves the
+    model as it does (a largest code past what int4 holds would flip the sign of every positive number)."""
     one = list(common)
     one[one.index("--steps") + 1] = "1"
     norm_flags = ["--grad-clip", "1e30"]  # computes the norm, clips nothing
     plain = trained(f"{name} N=4 --steps 1 (norm)", trainer(4, *one, *norm_flags), tmp)
-    for hops in ([], ["--quantize-grads-node", "2"]):
-        flags = ["--quantize-grads", "int8", "--quantize-block", "1", *hops]
+    for bits, hops in (("int8", []), ("int8", ["--quantize-grads-node", "2"]), ("int4", [])):
+        flags = ["--quantize-grads", bits, "--quantize-block", "1", *hops]
         tag = f"{name} N=4 {' '.join(flags)} --steps 1"
         result = trained(tag, trainer(4, *one, *norm_flags, *flags), tmp)
         if result is None or plain is None:

@@ -71,7 +71,7 @@ help_ok() {
 run_unit_tests() {
     echo "== unit tests"
     local unit="test_layers test_model test_optim test_dtype test_products test_quantize test_step_time test_data test_io
-                test_tokenizer test_train test_errors test_partition test_cache"
+                test_tokenizer test_train test_errors test_partition test_cache test_unit_buffers"
     for t in $unit; do
         run "$t" "$BUILD/tests/$t"
     done
