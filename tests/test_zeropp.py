@@ -353,7 +353,7 @@ def check_composes(tmp, common, ref, quantized, more, only_more=False):
         check(abs(last - want) < 0.05 * want, f"{tag}: last loss {last:.4f} near train_single's {want:.4f}")
 
 
-def check_hpz_traffic(tag, summary, n, m):
+def check_hpz_traffic(tag, summary, n, m, plain):
     """Every rank: a unit's forward all-gather among all N, its backward's among the node's H (m here)."""
     for rank in summary["ranks"]:
         want = [0, 0, 0, 0]
@@ -371,8 +371,8 @@ def check_hpz_traffic(tag, summary, n, m):
 
 def check_hpz_bitwise(tmp, common, strategy, trainer, runs, traffic):
     """Each (N, H, flags) of `runs` with --secondary-shard-group H: bit for bit the losses and model of the run
-    without it; traffic(tag, summary, N, H) checks the bytes of those without other flags, whose summaries it
-    returns by (N, H)."""
+    without it; traffic(tag, summary, N, H, the plain run's summary) checks the bytes of those without other flags,
+    whose summaries it returns by (N, H)."""
     plain, summaries = {}, {}
     for n, m, flags in runs:
         key = (n, tuple(flags))
@@ -385,7 +385,7 @@ def check_hpz_bitwise(tmp, common, strategy, trainer, runs, traffic):
         check(losses(result) == losses(plain[key]) and result[2] == plain[key][2],
               f"{tag}: bitwise the losses and model of the run without it")
         if not flags:
-            traffic(tag, result[1], n, m)
+            traffic(tag, result[1], n, m, plain[key][1])
             summaries[(n, m)] = result[1]
     return summaries
 
@@ -399,10 +399,29 @@ def check_hpz(tmp, common):
     check_hpz_bitwise(tmp, common, "fsdp", fsdp, runs, check_hpz_traffic)
 
 
-def check_hpz_zero3_traffic(tag, summary, n, m):
+def forward_gathered_bytes(rank):
+    """A rank's params_gathered bytes allocated in the last step's forward, by unit (its memory timeline)."""
+    got = {}
+    for phase, unit, category, moved, _ in rank["timeline"]["events"]:
+        if category == "params_gathered" and moved > 0 and phase in ("gather fwd", "release fwd"):
+            got[unit] = got.get(unit, 0) + moved
+    return got
+
+
+def check_hpz_zero3_traffic(tag, summary, n, m, plain):
     """Every rank: each tensor's forward broadcast from its owner among all N, its backward's among the node's H (m
-    here) from the rank of the owner's place, owner % H; the reduces as plain ZeRO-3's."""
+    here) from the rank of the owner's place, owner % H; the reduces as plain ZeRO-3's. And what the forward keeps:
+    beyond plain ZeRO-3's gathers, unit u keeps whole each tensor its forward frees (not the head's) whose owner
+    is at my place of another node, owner % H = r % H and owner != r (an owner keeps no copy of its own)."""
     owner = ts.zero3_owners(n)
+    last = len(ts.UNITS) - 1
+    for rank, plain_rank in zip(summary["ranks"], plain["ranks"]):
+        r = rank["rank"]
+        hpz, without = forward_gathered_bytes(rank), forward_gathered_bytes(plain_rank)
+        kept = [hpz.get(u, 0) - without.get(u, 0) for u in range(last + 1)]
+        want = [4 * sum(ts.numel[i] for i in ts.UNITS[u] if ts.last_unit(i) == u and u != last
+                        and owner[i] % m == r % m and owner[i] != r) for u in range(last + 1)]
+        check(kept == want, f"{tag} rank {r}: the forward keeps {kept} bytes a unit for its node, want {want}")
     for rank in summary["ranks"]:
         r = rank["rank"]
         want = {"broadcast": [0, 0, 0, 0], "reduce": [0, 0, 0, 0]}
