@@ -239,6 +239,8 @@ void matmul_backward(real_t *dinp, void *dweight, real_t *dbias, const real_t *d
         size_t at = 0;
         const bf16 *x = rounded(products->operands, &at, inp, (size_t)rows * C);
         const bf16 *dy = rounded(products->operands, &at, dout, (size_t)rows * OC);
+        // beta 1, as the fp32 path's: matmul_backward adds into dinp. Today every dinp passed here starts zeroed
+        // with this product its only contribution, so beta 0 gives the same bits, but adding is the contract
         product_bf16('N', 'N', rows, C, OC, dy, OC, weight, C, 1, dinp, DTYPE_FP32, C);
         product_bf16('T', 'N', OC, C, rows, dy, OC, x, C, 1, dweight, products->grad_dtype, C);
     } else
