@@ -65,6 +65,7 @@ part labs "the homework check and the labs' tools" bash tests/suites/labs.sh
 part layout "a strategy is one folder: ddp/ copied, one registry line, graded at N = 1..4" \
     python3 tests/test_copy_strategy.py "$BUILD" "$MPIRUN"
 part agree "ranks that disagree on options, model or data" python3 tests/test_agree.py "$BUILD" "$MPIRUN"
+part serve "start once, run many: a served run is the command run alone" python3 tests/test_serve.py "$BUILD" "$MPIRUN"
 part tcp "the network path: TCP gives the shared-memory run's results" \
     python3 tests/test_tcp.py "$BUILD" "$tmp/byte" "$MPIRUN"
 run_parts
