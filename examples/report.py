@@ -293,13 +293,14 @@ def plan_memory_args(cfg):
     return args + (["--ema", repr(cfg["ema"])] if cfg.get("ema") else [])
 
 
-def plan_page_link(run, build, cfg, world):
+def plan_page_link(run, build, cfg, world, tokens_per_s):
     """The planner's page (make web, docs/web.md) with this run's model, ranks, batch, sequence and what changes
-    its memory filled in: its address, relative to the report."""
+    its memory filled in, and one rank's measured tokens/s (the single-rank run's) for its time panel: its
+    address, relative to the report."""
     model = plan_model_args(cfg) if cfg.get("preset") else \
         ["--dims", f"{cfg['num_layers']},{cfg['num_heads']},{cfg['channels']}", "--vocab", str(cfg["vocab_size"])]
     args = [*model, "--ranks", str(world), "--batch", str(cfg["batch"]), "--seq", str(cfg["seq"]),
-            *plan_memory_args(cfg)]
+            *plan_memory_args(cfg), "--tokens-per-s", str(round(tokens_per_s))]
     if not cfg.get("preset"):
         args = ["--config", "", *args]  # the page's preset cleared: its model is the --dims
     state, i = [], 0
@@ -840,7 +841,7 @@ plot {series}""", plots, f"timeline_{s}", 1100, 200 + 80 * world)
         plot_units(build, cfg, world, logs, strategies, data, plots)
     placements = {s: registry(build)[s]["placement"] for s in strategies}  # whole tensors: an unevenness to tell
     write_report(run, logs, world, cfg, worst, tput, strategies, predicted, speed_source, placements,
-                 plan_page_link(run, build, cfg, world))
+                 plan_page_link(run, build, cfg, world, logs["single"][1]["tokens_per_s"]))
 
 
 def time_sliced(summary):

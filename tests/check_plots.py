@@ -172,6 +172,17 @@ def check_report_links(run, failures):
                 failures.append(f"{page}: '{target}' is not there")
 
 
+def check_planner_link(run, failures):
+    """The report's link to the planner's page carries the single-rank run's measured tokens/s (its summary's),
+    so that the page's time panel starts from this machine's rate, not its placeholder."""
+    links = re.findall(r"\]\(([^)]*index\.html#[^)]*)\)", open(os.path.join(run, "report.md")).read())
+    summary = [json.loads(x) for x in open(os.path.join(run, "single.jsonl"))][-1]
+    rates = [re.search(r"(?:#|&)tokens-per-s=(\d+)(?:&|$)", link) for link in links]
+    if not links or not all(rates) or any(int(r[1]) != round(summary["tokens_per_s"]) for r in rates):
+        failures.append(f"report: the planner's link carries tokens-per-s={round(summary['tokens_per_s'])} "
+                        f"(single.jsonl's), not {[r[1] if r else None for r in rates]}")
+
+
 def check_captions(run, failures):
     """A caption's comparisons hold against the data its picture draws: the zeropp caption's rung that sends most
     at each N is data/zeropp.tsv's largest plain rung there, and its FSDP bytes with and without ZeRO++ are the
@@ -405,6 +416,7 @@ def main():
     check_memory_by_category(run, failures)
     check_stacked_legends(run, failures)
     check_report_links(run, failures)
+    check_planner_link(run, failures)
     check_captions(run, failures)
     check_computed_captions(run, failures)
     check_speed_claim(run, failures)

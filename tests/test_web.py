@@ -55,7 +55,7 @@ CASES = [  # (name, the page's state: its address after '#')
     ("units of 2 blocks, prefetch 2", "config=d4&ranks=4&unit-blocks=2&prefetch=2"),
     ("FSDP without resharding", "config=d4&ranks=4&reshard-after-forward=0"),
     ("clip, bf16 gradients", "config=d4&ranks=4&grad-clip=1.0&reduce-dtype=bf16"),
-    ("a slow network", "ranks=128&across=1e-5,5&ranks-per-node=4"),
+    ("a slow network, a measured rate", "ranks=128&across=1e-5,5&ranks-per-node=4&tokens-per-s=1234"),
     ("the timeline without the flags its strategy does not take", "config=d4&ranks=4&timeline=ddp&prefetch=2&shard-group=2"),
     ("an address with encoded values", "config=&dims=4%2C4%2C128&vocab=300&ranks=2"),
     ("refused in the browser: GPT-2 large's buffers pass 2 GiB", "config=&dims=36,20,1280&ranks=4"),
@@ -91,7 +91,7 @@ class Browser:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Page.enable")
-        self.call("Emulation.setDeviceMetricsOverride", width=1300, height=2000, deviceScaleFactor=1, mobile=False)
+        self.call("Emulation.setDeviceMetricsOverride", width=1280, height=2000, deviceScaleFactor=1, mobile=False)
 
     def call(self, method, **params):
         self.next_id += 1
@@ -136,6 +136,10 @@ COLLECT = """JSON.stringify({
     refused: (p.parentNode.querySelector(".refused") || {}).textContent || "",
     drawn: p.parentNode.querySelectorAll("svg, table, pre:not(.raw)").length})),
   table: [...document.querySelectorAll("#memory-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  time: [...document.querySelectorAll("#time-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  rate: (document.getElementById("time-rate") || {}).className || "",
+  peak: (document.getElementById("timeline-peak") || {}).textContent || "",
+  scroll: document.documentElement.scrollWidth, width: window.innerWidth,
   ms: Number(document.getElementById("redraw-ms").textContent)})"""
 # A change of a control on a drawn page, and the redraw's milliseconds as the page timed them.
 CHANGE = """new Promise((done) => { const input = document.getElementById("control%s");
@@ -264,6 +268,23 @@ def check_case(name, state, case):
                      f"{int(row[12]) / 1e6:.3f}", f"{int(row[13]) / 1e6:.3f}"] for row in rows]
         check(case["table"][1:] == expected,
               f"{name}: the memory table shows the TSV's bytes in MB, three decimals ({len(expected)} rows)")
+    check(case["scroll"] <= case["width"], f"{name}: the page fits {case['width']} px, nothing to scroll sideways "
+          f"(its width {case['scroll']} px)")
+    time = [p for p in panels if "--time" in p["args"] and p["code"] == 0]
+    if time:
+        lines = time[0]["stdout"].strip().split("\n")
+        at = next(i for i, line in enumerate(lines) if re.match(r"\s+N\s", line))
+        names = ["strategy", *re.split(r"\s{2,}", lines[at].strip())]
+        rows = [line.split() for line in lines[at + 1:] if len(line.split()) == len(names)]
+        check(case["time"] == [names, *rows], f"{name}: the time panel's table is --time's rows ({len(rows)})")
+        given = "tokens-per-s=" in state
+        check(case["rate"] == ("note" if given else "placeholder"),
+              f"{name}: one rank's rate said as {'given' if given else 'a placeholder'} ({case['rate']!r})")
+    timeline = [p for p in panels if "--timeline" in p["args"] and p["code"] == 0]
+    if timeline:
+        peak = re.search(r"^# peak: (\d+) bytes( at event \d+ )?", timeline[0]["stdout"], re.M)
+        check(peak and case["peak"].startswith(f"The peak: {int(peak[1]) / 1e6:.3f} MB{peak[2] or ''}"),
+              f"{name}: the timeline's peak said in MB, at its event ({case['peak'][:80]!r})")
     if name == "2^16 ranks":
         print(f"web: the 2^16-rank page drew in {int(case['ms'])} ms")
 

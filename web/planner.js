@@ -3,6 +3,9 @@
 // set (runWasi, wasi.js): the page parses and draws it, it computes nothing.
 "use strict";
 
+// The time panel's rate until one is given: a placeholder, said as one on the page.
+const PLACEHOLDER_RATE = "20000";
+
 // The controls: build/plan's flags, each with its default (null: not given).
 // `panel` limits a flag to the one panel that takes it (the time model's, the
 // timeline's); `skip` names the panels whose mode build/plan refuses it with
@@ -10,7 +13,7 @@
 // memory alone; a clip only adds a collective). A panel names what it left out.
 const CONTROLS = [
   { group: "Model", flag: "--config", kind: "select", options: ["d2", "d4", "d6", "d12", ""], value: "d12",
-    help: "a preset (d12 is GPT-2 124M); empty: --dims or --params" },
+    empty: "(none: --dims or --params)", help: "a preset (d12 is GPT-2 124M); none: --dims or --params" },
   { group: "Model", flag: "--dims", kind: "text", value: null, help: "L,NH,C: blocks, heads, channels" },
   { group: "Model", flag: "--vocab", kind: "number", value: null, help: "vocabulary (default 50257)" },
   { group: "Model", flag: "--params", kind: "text", value: null,
@@ -42,8 +45,8 @@ const CONTROLS = [
   { group: "Strategies", flag: "--quantize-grads-node", skip: ["layout"], kind: "number", value: null, help: "qgZ in two hops" },
   { group: "Strategies", flag: "--secondary-shard-group", skip: ["layout"], kind: "number", value: null, help: "ZeRO++ hpZ" },
   { group: "Strategies", flag: "--quantize-block", skip: ["layout"], kind: "number", value: null },
-  { group: "Network", flag: "--tokens-per-s", kind: "text", value: "20000", panel: "time",
-    help: "one rank's measured tokens/s (an assumption: put your train_single's)" },
+  { group: "Network", flag: "--tokens-per-s", kind: "text", value: PLACEHOLDER_RATE, panel: "time",
+    help: "one rank's measured tokens/s (train_single's tokens_per_s; a report's link carries its run's)" },
   { group: "Network", flag: "--ranks-per-node", kind: "number", value: null, panel: "time" },
   { group: "Network", flag: "--within", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
   { group: "Network", flag: "--across", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
@@ -190,12 +193,13 @@ function drawMemory(panel, rows) {
     "fullest moment, so together they may pass the peak: the fullest moment of their sum, written after the bar). " +
     "The device's categories; an offloaded optimizer's host bytes are in the table. MB = 10^6 bytes, as build/plan " +
     "prints them. Each strategy's fullest rank:"), stackedBars(fullest, (r) => `${r.strategy} rank ${r.ranks}`));
-  for (const s of strategies) {
+  for (const s of strategies) {  // folded: ranks alike share a row already; many rows open on request
     const mine = rows.filter((r) => r.strategy === s);
     if (mine.length < 2) continue;
-    panel.append(element("p", { class: "note" }, `${s}: its ranks differ` +
-      (mine.length > 64 ? ` (the first 64 of ${mine.length} rows drawn)` : "") + ":"),
-    stackedBars(mine.slice(0, 64), (r) => `${s} rank ${r.ranks}`));
+    const fold = element("details", mine.length <= 8 ? { open: "" } : {});
+    fold.append(element("summary", { class: "note" }, `${s}: its ranks differ, ${mine.length} rows` +
+      (mine.length > 64 ? ` (the first 64 drawn)` : "")), stackedBars(mine.slice(0, 64), (r) => `${s} rank ${r.ranks}`));
+    panel.append(fold);
   }
   const held = CATEGORIES.map((_, k) => rows.some((r) => r.bytes[k] > 0));
   const table = element("table", { class: "numbers", id: "memory-table" });
@@ -209,31 +213,111 @@ function drawMemory(panel, rows) {
       (v, i) => tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, v)));
     table.appendChild(tr);
   }
-  panel.append(element("p", { class: "note" }, "MB per rank: every category's peak, the peak of their sum, and " +
-    "what the allocator reserves at its peak (in use + kept for reuse). Categories no rank holds are left out."),
-  table);
+  const folded = element("details", rows.length <= 16 ? { open: "" } : {});
+  folded.append(element("summary", { class: "note" }, `The table, ${rows.length} rows: MB per rank, every ` +
+    "category's peak, the peak of their sum, and what the allocator reserves at its peak (in use + kept for " +
+    "reuse). Categories no rank holds are left out."), table);
+  panel.append(folded);
 }
 
-// --timeline: the total after every event, a step line; the peak's moment named.
+// --timeline: every category's bytes after each event, stacked (the device's and the host's alike, as the
+// timeline counts them), the phases' boundaries marked, the peak's moment named in MB.
 function drawTimeline(panel, text) {
   const lines = text.trim().split("\n");
   const events = lines.filter((l) => !l.startsWith("#")).map((l) => l.split("\t"))
     .map((f) => ({ phase: f[1], unit: Number(f[2]), category: f[3], bytes: Number(f[4]), total: Number(f[5]) }));
-  const peakLine = lines.find((l) => l.startsWith("# peak:")) || "";
-  const width = 760, height = 220, left = 60, bottom = 30;
-  const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "chart" });
-  const totals = events.map((e) => e.total), most = Math.max(1, ...totals);
-  const x = (i) => left + (i / Math.max(1, events.length)) * (width - left - 10);
-  const y = (b) => height - bottom - (b / most) * (height - bottom - 10);
-  const points = events.map((e, i) => `${x(i)},${y(i ? events[i - 1].total : e.total - e.bytes)} ${x(i)},${y(e.total)}`);
-  svg.appendChild(element("polyline", { points: points.join(" "), fill: "none", stroke: "#4e79a7", "stroke-width": 1.5 }));
-  for (const b of [0, most / 2, most]) svgText(svg, left - 4, y(b) + 4, `${MB(b)}`, "end", 10);
-  svgText(svg, left, height - 8, `memory events of one step, in order (${events.length}); MB in use`, "start", 10);
-  const at = Number((peakLine.match(/at event (\d+)/) || [])[1]);
-  if (!Number.isNaN(at) && events[at]) {
-    svg.appendChild(element("line", { x1: x(at), x2: x(at), y1: 10, y2: height - bottom, stroke: "#e15759" }));
+  const start = (lines.find((l) => l.startsWith("# start:")) || "").replace("# start:", "").trim().split(/\s+/);
+  const held = Object.fromEntries(CATEGORIES.map((c) => [c, 0]));
+  for (let i = 0; i + 1 < start.length; i += 2) held[start[i]] = Number(start[i + 1]);
+  const levels = [CATEGORIES.map((c) => held[c])];  // before the first event, then after each
+  for (const e of events) {
+    held[e.category] += e.bytes;
+    levels.push(CATEGORIES.map((c) => held[c]));
   }
-  panel.append(svg, element("p", { class: "note", id: "timeline-peak" }, peakLine.replace(/^# /, "")));
+  const shown = CATEGORIES.map((_, k) => levels.some((l) => l[k] > 0));
+  const width = 760, height = 260, left = 70, bottom = 52, top = 10;
+  const svg = element("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "chart" });
+  const most = Math.max(1, ...levels.map((l) => l.reduce((a, b) => a + b, 0)));
+  const x = (i) => left + (i / Math.max(1, levels.length)) * (width - left - 10);
+  const y = (b) => height - bottom - (b / most) * (height - bottom - top);
+  const below = levels.map(() => 0);
+  CATEGORIES.forEach((c, k) => {  // each category a band on the ones before it, a step per event
+    if (!shown[k]) return;
+    const upper = [], lower = [];
+    levels.forEach((l, i) => {
+      upper.push(`${x(i)},${y(below[i] + l[k])}`, `${x(i + 1)},${y(below[i] + l[k])}`);
+      lower.push(`${x(i + 1)},${y(below[i])}`, `${x(i)},${y(below[i])}`);
+      below[i] += l[k];
+    });
+    const band = element("polyline", { points: [...upper, ...lower.reverse()].join(" "), fill: COLORS[k],
+      stroke: "none" });
+    band.appendChild(element("title", {}, c));
+    svg.appendChild(band);
+  });
+  const pass = (p) => (p.endsWith("fwd") || p === "forward" ? "forward" : p.endsWith("bwd") || p === "backward" ||
+    p === "reduce" ? "backward" : p);  // finish grads, optimizer: their own
+  let phase = "";  // the passes' boundaries marked
+  events.forEach((e, i) => {
+    const now = pass(e.phase);
+    if (now === phase) return;
+    phase = now;
+    svg.appendChild(element("line", { x1: x(i + 1), x2: x(i + 1), y1: top, y2: height - bottom, stroke: "#999",
+      "stroke-dasharray": "2,3" }));
+    const near = x(i + 1) > width - 70;  // by the right edge: the label to the line's left
+    svgText(svg, x(i + 1) + (near ? -2 : 2), top + 9 + (near && now !== "forward" ? 10 * (phase === "optimizer") : 0),
+      now, near ? "end" : "start", 9);
+  });
+  for (const b of [0, most / 2, most]) svgText(svg, left - 4, y(b) + 4, `${MB(b)}`, "end", 10);
+  svgText(svg, left, height - bottom + 14, `the step's ${events.length} memory events, in order; MB held after each`,
+    "start", 10);
+  let lx = left;
+  CATEGORIES.forEach((c, k) => {
+    if (!shown[k]) return;
+    svg.appendChild(element("rect", { x: lx, y: height - 18, width: 10, height: 10, fill: COLORS[k] }));
+    svgText(svg, lx + 13, height - 9, c, "start", 10);
+    lx += 16 + 6.2 * c.length;
+  });
+  const peakLine = lines.find((l) => l.startsWith("# peak:")) || "";
+  // "# peak: B bytes at event N (phase, unit u): category bytes ..." (or ", held from the step's start ...")
+  const peak = peakLine.match(/^# peak: (\d+) bytes(.*?): ((?:\S+ \d+ ?)+)$/);
+  if (!peak) { panel.append(svg, element("p", { class: "note", id: "timeline-peak" }, peakLine.replace(/^# /, ""))); return; }
+  const at = (peak[2].match(/ at event (\d+)/) || [])[1];
+  if (at !== undefined)
+    svg.appendChild(element("line", { x1: x(Number(at) + 1), x2: x(Number(at) + 1), y1: top, y2: height - bottom,
+      stroke: "#e15759" }));
+  const parts = peak[3].trim().split(" "), then = [];
+  for (let i = 0; i + 1 < parts.length; i += 2) if (Number(parts[i + 1]) > 0) then.push(`${parts[i]} ${MB(Number(parts[i + 1]))}`);
+  panel.append(svg, element("p", { class: "note", id: "timeline-peak" }, `The peak: ${MB(Number(peak[1]))} MB` +
+    `${peak[2]}${at !== undefined ? " (the red line)" : ""}; held then, in MB: ${then.join(", ")}.`));
+}
+
+// --time: the opening line as a note, the table as a table (a strategy and N a row), the rate it assumes said.
+function drawTime(panel, text, state) {
+  const rate = state["--tokens-per-s"];
+  const placeholder = rate === PLACEHOLDER_RATE;
+  panel.append(element("p", { class: placeholder ? "placeholder" : "note", id: "time-rate" }, placeholder
+    ? `One rank's rate here is ${rate} tokens/s, a placeholder, not a measurement: every time below scales with ` +
+      "it. Give your train_single's tokens_per_s in --tokens-per-s (a report's link to this page carries its run's)."
+    : `One rank's rate: ${rate} tokens/s, as given in --tokens-per-s.`));
+  const lines = text.trim().split("\n");
+  const at = lines.findIndex((l) => /^\s+N\s/.test(l));
+  if (at < 0) { panel.append(element("pre", {}, text)); return; }
+  const names = ["strategy", ...lines[at].trim().split(/\s{2,}/)];
+  const table = element("table", { class: "numbers", id: "time-table" });
+  const head = element("tr");
+  names.forEach((h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  lines.slice(0, at).forEach((l) => panel.append(element("p", { class: "note" }, l)));
+  const after = [];
+  for (const line of lines.slice(at + 1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length !== names.length) { after.push(line); continue; }
+    const tr = element("tr");
+    f.forEach((v, i) => tr.appendChild(element("td", i > 0 ? { class: "n" } : {}, v)));
+    table.appendChild(tr);
+  }
+  panel.append(table);
+  after.forEach((l) => panel.append(element("p", { class: "note" }, l)));
 }
 
 // --traffic: per strategy and collective, the bytes a rank sends in one step
@@ -311,7 +395,7 @@ const PANELS = [
   { id: "memory", title: "Peak memory per rank, by category", mode: ["--tsv"], draw: (p, out) => drawMemory(p, parseTable(out)) },
   { id: "timeline", title: "Memory over one step", mode: [], draw: drawTimeline },
   { id: "traffic", title: "Bytes per collective per rank, one step", mode: ["--traffic"], draw: drawTraffic },
-  { id: "time", title: "Predicted step time", mode: ["--time"], draw: (p, out) => p.append(element("pre", {}, out)) },
+  { id: "time", title: "Predicted step time", mode: ["--time"], draw: drawTime },
   { id: "layout", title: "Who keeps which parameters", mode: ["--layout"], draw: drawLayout },
 ];
 
@@ -343,7 +427,7 @@ function showPanel(module, panel, state, takes) {
   raw.dataset.code = String(run.code);
   box.append(raw);
   if (run.code !== 0) box.append(element("p", { class: "refused" }, run.stderr.trim()));
-  else panel.draw(box, run.stdout);
+  else panel.draw(box, run.stdout, state);
   const ms = performance.now() - started;
   box.querySelector(".command").append(` (${ms.toFixed(0)} ms)`);
   return ms;
@@ -372,7 +456,7 @@ function buildControls(state, onChange) {
     let input;
     if (c.kind === "select") {
       input = element("select");
-      for (const o of c.options) input.appendChild(element("option", { value: o }, o || "(default)"));
+      for (const o of c.options) input.appendChild(element("option", { value: o }, o || c.empty || "(default)"));
       input.value = state[c.flag] || "";
     } else if (c.kind === "switch") {
       input = element("input", { type: "checkbox" });
