@@ -929,7 +929,7 @@ CAPTIONS = {
                 "range of the optimizer state (ZeRO-1/2), whole tensors by owner (ZeRO-3), a slice of every tensor "
                 "(FSDP).",
     "scaling": "The step-time model's tokens/s as N grows (the lines) against what was measured (the dots); the "
-               "table below gives each measurement beside its prediction.",
+               "Speed table gives each measurement beside its prediction.",
     "zeropp": "What each rank sends to other machines in one step, as the planner runs each strategy's own code "
               "(docs/zeropp.md).",
     "units": "Grouping more blocks into a unit (--unit-blocks J): collectives per step (dashed, right axis) "
@@ -1274,8 +1274,10 @@ def write_report(run, logs, world, cfg, worst, tput, strategies, predicted, spee
     speed_cells = speed_rows(speed_source, predicted) if speed_source else []
     speed_note = (f"Measured with {speed_cells[0][1]} ranks, no more than the machine's cores"
                   + (f" (the runs above put {sliced})" if sliced else "") + ": the slowest rank's mean step, split so "
-                  "that each second counts once (docs/logs.md); tokens/s is the run's own (its summary's, the "
-                  "figure the throughput and scaling plots show). Predicted: build/plan --time's model at the "
+                  "that each second counts once (docs/logs.md); tokens/s is the run's own (its summary's: the "
+                  "scaling plot's points" + ("; the throughput plot's bars are the time-sliced runs' above" if sliced
+                                              else " and the throughput plot's bars") + "). Predicted: build/plan "
+                  "--time's model at the "
                   f"same N on machines of {world} ranks (docs/scale.md; the scaling plot), not a measurement: its "
                   "compute runs at train_single's fastest step, one rank on the cores the ranks share, so a "
                   "ratio far from 1 says how far this machine's load or the model's simplifications moved the "

@@ -6,7 +6,8 @@ them. For every plot and every panel of it:
   frame, below its tick labels);
 - every legend entry has data: its series draws something inside the frame, not only its key sample (a
   series all zero, or drawn along the frame, is a legend entry about nothing);
-- no two tick labels overlap (their boxes estimated from the font size and the text's length);
+- no two tick labels overlap (their boxes estimated from the font size and the text's length), and no text
+  runs past the picture's edges (a title cut off);
 
 and for the stacked memory plots, from their data: memory_by_category's stack of each rank is the summary's
 peak_moment held bytes, category by category, adding up to its peak_bytes; no category in their legends
@@ -90,6 +91,31 @@ def series(svg):
     return out
 
 
+ANCHORED = re.compile(r'<g transform="translate\(([-\d.]+),([-\d.]+)\)(?: rotate\(([-\d.]+)\))?"[^>]*?'
+                      r'font-size="([\d.]+)"([^>]*)>\s*<text>(.*?)</text>', re.S)
+
+
+def check_fits(name, svg, failures):
+    """Every text inside the picture: its box (estimated, as the tick labels', from where its anchor puts it)
+    within the picture's width and height: no title or label cut at an edge."""
+    width = float(re.search(r'width="([\d.]+)"', svg).group(1))
+    height = float(re.search(r'height="([\d.]+)"', svg).group(1))
+    for x, y, rotation, size, rest, text in ANCHORED.findall(svg):
+        x, y, size, text = float(x), float(y), float(size), re.sub(r"<[^>]+>", "", text).strip()
+        if not text:
+            continue
+        anchor = re.search(r'text-anchor="(\w+)"', rest)
+        w = CHAR_WIDTH * size * len(text)
+        shift = {"middle": w / 2, "end": w}.get(anchor.group(1) if anchor else "start", 0)
+        if float(rotation or 0) == 0:
+            left, right, top, bottom = x - shift, x - shift + w, y - 0.8 * size, y
+        else:  # a y label, turned a quarter: its length runs up the page
+            left, right, top, bottom = x - 0.8 * size, x, y - w + shift, y + shift
+        if left < -1 or right > width + 1 or top < -1 or bottom > height + 1:
+            failures.append(f"{name}: the text '{text[:60]}' runs past the picture's edge ({left:.0f}..{right:.0f} "
+                            f"of {width:.0f} wide, {top:.0f}..{bottom:.0f} of {height:.0f} high)")
+
+
 def check_svg(path, failures):
     name = os.path.basename(path)
     svg = open(path).read()
@@ -97,6 +123,7 @@ def check_svg(path, failures):
     if not panels:
         failures.append(f"{name}: no frame found")
         return
+    check_fits(name, svg, failures)
     all_texts = [t for t in texts(svg) if t[4].strip()]
     height = float(re.search(r'height="([\d.]+)"', svg).group(1))
     for k, (x0, y0, x1, y1) in enumerate(panels):
