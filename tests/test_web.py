@@ -58,6 +58,9 @@ CASES = [  # (name, the page's state: its address after '#')
     ("a slow network, a measured rate", "ranks=128&across=1e-5,5&ranks-per-node=4&tokens-per-s=1234"),
     ("the timeline without the flags its strategy does not take", "config=d4&ranks=4&timeline=ddp&prefetch=2&shard-group=2"),
     ("an address with encoded values", "config=&dims=4%2C4%2C128&vocab=300&ranks=2"),
+    ("hpZ against none (--vs)", "ranks=64&vs=secondary-shard-group%3D8"),
+    ("two-hop qgZ at 128 ranks against plain at 64 (--vs)",
+     "config=d4&ranks=64&vs=ranks%3D128%26quantize-grads%3Dint4%26quantize-grads-node%3D8"),
     ("refused in the browser: GPT-2 large's buffers pass 2 GiB", "config=&dims=36,20,1280&ranks=4"),
     ("refused: a batch N does not divide", "config=d2&ranks=3&batch=4"),
     ("refused: offload with EMA", "config=d2&ranks=2&offload-optimizer&ema=0.9"),
@@ -131,12 +134,15 @@ DRAWN = """new Promise((done) => { const wait = () => document.body && document.
   done(true) : setTimeout(wait, 10); wait(); })"""
 # What each panel ran and printed, the memory table's cells, which panels drew something.
 COLLECT = """JSON.stringify({
-  panels: [...document.querySelectorAll("pre.raw")].map((p) => ({args: JSON.parse(p.dataset.args),
+  panels: [...document.querySelectorAll("pre.raw")].map((p) => ({args: JSON.parse(p.dataset.args), panel: p.parentNode.id,
     code: Number(p.dataset.code), stdout: p.textContent,
     refused: (p.parentNode.querySelector(".refused") || {}).textContent || "",
     drawn: p.parentNode.querySelectorAll("svg, table, pre:not(.raw)").length})),
   table: [...document.querySelectorAll("#memory-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
   time: [...document.querySelectorAll("#time-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  network: [...document.querySelectorAll("#network-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  compare: [...document.querySelectorAll("#compare-table tr")].map((tr) => [...tr.children].map((c) => c.textContent)),
+  changed: [...document.querySelectorAll("#compare-table td.changed")].map((c) => c.textContent),
   rate: (document.getElementById("time-rate") || {}).className || "",
   peak: (document.getElementById("timeline-peak") || {}).textContent || "",
   scroll: document.documentElement.scrollWidth, width: window.innerWidth,
@@ -239,6 +245,25 @@ def main():
     CHECKS.finish()
 
 
+def mb(b):
+    return f"{b / 1e6:.3f}"
+
+
+def time_rows(tsv):
+    """--time --tsv's rows at the plan's own N: (strategy, step s, bytes sent, of them spanning machines)."""
+    rows = [line.split("\t") for line in tsv.strip().split("\n")]
+    n = max(int(f[1]) for f in rows)
+    return [(f[0], float(f[6]), int(f[9]), int(f[10])) for f in rows if int(f[1]) == n]
+
+
+def fullest_peaks(tsv):
+    """--tsv's largest peak of each strategy, in its order."""
+    peaks = {}
+    for f in (line.split("\t") for line in tsv.strip().split("\n")):
+        peaks[f[0]] = max(peaks.get(f[0], 0), int(f[12]))
+    return peaks
+
+
 def check_case(name, state, case):
     """A case's panels against build/plan with the same flags, and its memory table against the TSV."""
     panels = case["panels"]
@@ -260,7 +285,7 @@ def check_case(name, state, case):
         else:
             check(p["code"] != 0 and p["refused"] == ref.stderr.strip(),
                   f"{what}: refused with build/plan's message: {p['refused'][:100]}")
-    tsv = [p for p in panels if "--tsv" in p["args"] and p["code"] == 0]
+    tsv = [p for p in panels if p["panel"] == "memory" and "--tsv" in p["args"] and p["code"] == 0]
     if tsv:
         rows = [line.split("\t") for line in tsv[0]["stdout"].strip().split("\n")]
         held = [k for k in range(10) if any(int(row[2 + k]) for row in rows)]
@@ -270,7 +295,7 @@ def check_case(name, state, case):
               f"{name}: the memory table shows the TSV's bytes in MB, three decimals ({len(expected)} rows)")
     check(case["scroll"] <= case["width"], f"{name}: the page fits {case['width']} px, nothing to scroll sideways "
           f"(its width {case['scroll']} px)")
-    time = [p for p in panels if "--time" in p["args"] and p["code"] == 0]
+    time = [p for p in panels if p["panel"] == "time" and p["code"] == 0]
     if time:
         lines = time[0]["stdout"].strip().split("\n")
         at = next(i for i, line in enumerate(lines) if re.match(r"\s+N\s", line))
@@ -280,6 +305,25 @@ def check_case(name, state, case):
         given = "tokens-per-s=" in state
         check(case["rate"] == ("note" if given else "placeholder"),
               f"{name}: one rank's rate said as {'given' if given else 'a placeholder'} ({case['rate']!r})")
+    network = [p for p in panels if p["panel"] == "network" and p["code"] == 0]
+    if network:
+        rows = time_rows(network[0]["stdout"])
+        want = [[s, mb(sent), mb(sent - across), mb(across), f"{100 * across / sent:.0f}%" if sent else "-"]
+                for s, _, sent, across in rows]
+        check(case["network"][1:] == want, f"{name}: the network panel is --time --tsv's rank 0 bytes at N, within "
+              f"and spanning machines ({len(want)} rows)")
+    compare = [p for p in panels if p["panel"] == "compare"]
+    if "vs=" in state:
+        check(len(compare) == 4 and all(p["code"] == 0 for p in compare),
+              f"{name}: the comparison ran both plans' --tsv and --time --tsv ({len(compare)} runs)")
+        if len(compare) == 4:
+            peaks = [fullest_peaks(p["stdout"]) for p in (compare[0], compare[2])]
+            times = [{s: (step, across) for s, step, _, across in time_rows(p["stdout"])} for p in (compare[1], compare[3])]
+            want = [[s, mb(peaks[0][s]), mb(peaks[1][s]), mb(times[0][s][1]), mb(times[1][s][1]),
+                     f"{1e3 * times[0][s][0]:.3f}", f"{1e3 * times[1][s][0]:.3f}"] for s in peaks[0]]
+            changed = [b for row in want for a, b in zip(row[1::2], row[2::2]) if a != b]
+            check(case["compare"][1:] == want and case["changed"] == changed and changed,
+                  f"{name}: the comparison's table is the two plans' numbers, B's changes marked ({changed})")
     timeline = [p for p in panels if "--timeline" in p["args"] and p["code"] == 0]
     if timeline:
         peak = re.search(r"^# peak: (\d+) bytes( at event \d+ )?", timeline[0]["stdout"], re.M)

@@ -26,10 +26,10 @@ const CONTROLS = [
   { group: "Run", flag: "--precision", skip: ["layout"], kind: "select", options: ["", "fp32", "bf16"], value: null },
   { group: "Run", flag: "--reduce-dtype", skip: ["layout"], kind: "select", options: ["", "fp32", "bf16"], value: null },
   { group: "Run", flag: "--recompute", skip: ["layout"], kind: "switch", value: null },
-  { group: "Run", flag: "--fused-attention", skip: ["time", "traffic", "layout"], kind: "switch", value: null },
-  { group: "Run", flag: "--fused-classifier", skip: ["time", "traffic", "layout"], kind: "switch", value: null },
+  { group: "Run", flag: "--fused-attention", skip: ["time", "network", "traffic", "layout"], kind: "switch", value: null },
+  { group: "Run", flag: "--fused-classifier", skip: ["time", "network", "traffic", "layout"], kind: "switch", value: null },
   { group: "Run", flag: "--grad-clip", skip: ["memory", "timeline", "layout"], kind: "text", value: null, help: "a clip adds the norm's all-reduce" },
-  { group: "Run", flag: "--ema", skip: ["time", "traffic", "layout"], kind: "text", value: null, help: "decay of a moving average of the weights" },
+  { group: "Run", flag: "--ema", skip: ["time", "network", "traffic", "layout"], kind: "text", value: null, help: "decay of a moving average of the weights" },
   { group: "Run", flag: "--offload-optimizer", skip: ["traffic", "layout"], kind: "switch", value: null },
   { group: "Strategies", flag: "--prefetch", skip: ["layout"], kind: "number", value: null, help: "ZeRO-3, FSDP (default 1)" },
   { group: "Strategies", flag: "--unit-blocks", skip: ["layout"], kind: "number", value: null, help: "blocks per unit" },
@@ -45,14 +45,17 @@ const CONTROLS = [
   { group: "Strategies", flag: "--quantize-grads-node", skip: ["layout"], kind: "number", value: null, help: "qgZ in two hops" },
   { group: "Strategies", flag: "--secondary-shard-group", skip: ["layout"], kind: "number", value: null, help: "ZeRO++ hpZ" },
   { group: "Strategies", flag: "--quantize-block", skip: ["layout"], kind: "number", value: null },
-  { group: "Network", flag: "--tokens-per-s", kind: "text", value: PLACEHOLDER_RATE, panel: "time",
+  { group: "Network", flag: "--tokens-per-s", kind: "text", value: PLACEHOLDER_RATE, panel: ["time", "network"],
     help: "one rank's measured tokens/s (train_single's tokens_per_s; a report's link carries its run's)" },
-  { group: "Network", flag: "--ranks-per-node", kind: "number", value: null, panel: "time" },
-  { group: "Network", flag: "--within", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
-  { group: "Network", flag: "--across", kind: "text", value: null, panel: "time", help: "latency s, GB/s" },
+  { group: "Network", flag: "--ranks-per-node", kind: "number", value: null, panel: ["time", "network"],
+    help: "ranks per machine (default 8)" },
+  { group: "Network", flag: "--within", kind: "text", value: null, panel: ["time", "network"], help: "latency s, GB/s" },
+  { group: "Network", flag: "--across", kind: "text", value: null, panel: ["time", "network"], help: "latency s, GB/s" },
   { group: "Timeline", flag: "--timeline", kind: "select", options: ["ddp", "zero1", "zero2", "zero3", "fsdp"],
     value: "fsdp", panel: "timeline" },
   { group: "Timeline", flag: "--rank", kind: "number", value: null, panel: "timeline" },
+  { group: "Compare", flag: "--vs", kind: "text", value: null, panel: "page", size: 30,
+    help: "a second plan: the flags it changes, as in the address (secondary-shard-group=8&recompute&ranks=128)" },
 ];
 
 const CATEGORIES = ["params", "params_gathered", "grads", "grads_gathered", "optim", "activations", "comm_buffers",
@@ -68,11 +71,18 @@ const HOST = new Set(["host_optim", "host_staging"]);
 function readState() {
   const state = Object.fromEntries(CONTROLS.map((c) => [c.flag, c.value]));
   state.refused = [];  // what the address asked that the page cannot take, said on the page
-  const decode = (text) => { try { return decodeURIComponent(text); } catch (e) { return text; } };
-  for (const part of location.hash.replace(/^#/, "").split("&").filter(Boolean)) {
+  applyFragment(state, location.hash.replace(/^#/, ""), true);
+  return state;
+}
+
+// Sets state's flags from a fragment ("config=d4&recompute&ranks=8"): the address's, or --vs's changes
+// (decoded: --vs holds them as typed). A part naming no flag is left out.
+function applyFragment(state, fragment, encoded, unknown = null) {
+  const decode = (text) => { if (!encoded) return text; try { return decodeURIComponent(text); } catch (e) { return text; } };
+  for (const part of fragment.split("&").filter(Boolean)) {
     const at = part.indexOf("=");
     const flag = "--" + decode(at < 0 ? part : part.slice(0, at));
-    if (!(flag in state)) continue;
+    if (!(flag in state) || (unknown && flag === "--vs")) { if (unknown) unknown.push(part); continue; }
     const value = at < 0 ? "" : decode(part.slice(at + 1));
     const control = CONTROLS.find((c) => c.flag === flag);
     if (control.kind !== "switch") state[flag] = value;
@@ -81,7 +91,6 @@ function readState() {
     else state.refused.push(`#${decode(part)}: a switch is on (${SWITCH_ON.filter(Boolean).join(", ")}, or no ` +
                             `value) or off (${SWITCH_OFF.join(", ")}); left at its default`);
   }
-  return state;
 }
 // A switch in the address: "#recompute" or "#recompute=1" is on, "#recompute=0" off.
 const SWITCH_ON = ["", "1", "true", "on", "yes"];
@@ -104,7 +113,7 @@ function planArgs(state, panel, takes, leftOut = []) {
   const args = [];
   for (const c of CONTROLS) {
     const value = state[c.flag];
-    if (c.panel && c.panel !== panel) continue;
+    if (c.panel && ![].concat(c.panel).includes(panel)) continue;  // (--vs: the page's own, build/plan's none)
     if (value === null || value === "") continue;
     if (c.skip && c.skip.includes(panel)) { leftOut.push(c.flag); continue; }
     const chosen = takes.get(state["--timeline"]);
@@ -389,13 +398,108 @@ function drawLayout(panel, text) {
     `model). The first ${most} ranks of each strategy.`));
 }
 
+// --time --tsv's rows at the plan's own N: strategy, N, group, compute, comm, exposed, step (s), tokens/s,
+// offload (s), and rank 0's bytes sent in the step, then those of them among ranks of more than one machine.
+function timeRows(tsv) {
+  const rows = tsv.trim().split("\n").map((l) => l.split("\t"));
+  const N = Math.max(...rows.map((f) => Number(f[1])));
+  return rows.filter((f) => Number(f[1]) === N).map((f) => ({ strategy: f[0], N, step: Number(f[6]),
+    sent: Number(f[9]), across: Number(f[10]) }));
+}
+
+// Rank 0's bytes in one step, inside its machine and across machines: what hpZ and qgZ move off the network.
+function drawNetwork(panel, text, state) {
+  const rows = timeRows(text);
+  const G = state["--ranks-per-node"] || "8";
+  panel.append(element("p", { class: "note" }, `Rank 0's collectives in one training step at N = ${rows[0].N}, ` +
+    `machines of ${G} ranks (--ranks-per-node): the MB it sends in collectives among the ranks of its own machine ` +
+    "alone, and in collectives whose ranks span machines, which the slower link between machines carries " +
+    "(build/plan --time --tsv's last two fields: all it sends, and the latter)."));
+  const table = element("table", { class: "numbers", id: "network-table" });
+  const head = element("tr");
+  ["strategy", "MB sent", "within its machine", "spanning machines", "spanning, share"].forEach(
+    (h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  for (const r of rows) {
+    const tr = element("tr");
+    [r.strategy, MB(r.sent), MB(r.sent - r.across), MB(r.across), r.sent ? `${(100 * r.across / r.sent).toFixed(0)}%` : "-"]
+      .forEach((v, i) => tr.appendChild(element("td", i ? { class: "n" } : {}, v)));
+    table.appendChild(tr);
+  }
+  panel.append(table);
+}
+
+// Runs one plan for a panel and keeps its output beside the drawing (the test holds it against build/plan).
+function planned(module, box, args) {
+  const run = runCached(module, args);
+  const raw = element("pre", { class: "raw", hidden: "" }, run.stdout);
+  raw.dataset.args = JSON.stringify(args);
+  raw.dataset.code = String(run.code);
+  box.append(raw);
+  return run;
+}
+
+// The plan beside a second one whose flags --vs changes: each strategy's fullest rank's peak, rank 0's bytes
+// across machines and its predicted step at N, side by side, the changed cells marked.
+function showCompare(module, panel, state, takes) {
+  const box = document.getElementById(panel.id);
+  box.replaceChildren(element("h2", {}, panel.title));
+  if (!state["--vs"]) {
+    box.append(element("p", { class: "note" }, "Give --vs the flags a second plan changes, as in the address " +
+      "(secondary-shard-group=8, or quantize-grads=int4&quantize-grads-node=8, recompute, ranks=128): this " +
+      "panel puts the two side by side."));
+    return;
+  }
+  const other = { ...state, refused: [] }, unknown = [];
+  applyFragment(other, state["--vs"], false, unknown);
+  if (unknown.length) box.append(element("p", { class: "refused" }, `--vs: ${unknown.join(", ")}: not a flag ` +
+    "of the page; left out"));
+  const plans = [state, other].map((st) => ({
+    memory: planned(module, box, [...planArgs(st, "memory", takes), "--tsv"]),
+    network: planned(module, box, [...planArgs(st, "network", takes), "--time", "--tsv"]) }));
+  const changed = planArgs(other, "memory", takes).join(" ") !== planArgs(state, "memory", takes).join(" ") ||
+    planArgs(other, "network", takes).join(" ") !== planArgs(state, "network", takes).join(" ");
+  box.append(element("p", { class: "command" }, `A: build/plan ${planArgs(state, "memory", takes).join(" ")}`),
+    element("p", { class: "command" }, `B: build/plan ${planArgs(other, "memory", takes).join(" ")}` +
+      (changed ? "" : " (the same plan: --vs changes nothing)")));
+  const failed = plans.flatMap((p) => [p.memory, p.network]).filter((r) => r.code !== 0);
+  if (failed.length) { box.append(element("p", { class: "refused" }, failed[0].stderr.trim())); return; }
+  const fullest = (tsv) => new Map([...parseTable(tsv.stdout).reduce((m, r) =>
+    (!m.has(r.strategy) || r.peak > m.get(r.strategy).peak ? m.set(r.strategy, r) : m), new Map())]);
+  const [peakA, peakB] = plans.map((p) => fullest(p.memory));
+  const [timeA, timeB] = plans.map((p) => new Map(timeRows(p.network.stdout).map((r) => [r.strategy, r])));
+  const table = element("table", { class: "numbers", id: "compare-table" });
+  const head = element("tr");
+  ["strategy", "peak MB, A", "B", "MB spanning machines, A", "B", "step ms, A", "B"].forEach(
+    (h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  for (const [s, a] of peakA) {
+    const b = peakB.get(s), ta = timeA.get(s), tb = timeB.get(s);
+    if (!b || !ta || !tb) continue;
+    const tr = element("tr");
+    tr.appendChild(element("td", {}, s));
+    for (const [x, y] of [[MB(a.peak), MB(b.peak)], [MB(ta.across), MB(tb.across)],
+                          [(1e3 * ta.step).toFixed(3), (1e3 * tb.step).toFixed(3)]]) {
+      tr.appendChild(element("td", { class: "n" }, x));
+      tr.appendChild(element("td", { class: x === y ? "n" : "n changed" }, y));
+    }
+    table.appendChild(tr);
+  }
+  box.append(element("p", { class: "note" }, "Each strategy's fullest rank's peak (MB), rank 0's bytes sent in " +
+    "collectives spanning machines in a step and its predicted step (ms) at the plans' own N, from build/plan --tsv and " +
+    "--time --tsv; B's cells that differ from A's are marked."), table);
+}
+
 // ---------------------------------------------------------------- panels
 
 const PANELS = [
   { id: "memory", title: "Peak memory per rank, by category", mode: ["--tsv"], draw: (p, out) => drawMemory(p, parseTable(out)) },
+  { id: "compare", title: "Compared with a second plan (--vs)", show: showCompare },
   { id: "timeline", title: "Memory over one step", mode: [], draw: drawTimeline },
   { id: "traffic", title: "Bytes per collective per rank, one step", mode: ["--traffic"], draw: drawTraffic },
   { id: "time", title: "Predicted step time", mode: ["--time"], draw: drawTime },
+  { id: "network", title: "Bytes rank 0 sends within its machine and across machines, one step", mode: ["--time", "--tsv"],
+    draw: drawNetwork },
   { id: "layout", title: "Who keeps which parameters", mode: ["--layout"], draw: drawLayout },
 ];
 
@@ -418,14 +522,10 @@ function showPanel(module, panel, state, takes) {
   const leftOut = [];
   const args = [...planArgs(state, panel.id, takes, leftOut), ...panel.mode];
   const started = performance.now();
-  const run = runCached(module, args);
   box.append(element("p", { class: "command" }, "build/plan " + args.join(" ")));
   if (leftOut.length) box.append(element("p", { class: "note" }, `Left out here: ${leftOut.join(" ")} ` +
     "(this panel's mode of build/plan does not take them)."));
-  const raw = element("pre", { class: "raw", hidden: "" }, run.stdout);  // what the test holds against build/plan
-  raw.dataset.args = JSON.stringify(args);
-  raw.dataset.code = String(run.code);
-  box.append(raw);
+  const run = planned(module, box, args);
   if (run.code !== 0) box.append(element("p", { class: "refused" }, run.stderr.trim()));
   else panel.draw(box, run.stdout, state);
   const ms = performance.now() - started;
@@ -462,7 +562,7 @@ function buildControls(state, onChange) {
       input = element("input", { type: "checkbox" });
       input.checked = Boolean(state[c.flag]);
     } else {
-      input = element("input", { type: c.kind === "number" ? "number" : "text", size: 10 });
+      input = element("input", { type: c.kind === "number" ? "number" : "text", size: c.size || 10 });
       input.value = state[c.flag] || "";
     }
     input.id = "control" + c.flag;
@@ -503,7 +603,7 @@ function redraw(module, state, takes) {
       return;
     }
     status.textContent = `computing: ${panel.title} (${PANELS.length - queue.length} of ${PANELS.length})`;
-    showPanel(module, panel, state, takes);
+    (panel.show || showPanel)(module, panel, state, takes);
     setTimeout(next, 0);
   };
   next();
