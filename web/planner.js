@@ -363,11 +363,16 @@ function drawTraffic(panel, text) {
 
 // --layout: which elements of the flat model each rank keeps, per strategy.
 function drawLayout(panel, text) {
-  const strategies = new Map();
+  const strategies = new Map(), kinds = new Map();  // a tensor kind's span over the layers: llm.c's order
   let P = 0;
   for (const line of text.trim().split("\n")) {
     const f = line.split("\t");
-    if (f[0] === "tensor") { P = Math.max(P, Number(f[3])); continue; }
+    if (f[0] === "tensor") {
+      P = Math.max(P, Number(f[3]));
+      const kind = f[1].replace(/^h\d+\./, ""), span = kinds.get(kind) || [Infinity, 0];
+      kinds.set(kind, [Math.min(span[0], Number(f[2])), Math.max(span[1], Number(f[3]))]);
+      continue;
+    }
     if (f[0] !== "hold" && f[0] !== "pad") continue;
     const s = strategies.get(f[1]) || { ranks: new Map() };
     const rank = Number(f[2]);
@@ -376,6 +381,22 @@ function drawLayout(panel, text) {
     strategies.set(f[1], s);
   }
   const most = 16, width = 760, left = 70, rowHeight = 7;
+  const at = (e) => left + (Math.min(e, P) / (P || 1)) * (width - left - 10);
+  const axis = element("svg", { width, height: 46, viewBox: `0 0 ${width} 46`, class: "chart", id: "layout-axis" });
+  [...kinds].forEach(([kind, [begin, end]], i) => {  // the tensors, by kind, across the flat model
+    axis.appendChild(element("rect", { x: at(begin), y: 4, width: Math.max(0.5, at(end) - at(begin)), height: 14,
+      fill: i % 2 ? "#ddd" : "#bbb" })).appendChild(element("title", {}, `${kind}: elements ${begin} to ${end}`));
+    if (at(end) - at(begin) > 6.5 * kind.length) svgText(axis, (at(begin) + at(end)) / 2, 15, kind, "middle", 9);
+  });
+  for (const e of [0, P / 2, P]) {
+    axis.appendChild(element("line", { x1: at(e), x2: at(e), y1: 20, y2: 25, stroke: "#333" }));
+    svgText(axis, at(e), 35, `${(e / 1e6).toFixed(1)}M`, e === P ? "end" : e ? "middle" : "start", 9);
+  }
+  svgText(axis, left - 4, 15, "tensors", "end", 9);
+  svgText(axis, left - 4, 35, "element", "end", 9);
+  panel.append(element("p", { class: "note" }, "The flat model in llm.c's order (each tensor kind's elements " +
+    "for every layer side by side; hover for a kind's span), its elements in millions; under it, each strategy's " +
+    "ranks on the same scale:"), axis);
   for (const [name, s] of strategies) {
     const ranks = [...s.ranks.keys()].sort((a, b) => a - b).slice(0, most);
     const height = 18 + ranks.length * (rowHeight + 2);
