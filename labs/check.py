@@ -115,7 +115,11 @@ def registry(build):
     for line in r.stdout.splitlines():
         if line.startswith("#"):
             continue
-        name, title, trainer, preset, reference, shards, placement, flags = line.split("\t")
+        fields = line.split("\t")
+        if len(fields) != 8:
+            fail(f"{plan} --strategies printed {line[:80]!r}, not a line of the strategies' table: is {build} a "
+                 "build of this tree?")
+        name, title, trainer, preset, reference, shards, placement, flags = fields
         out[name] = {"title": title, "trainer": trainer, "preset": preset.split(), "reference": reference.split(),
                      "shards": shards.split(), "placement": placement, "flags": flags.split()}
     return out
@@ -359,7 +363,11 @@ def main():
     # (an AdamW step moves a parameter by about lr at most in the first steps, |m/sqrt(v)| <= 1.004 for three:
     # two runs 6.4 lr a step apart is a margin of 3)
     loss_tol, param_tol = (0, 0) if exact else (1e-5, 6.4 * 1e-4 * STEPS)
-    build, mpirun = o["build"], shlex.split(o["mpirun"])
+    build = o["build"]
+    try:
+        mpirun = shlex.split(o["mpirun"])
+    except ValueError as e:  # an unbalanced quote
+        fail(f"--mpirun {o['mpirun']!r}: {e}")
     trainer_name = entry["trainer"]
     for path, flag in ((f"{o['reference']}/train_single", "--reference"), (f"{build}/{trainer_name}", "--build"),
                        (f"{build}/prepare", "--build"), (f"{o['reference']}/plan", "--reference")):
@@ -373,9 +381,12 @@ def main():
         except OSError as e:
             fail(f"--json {o['json']}: cannot write: {e.strerror}")
     work = o["work"] or os.path.join(o["build"], "check", f"{strategy}_n{n}")
-    if os.path.exists(work) and not os.path.isdir(work):
-        fail(f"--work {work}: not a directory")
-    os.makedirs(work, exist_ok=True)
+    if os.path.lexists(work) and not os.path.isdir(work):
+        fail(f"--work {work}: not a directory" + (" (a link to nothing)" if os.path.islink(work) else ""))
+    try:
+        os.makedirs(work, exist_ok=True)
+    except OSError as e:
+        fail(f"--work {work}: cannot make it: {e.strerror}")
     data = os.path.join(work, "data")
     if not os.path.exists(os.path.join(data, "train.bin")):
         corpus = os.path.join(work, "corpus.txt")
@@ -467,8 +478,12 @@ def main():
     if plan.returncode != 0:
         fail(f"{o['reference']}/plan: {plan.stderr.strip()}")
     planned = {}
-    for f in (line.split("\t") for line in plan.stdout.splitlines()):
-        first, _, last = f[1].partition("-")
+    for line in plan.stdout.splitlines():
+        f = line.split("\t")
+        first, _, last = f[1].partition("-") if len(f) > 1 else ("", "", "")
+        if len(f) < 2 + len(CATEGORIES) + 2 or not all(is_whole(x) for x in (first, last or first, *f[2:])):
+            fail(f"{o['reference']}/plan --tsv printed {line[:80]!r}, not a row of the planner's table: is "
+                 "--reference a build of this tree?")
         for rank in range(int(first), int(last or first) + 1):
             planned[(f[0], rank)] = [int(x) for x in f[2:]]
     wrong = []

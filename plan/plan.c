@@ -477,6 +477,9 @@ static Link calibrate(const char *path, int tsv, Link *within_op) {
     while (fgets(line, sizeof line, f)) {
         double size, micros;
         line_number++;
+        if (!strchr(line, '\n') && !feof(f))  // bench_comm's lines are short: this is not its table
+            fatal("--calibrate %s:%d: a line longer than %zu characters, which bench_comm does not write", path,
+                  line_number, sizeof line - 2);
         if (sscanf(line, "# bench_comm: %d ranks", &ranks) == 1) continue;
         if (sscanf(line, "# %63s", name) == 1) {  // a collective's name starts its rows; column titles do not
             for (int k = 0; k < COMM_BARRIER; k++)

@@ -391,9 +391,11 @@ void checkpoint_resolve(const char *path, char *dir, size_t size) {
     FILE *f = xfopen(probe, "r");  // a regular file: a FIFO here is refused, not waited on
     char name[256] = "";
     if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    int longer = !strchr(name, '\n') && fgetc(f) != EOF;  // a first line past the buffer: no name of ours
     fclose(f);
     name[strcspn(name, "\n")] = '\0';
-    if (!ckpt_valid_file_name(name)) fatal("%s: malformed (expected a checkpoint name such as step_00000010)", probe);
+    if (longer || !ckpt_valid_file_name(name))
+        fatal("%s: malformed (expected a checkpoint name such as step_00000010)", probe);
     xsnprintf(dir, size, "%s/%s", path, name);
 }
 

@@ -522,6 +522,8 @@ static void check_outputs(Run *run) {
 // size is refused, so that byte data never trains a V = 50257 model by accident.
 static void match_data_vocab(TrainOptions *o, const GPT2Config *model) {
     struct stat st;
+    if (strlen(o->data_dir) + sizeof "/train.bin" > 4096)  // the shards' paths (setup's buffers) must fit
+        fatal("--data: a path of %zu characters; the shards' paths in it must stay under 4,096", strlen(o->data_dir));
     if (stat(o->data_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         fatal("--data %s: %s; make one with build/prepare --text FILE --tokenizer byte --out %s", o->data_dir,
               stat(o->data_dir, &st) != 0 ? "no such directory" : "not a directory", o->data_dir);

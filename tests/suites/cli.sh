@@ -415,6 +415,16 @@ fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS
     --tokens-per-s 1000 --within 5us
 fails "plan: --calibrate on a file without timings" "no bench_comm timings" "$BUILD/plan" --config d2 --ranks 4 --time \
     --tokens-per-s 1000 --calibrate "$tmp/small.txt"
+{ echo "# bench_comm: 2 ranks"; echo "# all_reduce"; printf '%0600d 5\n' 1; } > "$tmp/long_line.txt"
+fails "plan: --calibrate with a line past bench_comm's" "--calibrate $tmp/long_line.txt:3: a line longer than 510 characters" \
+    "$BUILD/plan" --config d2 --ranks 4 --time --tokens-per-s 1000 --calibrate "$tmp/long_line.txt"
+# --data: a directory path whose shards' paths would not fit is refused, not read cut
+long_data="$tmp/$(printf 'd%.0s' $(seq 1 4090))"
+fails "trainer: a --data path of over 4,085 characters" "--data: a path of [0-9]+ characters; the shards' paths in it must stay under 4,096" \
+    "${train[@]:0:6}" "$long_data" "${train[@]:7}"
+# a latest whose name is longer than any checkpoint's: malformed, not read cut
+mkdir -p "$tmp/long_latest" && printf 'step_%0300d\n' 10 > "$tmp/long_latest/latest"
+fails "trainer: a latest of 305 characters" "$tmp/long_latest/latest: malformed" "${train[@]}" --resume "$tmp/long_latest"
 # --time: N = 1, 2, 4 (weak scaling), every strategy; one rank moves nothing, so its step is its compute
 if "$BUILD/plan" --config d2 --vocab 256 --ranks 4 --batch 16 --seq 64 --time --tokens-per-s 1000 --tsv > "$tmp/time" &&
    python3 - "$tmp/time" <<'PY'

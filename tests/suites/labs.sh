@@ -16,6 +16,14 @@ fails "check.py: unknown flag" "unknown argument '--bogus'" python3 labs/check.p
 fails "check.py: --ranks in digits that are not ASCII" "--ranks: give a number of ranks from 1 to 16 \(got ²\)" \
     python3 labs/check.py --strategy fsdp --ranks ²
 fails "check.py: a flag given twice" "--ranks given twice" python3 labs/check.py --strategy fsdp --ranks 2 --ranks 3
+fails "check.py: an --mpirun with an unbalanced quote" "--mpirun \"mpirun 'x\": No closing quotation" \
+    python3 labs/check.py --strategy fsdp --ranks 2 --mpirun "mpirun 'x"
+ln -s "$tmp/nowhere" "$tmp/dangling_work"
+fails "check.py: a --work that is a link to nothing" "--work $tmp/dangling_work: not a directory \(a link to nothing\)" \
+    python3 labs/check.py --strategy ddp --ranks 2 --work "$tmp/dangling_work"
+mkdir "$tmp/garbage_ref" && printf '#!/bin/sh\necho garbage\n' > "$tmp/garbage_ref/plan" && chmod +x "$tmp/garbage_ref/plan"
+fails "check.py: a --reference whose plan prints no table" "--strategies printed 'garbage', not a line of the strategies' table" \
+    python3 labs/check.py --strategy ddp --ranks 2 --reference "$tmp/garbage_ref"
 fails "check.py: a count in digits that are not ASCII" "--args: --grad-accum ١: give a whole number >= 1" \
     python3 labs/check.py --strategy zero3 --ranks 2 --args "--grad-accum ١"
 fails "check.py: an --ema that single precision makes 0" "--args: --ema 1e-400: give a number in \[0, 0.999999\] that single precision keeps" \
