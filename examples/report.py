@@ -234,9 +234,9 @@ def memory_step_panel(tsv, title, timeline, peak, first, shown, blocks_of_unit):
     series = ", ".join(f"'{tsv}' using 1:{k + 2} with filledcurves x1 fs solid 0.85 noborder "
                        f"lc rgb '{PALETTE[CATEGORIES.index(c)]}' title '{c}'" for k, c in reversed(list(enumerate(shown))))
     key = "set key outside right top font ',9'" if first else "unset key"
-    quiet = ("set label 2 \"nothing is allocated or freed in this step: it holds its resident state throughout "
-             "(its units' parts marked in order)\" at graph 0.5, graph 0.5 center front" if not events
-             else "unset label 2")
+    # a step with nothing allocated says so under its frame, where the others say how to read their x axis
+    quiet = (f"set xlabel \"nothing is allocated or freed in this step: it holds its resident state throughout "
+             f"(its units' parts marked in order)\" font ',9'" if not events else f"set xlabel \"{STEP_XLABEL}\" font ',9'")
     return f"""set title "{title}" font ',10'
 {key}
 set xtics ({xtics}) rotate by -45 font ',8'
@@ -245,11 +245,14 @@ set label 1 "peak" at {peak['event'] + 1 if peak['event'] >= 0 else 0}, {peak['b
 plot {series}"""
 
 
+STEP_XLABEL = "the step's allocations and frees, in order (not time); a unit's mark too close to the one before it is left out"
+
+
 def memory_step_plot(panels, top, out_dir, name):
     """The panels of memory_step_panel stacked on one y axis up to `top` MB."""
     gnuplot(f"""set multiplot layout {len(panels)},1 title "Memory over one step: bytes in use by category, allocation by allocation (F b2: block 2's forward, B head: the head's backward)"
 set ylabel "MB in use"
-set xlabel "the step's allocations and frees, in order (not time); a unit's mark too close to the one before it is left out" font ',9'
+set xlabel "{STEP_XLABEL}" font ',9'
 set yrange [0:{top * 1.1}]
 set grid xtics ytics
 set rmargin 22
