@@ -227,22 +227,32 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
 // buffers into which each row's keeper copied it) and written into model.bin in
 // llm.c's format and optimizer.bin; with --ema, the EMA weights into ema.bin, an
 // llm.c model file too.
+static const char *const full_names[3] = {"model.bin", "optimizer.bin", "ema.bin"};
+
+// The header of full file f (full_names): llm.c's model header for the model and the EMA, the
+// optimizer state's for m and v of P parameters; the rest zero.
+static void full_header(int f, const GPT2Config *c, uint64_t P, int32_t header[LLMC_HEADER_INTS]) {
+    memset(header, 0, LLMC_HEADER_INTS * sizeof(int32_t));
+    int32_t model[] = {GPT2_CHECKPOINT_MAGIC, GPT2_CHECKPOINT_VERSION_FP32, c->max_seq_len, c->vocab_size,
+                       c->num_layers, c->num_heads, c->channels, c->padded_vocab_size};
+    int32_t optimizer[] = {OPTIMIZER_MAGIC, 1, (int32_t)P};
+    if (f == 1) memcpy(header, optimizer, sizeof optimizer);
+    else memcpy(header, model, sizeof model);
+}
+
 static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int parts,
                       PieceList *pieces) {
-    static const char *const names[3] = {"model.bin", "optimizer.bin", "ema.bin"};
+    const char *const *names = full_names;
     static const int file_of_part[CKPT_MAX_PARTS] = {0, 1, 1, 2};  // params, m, v, ema
     char path[3][4096];
     int fd[3] = {-1, -1, -1}, files = parts == 4 ? 3 : 2, root = comm->rank == 0;
     uint64_t header_bytes = LLMC_HEADER_INTS * sizeof(int32_t), P = layout->num_params;
     for (int f = 0; f < files && root; f++) {
-        int32_t model_header[LLMC_HEADER_INTS] = {GPT2_CHECKPOINT_MAGIC, GPT2_CHECKPOINT_VERSION_FP32,
-                                                  layout->config.max_seq_len, layout->config.vocab_size,
-                                                  layout->config.num_layers, layout->config.num_heads,
-                                                  layout->config.channels, layout->config.padded_vocab_size};
-        int32_t optim_header[LLMC_HEADER_INTS] = {OPTIMIZER_MAGIC, 1, (int32_t)P};
+        int32_t header[LLMC_HEADER_INTS];
+        full_header(f, &layout->config, P, header);
         xsnprintf(path[f], sizeof path[f], "%s/%s", tmp, names[f]);
         fd[f] = open_for_writing(path[f]);
-        write_all(fd[f], f == 1 ? optim_header : model_header, sizeof model_header, path[f]);
+        write_all(fd[f], header, sizeof header, path[f]);
     }
     MemAccount scratch = {0};  // checkpoint buffers are not training memory
     for (int t = 0; t < layout->num_tensors; t++) {
@@ -543,6 +553,25 @@ static void load_piece(const char *dir, const CkptManifest *m, const CkptPiece *
     free(buf);
 }
 
+// --save-full's files are llm.c's formats, read here by their rows' offsets alone: their headers must still be
+// what the manifest describes, or llm.c (and build/sample) would read another model from them.
+static void check_full_headers(const char *dir, const CkptManifest *m, const GPT2Layout *layout,
+                               const char *manifest_path) {
+    if (m->num_files == 0 || strcmp(m->files[0], full_names[0]) != 0) return;  // shards of their own
+    for (int f = 0; f < m->num_files; f++) {
+        char path[4200];
+        xsnprintf(path, sizeof path, "%s/%s", dir, m->files[f]);
+        int32_t got[LLMC_HEADER_INTS], want[LLMC_HEADER_INTS];
+        full_header(f, &m->config, layout->num_params, want);
+        FILE *in = xfopen(path, "rb");
+        xfread(got, sizeof(int32_t), LLMC_HEADER_INTS, in, path);
+        fclose(in);
+        if (memcmp(got, want, sizeof got) != 0)
+            fatal("%s: its header is not the one %s describes (%s): the file was changed after the save", path,
+                  manifest_path, f == 1 ? "AdamW's m and v of this model's parameters" : "this model, llm.c's format");
+    }
+}
+
 void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, float ema,
                      const char *precision, CkptManifest *m) {
     char dir[4096], manifest_path[4200], err[256];
@@ -587,6 +616,7 @@ void checkpoint_load(const char *path, const Strategy *strategy, const GPT2Layou
                   (uint64_t)st.st_size < m->file_sizes[f] ? "truncated" : "wrong size", (long long)st.st_size,
                   m->file_sizes[f]);
     }
+    check_full_headers(dir, m, layout, manifest_path);
     FILE **open_files = xcalloc((size_t)m->num_files, sizeof(FILE *));
     for (int t = 0; t < layout->num_tensors; t++) {
         const GPT2Tensor *tensor = &layout->tensors[t];

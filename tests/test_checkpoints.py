@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 
@@ -129,6 +130,16 @@ check(train("zero2", 3, "--steps", "10", "--ckpt-dir", full_zero, "--save-full")
 check(resume_matches(full_zero, "zero1", 2), "ZeRO-2's full checkpoint resumes into ZeRO-1@2 with matching losses")
 r = run_captured([f"{BUILD}/train_single", *COMMON[4:], "--model", f"{step_dir}/model.bin", "--steps", "1"])
 check(r.returncode == 0, "the full checkpoint's model.bin is an llm.c checkpoint (train_single --model reads it)")
+# the full files' headers are checked against the manifest on resume: the rows are read by offset, but llm.c
+# reads the header (a copy with one header field changed, the file's size and rows' checksums unchanged)
+for name, field, value in (("model.bin", 3, 1000), ("optimizer.bin", 2, 12345)):
+    forged = f"{tmp}/forged_{name}"
+    shutil.copytree(step_dir, forged)
+    with open(f"{forged}/{name}", "r+b") as f:
+        f.seek(4 * field)
+        f.write(struct.pack("<i", value))
+    fails_with(train("fsdp", 2, "--steps", "11", "--resume", forged), f"{forged}/{name}: its header is not the one",
+               f"a full checkpoint whose {name} header was changed")
 
 # ---- hybrid sharding: the first group writes the slices, every group reads them ----
 hybrid = f"{tmp}/hybrid"

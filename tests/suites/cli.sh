@@ -413,8 +413,9 @@ fails "plan: --time without a compute rate" "--time needs --tokens-per-s R above
 fails "plan: --time with a rate of 0" "--time needs --tokens-per-s R above 0: .*\(0 given\)" "$BUILD/plan" --config d2 --ranks 4 --time --tokens-per-s 0
 fails "plan: --within that is not ALPHA,GBPS" "--within: '5us' is not ALPHA,GBPS" "$BUILD/plan" --config d2 --ranks 4 --time \
     --tokens-per-s 1000 --within 5us
+printf 'a text\nof short lines\n# and no table\n' > "$tmp/no_timings.txt"
 fails "plan: --calibrate on a file without timings" "no bench_comm timings" "$BUILD/plan" --config d2 --ranks 4 --time \
-    --tokens-per-s 1000 --calibrate "$tmp/small.txt"
+    --tokens-per-s 1000 --calibrate "$tmp/no_timings.txt"
 { echo "# bench_comm: 2 ranks"; echo "# all_reduce"; printf '%0600d 5\n' 1; } > "$tmp/long_line.txt"
 fails "plan: --calibrate with a line past bench_comm's" "--calibrate $tmp/long_line.txt:3: a line longer than 510 characters" \
     "$BUILD/plan" --config d2 --ranks 4 --time --tokens-per-s 1000 --calibrate "$tmp/long_line.txt"

@@ -65,6 +65,11 @@ for part in link.group(2).split("&"):
     args += [f"--{name}", value] if "=" in part else [f"--{name}"]
 if args[:2] == ["--config", ""]:
     args = args[2:]
+at = args.index("--tokens-per-s")  # the page's time panels' own flag: train_single's measured rate
+rate = args.pop(at + 1)
+args.pop(at)
+single = json.loads(open(f"{run}/single.jsonl").read().splitlines()[-1])
+assert rate == str(round(single["tokens_per_s"])), (rate, single["tokens_per_s"])
 summary = json.loads(open(f"{run}/fsdp.jsonl").read().splitlines()[-1])
 assert args[args.index("--ranks") + 1] == str(summary["world_size"]), args
 plan = subprocess.run([f"{build}/plan", *args, "--tsv"], capture_output=True, text=True)
@@ -72,8 +77,8 @@ assert plan.returncode == 0, plan.stderr
 fsdp = [line.split("\t") for line in plan.stdout.splitlines() if line.startswith("fsdp\t")]
 assert max(int(row[12]) for row in fsdp) == max(r["peak_bytes"] for r in summary["ranks"]), "not the run's plan"
 PY
-then ok "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's)"
-else bad "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's)"; fi
+then ok "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's) and rate"
+else bad "report: its link opens the planner's page on the run's own plan (FSDP's peak the run's) and rate"; fi
 # "Memory over one step": each strategy's panel climbs to its fullest rank's peak and ends at its resident bytes,
 # and the report names the peak's moment in words
 if python3 - "$tmp/runs/tiny" <<'PY'
