@@ -237,6 +237,18 @@ static void add_row(PlanTable *table, const char *strategy, const char *ranks, c
     row->reserved = mem_reserved_peak_bytes(acct);
 }
 
+// Puts the rows in the registry's order of their strategies, each strategy's rows as they came (stable).
+static void in_registry_order(PlanTable *table) {
+    PlanRow *sorted = xmalloc((size_t)(table->count ? table->count : 1) * sizeof *sorted);
+    int n = 0;
+    for (int k = 0; k < num_registered_strategies; k++)
+        for (int i = 0; i < table->count; i++)
+            if (strcmp(table->rows[i].strategy, registered_strategies[k].name) == 0) sorted[n++] = table->rows[i];
+    CHECK(n == table->count, "plan: %d of the table's %d rows belong to no strategy", table->count - n, table->count);
+    free(table->rows);
+    table->rows = sorted;
+}
+
 // --tsv: every row with every category, in bytes.
 static void print_tsv(const PlanTable *table) {
     for (int i = 0; i < table->count; i++) {
@@ -1009,17 +1021,23 @@ int main(int argc, char **argv) {
     // each strategy's own code, run dry for rank 0 (whole tensors on owners: each rank that owns something);
     // the table is printed once every strategy has run: a strategy that refuses a flag (a node of hpZ's that
     // does not divide its ranks) stops the plan with its message alone, nothing printed before it
+    // The strategies that slice every tensor run first: their padded buffers, the largest, are what a 32-bit
+    // build (the browser's) may refuse, and a refusal then comes before the others' work, not after it. Their
+    // rows are put back in the registry's order below.
     PlanTable rows = {0};
-    for (int k = 0; k < num_registered_strategies; k++) {
-        const RegisteredStrategy *strategy = &registered_strategies[k];
-        if (strategy->placement == PLACED_WHOLE_TENSORS) {
-            add_owner_rows(&layout, &shape, strategy, tsv, &rows);
-            continue;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < num_registered_strategies; k++) {
+            const RegisteredStrategy *strategy = &registered_strategies[k];
+            if ((strategy->placement == PLACED_ROW_SLICES) != (pass == 0)) continue;
+            if (strategy->placement == PLACED_WHOLE_TENSORS) {
+                add_owner_rows(&layout, &shape, strategy, tsv, &rows);
+                continue;
+            }
+            DryResult result = run_rank(&shape, strategy, 0, NULL);
+            add_row(&rows, strategy->name, "0", &result.mem);
+            mem_timeline_free(&result.timeline);
         }
-        DryResult result = run_rank(&shape, strategy, 0, NULL);
-        add_row(&rows, strategy->name, "0", &result.mem);
-        mem_timeline_free(&result.timeline);
-    }
+    in_registry_order(&rows);
     if (tsv) {
         print_tsv(&rows);
     } else {
