@@ -290,7 +290,7 @@ test-tsan-comm:
 	done
 
 # Fuzz the checkpoint manifest and token shard readers with libFuzzer (clang) for
-# FUZZ_SECONDS each, starting from the corpora in tests/fuzz/.
+# FUZZ_SECONDS each, side by side (a core each), starting from the corpora in tests/fuzz/.
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS = -std=c11 -I. -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz:
@@ -298,9 +298,12 @@ fuzz:
 	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_manifest.c run/ckpt_manifest.c util/crc32.c -o $(BUILD)/fuzz/fuzz_manifest
 	clang $(FUZZ_CFLAGS) tests/fuzz/fuzz_shard.c run/data.c util/mt19937.c util/errors.c -o $(BUILD)/fuzz/fuzz_shard
 	for target in manifest shard; do \
-	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target && \
-	    $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
-	        $(BUILD)/fuzz/corpus_$$target || exit 1; \
+	    rm -rf $(BUILD)/fuzz/corpus_$$target && cp -r tests/fuzz/corpus_$$target $(BUILD)/fuzz/corpus_$$target || exit 1; \
+	    { $(BUILD)/fuzz/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	        $(BUILD)/fuzz/corpus_$$target > $(BUILD)/fuzz/$$target.log 2>&1; echo $$? > $(BUILD)/fuzz/$$target.status; } & \
+	done; wait; \
+	for target in manifest shard; do \
+	    cat $(BUILD)/fuzz/$$target.log; [ "$$(cat $(BUILD)/fuzz/$$target.status)" = 0 ] || exit 1; \
 	done
 
 # The step against the products' engine's own rate, fp32 and bf16, with the engine chosen and each product's
