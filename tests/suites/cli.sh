@@ -342,7 +342,8 @@ fails "plan: --grad-accum that does not divide the rows" "do not split into 3 mi
     "$BUILD/plan" --config d2 --ranks 2 --batch 8 --grad-accum 3
 fails "plan: --accum-mode later" "--accum-mode: give sync-each or no-sync" "$BUILD/plan" --config d2 --ranks 2 --accum-mode later
 # a flag that one strategy refuses as it runs stops the plan before any of the table is printed
-fails "plan: a node of hpZ's that does not divide the ranks" "zero3: --secondary-shard-group 3 does not divide the 4 ranks" \
+# (FSDP, which slices every tensor, is planned first: its refusal is the one said)
+fails "plan: a node of hpZ's that does not divide the ranks" "fsdp: --secondary-shard-group 3 does not divide the 4 ranks" \
     "$BUILD/plan" --config d2 --vocab 256 --ranks 4 --secondary-shard-group 3
 if [ ! -s "$tmp/out" ]; then ok "plan: the refusal prints no row before it"
 else bad "plan: the refusal prints no row before it: $(head -c 200 "$tmp/out")"; fi
