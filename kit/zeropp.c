@@ -105,15 +105,13 @@ int secondary_unpack_whole(SecondaryShards *h, int unit, int t, void *dst) {
 Comm *secondary_group(SecondaryShards *h, int unit, int direction, Comm *sharding) {
     if (!h->on) return sharding;  // (h->model is NULL when hpZ is off)
     const GPT2Layout *layout = &h->model->layout;
-    if (direction >= 0) {  // a forward's gather: only a training forward's release, for its backward, leaves one
-        for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
-            CHECK(h->states[layout->unit_tensors[unit][i]] != TENSOR_SHARDED_POST_FORWARD,
-                  "unit %d: tensor %d is still kept in its node at a forward: a pass no backward followed left it "
-                  "there", unit, layout->unit_tensors[unit][i]);
-        return sharding;
-    }
     for (int i = 0; i < layout->unit_num_tensors[unit]; i++)
-        if (h->states[layout->unit_tensors[unit][i]] == TENSOR_SHARDED_POST_FORWARD) return h->node;
+        if (h->states[layout->unit_tensors[unit][i]] == TENSOR_SHARDED_POST_FORWARD) {
+            // only a training forward leaves a tensor kept in its node, and its backward's gather takes it
+            CHECK(direction < 0, "unit %d: tensor %d is still kept in its node at a forward: a pass no backward "
+                  "followed left it there", unit, layout->unit_tensors[unit][i]);
+            return h->node;
+        }
     return sharding;
 }
 

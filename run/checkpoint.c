@@ -223,10 +223,6 @@ static void save_sharded(const char *tmp, const Strategy *strategy, const GPT2La
     if (fd >= 0) sync_and_close(fd, path);
 }
 
-// Full layout: every tensor is assembled on rank 0 (a reduce of zero-filled
-// buffers into which each row's keeper copied it) and written into model.bin in
-// llm.c's format and optimizer.bin; with --ema, the EMA weights into ema.bin, an
-// llm.c model file too.
 static const char *const full_names[3] = {"model.bin", "optimizer.bin", "ema.bin"};
 
 // The header of full file f (full_names): llm.c's model header for the model and the EMA, the
@@ -240,9 +236,12 @@ static void full_header(int f, const GPT2Config *c, uint64_t P, int32_t header[L
     else memcpy(header, model, sizeof model);
 }
 
+// Full layout: every tensor is assembled on rank 0 (a reduce of zero-filled
+// buffers into which each row's keeper copied it) and written into model.bin in
+// llm.c's format and optimizer.bin; with --ema, the EMA weights into ema.bin, an
+// llm.c model file too.
 static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layout *layout, Comm *comm, int parts,
                       PieceList *pieces) {
-    const char *const *names = full_names;
     static const int file_of_part[CKPT_MAX_PARTS] = {0, 1, 1, 2};  // params, m, v, ema
     char path[3][4096];
     int fd[3] = {-1, -1, -1}, files = parts == 4 ? 3 : 2, root = comm->rank == 0;
@@ -250,7 +249,7 @@ static void save_full(const char *tmp, const Strategy *strategy, const GPT2Layou
     for (int f = 0; f < files && root; f++) {
         int32_t header[LLMC_HEADER_INTS];
         full_header(f, &layout->config, P, header);
-        xsnprintf(path[f], sizeof path[f], "%s/%s", tmp, names[f]);
+        xsnprintf(path[f], sizeof path[f], "%s/%s", tmp, full_names[f]);
         fd[f] = open_for_writing(path[f]);
         write_all(fd[f], header, sizeof header, path[f]);
     }
@@ -337,9 +336,7 @@ void checkpoint_save(const CkptSaveOptions *opts, const Strategy *strategy, cons
         m.files = xcalloc((size_t)comm->world + 2, sizeof *m.files);
         m.file_sizes = xcalloc((size_t)comm->world + 2, sizeof *m.file_sizes);
         if (opts->full) {
-            snprintf(m.files[0], CKPT_MAX_PATH, "model.bin");
-            snprintf(m.files[1], CKPT_MAX_PATH, "optimizer.bin");
-            snprintf(m.files[2], CKPT_MAX_PATH, "ema.bin");
+            for (int f = 0; f < 3; f++) snprintf(m.files[f], CKPT_MAX_PATH, "%s", full_names[f]);
             m.num_files = parts == 4 ? 3 : 2;
         } else {
             // one file per rank that wrote anything; renumber the pieces' file indices
