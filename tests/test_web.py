@@ -296,8 +296,8 @@ def check_case(name, state, case):
     if tsv:
         rows = [line.split("\t") for line in tsv[0]["stdout"].strip().split("\n")]
         held = [k for k in range(10) if any(int(row[2 + k]) for row in rows)]
-        expected = [[row[0], row[1], *[f"{int(row[2 + k]) / 1e6:.3f}" for k in held],
-                     f"{int(row[12]) / 1e6:.3f}", f"{int(row[13]) / 1e6:.3f}"] for row in rows]
+        expected = [[row[0], row[1], *[mb(int(row[2 + k])) for k in held], mb(int(row[12])), mb(int(row[13]))]
+                    for row in rows]
         check(case["table"][1:] == expected,
               f"{name}: the memory table shows the TSV's bytes in MB, three decimals ({len(expected)} rows)")
     check(case["scroll"] <= case["width"], f"{name}: the page fits {case['width']} px, nothing to scroll sideways "
@@ -334,7 +334,7 @@ def check_case(name, state, case):
     timeline = [p for p in panels if "--timeline" in p["args"] and p["code"] == 0]
     if timeline:
         peak = re.search(r"^# peak: (\d+) bytes( at event \d+ )?", timeline[0]["stdout"], re.M)
-        check(peak and case["peak"].startswith(f"The peak: {int(peak[1]) / 1e6:.3f} MB{peak[2] or ''}"),
+        check(peak and case["peak"].startswith(f"The peak: {mb(int(peak[1]))} MB{peak[2] or ''}"),
               f"{name}: the timeline's peak said in MB, at its event ({case['peak'][:80]!r})")
     if name == "2^16 ranks":
         print(f"web: the 2^16-rank page drew in {int(case['ms'])} ms")

@@ -153,6 +153,43 @@ function svgText(svg, x, y, text, anchor = "start", size = 11) {
   svg.appendChild(element("text", { x, y, "text-anchor": anchor, "font-size": size }, text));
 }
 
+// The categories' key under a chart: a swatch and a name for each category k where shown(k).
+function categoryKey(svg, left, height, shown) {
+  let lx = left;
+  CATEGORIES.forEach((c, k) => {
+    if (!shown(k)) return;
+    svg.appendChild(element("rect", { x: lx, y: height - 18, width: 10, height: 10, fill: COLORS[k] }));
+    svgText(svg, lx + 13, height - 9, c, "start", 10);
+    lx += 16 + 6.2 * c.length;
+  });
+}
+
+// A table: the header's cells, then each row's; its first `words` columns text, the others numbers (right
+// aligned); a cell given as {text, changed: true} is marked.
+function numbersTable(id, header, rows, words = 1) {
+  const table = element("table", { class: "numbers", id });
+  const head = element("tr");
+  header.forEach((h) => head.appendChild(element("th", {}, h)));
+  table.appendChild(head);
+  for (const row of rows) {
+    const tr = element("tr");
+    row.forEach((cell, i) => {
+      const marked = typeof cell === "object" && cell.changed;
+      tr.appendChild(element("td", i < words ? {} : { class: marked ? "n changed" : "n" },
+        typeof cell === "object" ? cell.text : String(cell)));
+    });
+    table.appendChild(tr);
+  }
+  return table;
+}
+
+// Each strategy's fullest row (the largest peak of its ranks), in the rows' order.
+function fullestRows(rows) {
+  const fullest = new Map();
+  for (const r of rows) if (!fullest.has(r.strategy) || r.peak > fullest.get(r.strategy).peak) fullest.set(r.strategy, r);
+  return fullest;
+}
+
 // --tsv: strategy, ranks, one column per category, peak, reserved peak (bytes).
 function parseTable(tsv) {
   return tsv.trim().split("\n").map((line) => {
@@ -182,13 +219,7 @@ function stackedBars(rows, label) {
     });
     if (!thin || i % 8 === 0) svgText(svg, x + 4, y + (thin ? 6 : 11), `peak ${MB(r.peak)} MB`, "start", thin ? 9 : 11);
   });
-  let lx = left;
-  CATEGORIES.forEach((c, k) => {
-    if (HOST.has(c) || !rows.some((r) => r.bytes[k] > 0)) return;
-    svg.appendChild(element("rect", { x: lx, y: height - 18, width: 10, height: 10, fill: COLORS[k] }));
-    svgText(svg, lx + 13, height - 9, c, "start", 10);
-    lx += 16 + 6.2 * c.length;
-  });
+  categoryKey(svg, left, height, (k) => !HOST.has(CATEGORIES[k]) && rows.some((r) => r.bytes[k] > 0));
   return svg;
 }
 
@@ -197,7 +228,7 @@ function stackedBars(rows, label) {
 // every row in MB as build/plan prints it.
 function drawMemory(panel, rows) {
   const strategies = [...new Set(rows.map((r) => r.strategy))];
-  const fullest = strategies.map((s) => rows.filter((r) => r.strategy === s).reduce((a, b) => (b.peak > a.peak ? b : a)));
+  const fullest = [...fullestRows(rows).values()];
   panel.append(element("p", { class: "note" }, "Each bar stacks a rank's categories at their own peaks (each at its " +
     "fullest moment, so together they may pass the peak: the fullest moment of their sum, written after the bar). " +
     "The device's categories; an offloaded optimizer's host bytes are in the table. MB = 10^6 bytes, as build/plan " +
@@ -211,17 +242,9 @@ function drawMemory(panel, rows) {
     panel.append(fold);
   }
   const held = CATEGORIES.map((_, k) => rows.some((r) => r.bytes[k] > 0));
-  const table = element("table", { class: "numbers", id: "memory-table" });
-  const head = element("tr");
-  ["strategy", "rank(s)", ...CATEGORIES.filter((_, k) => held[k]), "peak", "reserved"].forEach(
-    (h) => head.appendChild(element("th", {}, h)));
-  table.appendChild(head);
-  for (const r of rows) {
-    const tr = element("tr");
-    [r.strategy, r.ranks, ...r.bytes.filter((_, k) => held[k]).map(MB), MB(r.peak), MB(r.reserved)].forEach(
-      (v, i) => tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, v)));
-    table.appendChild(tr);
-  }
+  const table = numbersTable("memory-table", ["strategy", "rank(s)", ...CATEGORIES.filter((_, k) => held[k]), "peak",
+    "reserved"], rows.map((r) => [r.strategy, r.ranks, ...r.bytes.filter((_, k) => held[k]).map(MB), MB(r.peak),
+    MB(r.reserved)]), 2);
   const folded = element("details", rows.length <= 16 ? { open: "" } : {});
   folded.append(element("summary", { class: "note" }, `The table, ${rows.length} rows: MB per rank, every ` +
     "category's peak, the peak of their sum, and what the allocator reserves at its peak (in use + kept for " +
@@ -272,20 +295,14 @@ function drawTimeline(panel, text) {
     phase = now;
     svg.appendChild(element("line", { x1: x(i + 1), x2: x(i + 1), y1: top, y2: height - bottom, stroke: "#999",
       "stroke-dasharray": "2,3" }));
-    const near = x(i + 1) > width - 70;  // by the right edge: the label to the line's left
-    svgText(svg, x(i + 1) + (near ? -2 : 2), top + 9 + (near && now !== "forward" ? 10 * (phase === "optimizer") : 0),
-      now, near ? "end" : "start", 9);
+    const near = x(i + 1) > width - 70;  // by the right edge: the label left of its line, the last one lower
+    svgText(svg, x(i + 1) + (near ? -2 : 2), top + 9 + (near && now === "optimizer" ? 10 : 0), now,
+      near ? "end" : "start", 9);
   });
   for (const b of [0, most / 2, most]) svgText(svg, left - 4, y(b) + 4, `${MB(b)}`, "end", 10);
   svgText(svg, left, height - bottom + 14, `the step's ${events.length} memory events, in order; MB held after each`,
     "start", 10);
-  let lx = left;
-  CATEGORIES.forEach((c, k) => {
-    if (!shown[k]) return;
-    svg.appendChild(element("rect", { x: lx, y: height - 18, width: 10, height: 10, fill: COLORS[k] }));
-    svgText(svg, lx + 13, height - 9, c, "start", 10);
-    lx += 16 + 6.2 * c.length;
-  });
+  categoryKey(svg, left, height, (k) => shown[k]);
   const peakLine = lines.find((l) => l.startsWith("# peak:")) || "";
   // "# peak: B bytes at event N (phase, unit u): category bytes ..." (or ", held from the step's start ...")
   const peak = peakLine.match(/^# peak: (\d+) bytes(.*?): ((?:\S+ \d+ ?)+)$/);
@@ -312,21 +329,10 @@ function drawTime(panel, text, state) {
   const at = lines.findIndex((l) => /^\s+N\s/.test(l));
   if (at < 0) { panel.append(element("pre", {}, text)); return; }
   const names = ["strategy", ...lines[at].trim().split(/\s{2,}/)];
-  const table = element("table", { class: "numbers", id: "time-table" });
-  const head = element("tr");
-  names.forEach((h) => head.appendChild(element("th", {}, h)));
-  table.appendChild(head);
+  const row = (line) => line.trim().split(/\s+/), isRow = (line) => row(line).length === names.length;
   lines.slice(0, at).forEach((l) => panel.append(element("p", { class: "note" }, l)));
-  const after = [];
-  for (const line of lines.slice(at + 1)) {
-    const f = line.trim().split(/\s+/);
-    if (f.length !== names.length) { after.push(line); continue; }
-    const tr = element("tr");
-    f.forEach((v, i) => tr.appendChild(element("td", i > 0 ? { class: "n" } : {}, v)));
-    table.appendChild(tr);
-  }
-  panel.append(table);
-  after.forEach((l) => panel.append(element("p", { class: "note" }, l)));
+  panel.append(numbersTable("time-table", names, lines.slice(at + 1).filter(isRow).map(row)));
+  lines.slice(at + 1).filter((l) => !isRow(l)).forEach((l) => panel.append(element("p", { class: "note" }, l)));
 }
 
 // --traffic: per strategy and collective, the bytes a rank sends in one step
@@ -345,20 +351,10 @@ function drawTraffic(panel, text) {
     s.ranks++;
     sums.set(key, s);
   }
-  const table = element("table", { class: "numbers", id: "traffic-table" });
-  const head = element("tr");
-  ["strategy", "collective", "calls per rank", "MB sent per rank", "ranks that call it"].forEach(
-    (h) => head.appendChild(element("th", {}, h)));
-  table.appendChild(head);
-  for (const s of sums.values()) {
-    const tr = element("tr");
-    const sent = s.least === s.most ? MB(s.most) : `${MB(s.least)} to ${MB(s.most)}`;
-    const calls = s.fewest === s.calls ? s.calls : `${s.fewest} to ${s.calls}`;
-    [s.strategy, s.collective, calls, sent, s.ranks].forEach((v, i) =>
-      tr.appendChild(element("td", i > 1 ? { class: "n" } : {}, String(v))));
-    table.appendChild(tr);
-  }
-  panel.append(table);
+  panel.append(numbersTable("traffic-table", ["strategy", "collective", "calls per rank", "MB sent per rank",
+    "ranks that call it"], [...sums.values()].map((s) => [s.strategy, s.collective,
+    s.fewest === s.calls ? s.calls : `${s.fewest} to ${s.calls}`,
+    s.least === s.most ? MB(s.most) : `${MB(s.least)} to ${MB(s.most)}`, s.ranks]), 2));
 }
 
 // --layout: which elements of the flat model each rank keeps, per strategy.
@@ -436,18 +432,9 @@ function drawNetwork(panel, text, state) {
     `machines of ${G} ranks (--ranks-per-node): the MB it sends in collectives among the ranks of its own machine ` +
     "alone, and in collectives whose ranks span machines, which the slower link between machines carries " +
     "(build/plan --time --tsv's last two fields: all it sends, and the latter)."));
-  const table = element("table", { class: "numbers", id: "network-table" });
-  const head = element("tr");
-  ["strategy", "MB sent", "within its machine", "spanning machines", "spanning, share"].forEach(
-    (h) => head.appendChild(element("th", {}, h)));
-  table.appendChild(head);
-  for (const r of rows) {
-    const tr = element("tr");
-    [r.strategy, MB(r.sent), MB(r.sent - r.across), MB(r.across), r.sent ? `${(100 * r.across / r.sent).toFixed(0)}%` : "-"]
-      .forEach((v, i) => tr.appendChild(element("td", i ? { class: "n" } : {}, v)));
-    table.appendChild(tr);
-  }
-  panel.append(table);
+  panel.append(numbersTable("network-table", ["strategy", "MB sent", "within its machine", "spanning machines",
+    "spanning, share"], rows.map((r) => [r.strategy, MB(r.sent), MB(r.sent - r.across), MB(r.across),
+    r.sent ? `${(100 * r.across / r.sent).toFixed(0)}%` : "-"])));
 }
 
 // Runs one plan for a panel and keeps its output beside the drawing (the test holds it against build/plan).
@@ -475,37 +462,27 @@ function showCompare(module, panel, state, takes) {
   applyFragment(other, state["--vs"], false, unknown);
   if (unknown.length) box.append(element("p", { class: "refused" }, `--vs: ${unknown.join(", ")}: not a flag ` +
     "of the page; left out"));
-  const plans = [state, other].map((st) => ({
-    memory: planned(module, box, [...planArgs(st, "memory", takes), "--tsv"]),
-    network: planned(module, box, [...planArgs(st, "network", takes), "--time", "--tsv"]) }));
-  const changed = planArgs(other, "memory", takes).join(" ") !== planArgs(state, "memory", takes).join(" ") ||
-    planArgs(other, "network", takes).join(" ") !== planArgs(state, "network", takes).join(" ");
-  box.append(element("p", { class: "command" }, `A: build/plan ${planArgs(state, "memory", takes).join(" ")}`),
-    element("p", { class: "command" }, `B: build/plan ${planArgs(other, "memory", takes).join(" ")}` +
-      (changed ? "" : " (the same plan: --vs changes nothing)")));
+  const args = [state, other].map((st) => ({ memory: [...planArgs(st, "memory", takes), "--tsv"],
+    network: [...planArgs(st, "network", takes), "--time", "--tsv"] }));
+  const plans = args.map((a) => ({ memory: planned(module, box, a.memory), network: planned(module, box, a.network) }));
+  const same = JSON.stringify(args[0]) === JSON.stringify(args[1]);
+  box.append(element("p", { class: "command" }, `A: build/plan ${args[0].memory.slice(0, -1).join(" ")}`),
+    element("p", { class: "command" }, `B: build/plan ${args[1].memory.slice(0, -1).join(" ")}` +
+      (same ? " (the same plan: --vs changes nothing)" : "")));
   const failed = plans.flatMap((p) => [p.memory, p.network]).filter((r) => r.code !== 0);
   if (failed.length) { box.append(element("p", { class: "refused" }, failed[0].stderr.trim())); return; }
-  const fullest = (tsv) => new Map([...parseTable(tsv.stdout).reduce((m, r) =>
-    (!m.has(r.strategy) || r.peak > m.get(r.strategy).peak ? m.set(r.strategy, r) : m), new Map())]);
-  const [peakA, peakB] = plans.map((p) => fullest(p.memory));
+  const [peakA, peakB] = plans.map((p) => fullestRows(parseTable(p.memory.stdout)));
   const [timeA, timeB] = plans.map((p) => new Map(timeRows(p.network.stdout).map((r) => [r.strategy, r])));
-  const table = element("table", { class: "numbers", id: "compare-table" });
-  const head = element("tr");
-  ["strategy", "peak MB, A", "B", "MB spanning machines, A", "B", "step ms, A", "B"].forEach(
-    (h) => head.appendChild(element("th", {}, h)));
-  table.appendChild(head);
+  const rows = [];
   for (const [s, a] of peakA) {
     const b = peakB.get(s), ta = timeA.get(s), tb = timeB.get(s);
     if (!b || !ta || !tb) continue;
-    const tr = element("tr");
-    tr.appendChild(element("td", {}, s));
-    for (const [x, y] of [[MB(a.peak), MB(b.peak)], [MB(ta.across), MB(tb.across)],
-                          [(1e3 * ta.step).toFixed(3), (1e3 * tb.step).toFixed(3)]]) {
-      tr.appendChild(element("td", { class: "n" }, x));
-      tr.appendChild(element("td", { class: x === y ? "n" : "n changed" }, y));
-    }
-    table.appendChild(tr);
+    const pairs = [[MB(a.peak), MB(b.peak)], [MB(ta.across), MB(tb.across)],
+                   [(1e3 * ta.step).toFixed(3), (1e3 * tb.step).toFixed(3)]];
+    rows.push([s, ...pairs.flatMap(([x, y]) => [x, { text: y, changed: x !== y }])]);
   }
+  const table = numbersTable("compare-table", ["strategy", "peak MB, A", "B", "MB spanning machines, A", "B",
+    "step ms, A", "B"], rows);
   box.append(element("p", { class: "note" }, "Each strategy's fullest rank's peak (MB), rank 0's bytes sent in " +
     "collectives spanning machines in a step and its predicted step (ms) at the plans' own N, from build/plan --tsv and " +
     "--time --tsv; B's cells that differ from A's are marked."), table);
